@@ -1,0 +1,2 @@
+//! The `pto` command-line tool: a thin layer over the library crates.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Scene-test harness: scene files, their cases and per-case configuration (RING_CONFIG.md §11).

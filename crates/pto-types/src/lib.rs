@@ -1,0 +1,20 @@
+//! Contract types shared by every pto level.
+//!
+//! This crate is the bottom layer of the workspace (see `ARCHITECTURE.md`): the per-task ring
+//! configuration ([`CallConfig`], [`RuntimeEnv`]) with its validation, environment tier and
+//! resolver, the data types that describe tensors and task arguments, and the binary records
+//! that cross process boundaries.
+//!
+//! Architecture invariants:
+//! - no threads are started here and no process-wide state is read implicitly: the environment
+//!   enters only through an explicit [`env::EnvSource`];
+//! - every binary format is defined once, here, with byte-wise encoders and decoders.
+#![forbid(unsafe_code)]
+
+pub mod dtype;
+pub mod ring_config;
+
+pub use dtype::DType;
+pub use ring_config::{
+    CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,
+};
