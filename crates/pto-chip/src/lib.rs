@@ -1,8 +1,29 @@
 //! The simulated L2 chip runtime (CHIP_RUNTIME.md).
 //!
 //! A chip runs task DAGs that an orchestration function builds while it executes, into four
-//! scope-depth rings sized per run from a resolved `CallConfig` (RING_CONFIG.md).
+//! scope-depth rings sized per run from a resolved `CallConfig` (RING_CONFIG.md). The entry
+//! point is [`ChipWorker`]: `ChipWorker::new(spec, env)` starts a chip, `run` binds one
+//! `CallConfig` and runs one registered orchestration ([`register_chip!`]) whose kernels are
+//! registered by name ([`register_kernel!`]). The orchestration API is in [`orch`].
 //!
-//! Architecture invariant: this crate knows nothing about L3; it is usable directly.
+//! Architecture invariants: this crate knows nothing about L3; it is usable directly. `unsafe`
+//! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/` and `engine/heap.rs`.
 
+pub mod callable;
+mod engine;
+pub mod error;
 pub mod footprint;
+pub mod kernel;
+pub mod memory;
+pub mod orch;
+pub(crate) mod ring;
+pub mod spec;
+pub mod task_id;
+pub mod tensor;
+pub(crate) mod tensormap;
+mod worker;
+
+pub use error::{BindError, ChipError, ChipRunError, Detector, Fatal, OrchResult, ResourceKind};
+pub use spec::ChipSpec;
+pub use task_id::TaskId;
+pub use worker::{ChipRunReport, ChipStartError, ChipWorker, RingUsage, RunContext};

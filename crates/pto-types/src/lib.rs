@@ -7,14 +7,20 @@
 //!
 //! Architecture invariants:
 //! - no threads are started here and no process-wide state is read implicitly: the environment
-//!   enters only through an explicit [`env::EnvSource`];
+//!   enters only through an explicit [`ring_config::env::EnvSource`];
 //! - every binary format is defined once, here, with byte-wise encoders and decoders.
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod dtype;
+pub mod error_code;
 pub mod ring_config;
+pub mod wait;
+pub mod wire;
 
+pub use args::{BufferId, BufferMemory, BufferRef, TaskArgs, Tensor, TensorTag};
 pub use dtype::DType;
+pub use error_code::ErrorCode;
 pub use ring_config::{
     CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,
 };

@@ -169,9 +169,15 @@ mod tests {
 
     #[test]
     fn t2_t4_broadcast_and_list_validate() {
-        assert_eq!(with_env(RuntimeEnv::default().with_task_window(64)).validate(), Ok(()));
+        assert_eq!(
+            with_env(RuntimeEnv::default().with_task_window(64)).validate(),
+            Ok(())
+        );
         let list = RingValue::from_slice(Resource::TaskWindow, &[16, 32, 128, 256]).unwrap();
-        assert_eq!(with_env(RuntimeEnv::default().with_task_window(list)).validate(), Ok(()));
+        assert_eq!(
+            with_env(RuntimeEnv::default().with_task_window(list)).validate(),
+            Ok(())
+        );
     }
 
     #[test]
@@ -223,7 +229,10 @@ mod tests {
 
     #[test]
     fn t10_heap_minimum_and_grain() {
-        assert_eq!(with_env(RuntimeEnv::default().with_heap(1024)).validate(), Ok(()));
+        assert_eq!(
+            with_env(RuntimeEnv::default().with_heap(1024)).validate(),
+            Ok(())
+        );
         check_err(
             &with_env(RuntimeEnv::default().with_heap(1023)),
             ConfigError::Heap {
@@ -240,7 +249,10 @@ mod tests {
             },
             "runtime_env.ring_heap[0]=1030: must be at least 1024 bytes and a multiple of 64 (nearest valid: 1024, 1088)",
         );
-        assert_eq!(with_env(RuntimeEnv::default().with_heap(1088)).validate(), Ok(()));
+        assert_eq!(
+            with_env(RuntimeEnv::default().with_heap(1088)).validate(),
+            Ok(())
+        );
     }
 
     #[test]
@@ -250,12 +262,18 @@ mod tests {
             .validate()
             .unwrap_err();
         let below = value - value % 64;
-        assert!(err.to_string().ends_with(&format!("(nearest valid: {below})")));
+        assert!(
+            err.to_string()
+                .ends_with(&format!("(nearest valid: {below})"))
+        );
     }
 
     #[test]
     fn t11_heap_has_no_power_of_two_rule() {
-        assert_eq!(with_env(RuntimeEnv::default().with_heap(2621440)).validate(), Ok(()));
+        assert_eq!(
+            with_env(RuntimeEnv::default().with_heap(2621440)).validate(),
+            Ok(())
+        );
         let list = RuntimeEnv::default().with_heap([10240, 20480, 30720, 40960]);
         assert_eq!(with_env(list).validate(), Ok(()));
     }
@@ -268,7 +286,10 @@ mod tests {
             "runtime_env.ring_dep_pool[0]=3: must be between 4 and 2147483647",
         );
         for ok in [4u64, 100, 2147483647] {
-            assert_eq!(with_env(RuntimeEnv::default().with_dep_pool(ok)).validate(), Ok(()));
+            assert_eq!(
+                with_env(RuntimeEnv::default().with_dep_pool(ok)).validate(),
+                Ok(())
+            );
         }
         check_err(
             &with_env(RuntimeEnv::default().with_dep_pool(2147483648)),
@@ -427,7 +448,11 @@ mod tests {
 
     #[test]
     fn t73_derive_replaces_only_non_zero_entries() {
-        let base = with_env(RuntimeEnv::default().with_task_window(64).with_heap(8 << 20));
+        let base = with_env(
+            RuntimeEnv::default()
+                .with_task_window(64)
+                .with_heap(8 << 20),
+        );
         let derived = base
             .derive(&TaskOverrides {
                 runtime_env: RuntimeEnv::default().with_task_window([0, 0, 0, 16]),

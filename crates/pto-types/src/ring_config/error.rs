@@ -10,17 +10,40 @@ use super::{PLATFORM_MAX_AICPU_THREADS, Resource};
 /// Why a `CallConfig` (or one of its parts) is invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigError {
-    AicpuThreadNum { value: u32, max: u32 },
-    SwimlaneLevel { value: u8 },
-    OutputPrefixTooLong { len: usize },
+    AicpuThreadNum {
+        value: u32,
+        max: u32,
+    },
+    SwimlaneLevel {
+        value: u8,
+    },
+    OutputPrefixTooLong {
+        len: usize,
+    },
     /// The prefix is empty or contains a NUL byte.
-    OutputPrefixInvalid { reason: PrefixProblem },
+    OutputPrefixInvalid {
+        reason: PrefixProblem,
+    },
     /// Diagnostics are on but there is nowhere to write them; `enabled` lists the flags.
-    MissingOutputPrefix { enabled: Vec<&'static str> },
-    RingListLength { field: Resource, len: usize },
-    TaskWindow { ring: usize, value: u64 },
-    Heap { ring: usize, value: u64 },
-    DepPool { ring: usize, value: u64 },
+    MissingOutputPrefix {
+        enabled: Vec<&'static str>,
+    },
+    RingListLength {
+        field: Resource,
+        len: usize,
+    },
+    TaskWindow {
+        ring: usize,
+        value: u64,
+    },
+    Heap {
+        ring: usize,
+        value: u64,
+    },
+    DepPool {
+        ring: usize,
+        value: u64,
+    },
 }
 
 /// What is wrong with a present `output_prefix`.

@@ -2,7 +2,7 @@
 //!
 //! An L2 chip run binds three [`Resource`]s on each of [`RING_COUNT`] scope-depth rings. The
 //! values come from the task's [`CallConfig::runtime_env`], then the chip's environment snapshot
-//! ([`env`]), then the built-in defaults; [`resolve`] applies that precedence and records where
+//! ([`mod@env`]), then the built-in defaults; [`mod@resolve`] applies that precedence and records where
 //! every value came from.
 //!
 //! The rules for legal values live in one table, [`Resource`], used by validation
@@ -137,7 +137,7 @@ impl Resource {
         }
         match self {
             Resource::TaskWindow if !value.is_power_of_two() => Err(RuleViolation::NotPowerOfTwo),
-            Resource::Heap if value % 64 != 0 => Err(RuleViolation::NotMultipleOf64),
+            Resource::Heap if !value.is_multiple_of(64) => Err(RuleViolation::NotMultipleOf64),
             _ => Ok(()),
         }
     }
@@ -174,9 +174,17 @@ impl fmt::Display for Resource {
 
 // The defaults are legal values of their own rules.
 const _: () = {
-    assert!(Resource::TaskWindow.check(Resource::TaskWindow.default_value()).is_ok());
+    assert!(
+        Resource::TaskWindow
+            .check(Resource::TaskWindow.default_value())
+            .is_ok()
+    );
     assert!(Resource::Heap.check(Resource::Heap.default_value()).is_ok());
-    assert!(Resource::DepPool.check(Resource::DepPool.default_value()).is_ok());
+    assert!(
+        Resource::DepPool
+            .check(Resource::DepPool.default_value())
+            .is_ok()
+    );
 };
 
 #[cfg(test)]

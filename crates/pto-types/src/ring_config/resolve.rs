@@ -312,3 +312,263 @@ impl fmt::Display for SizingError {
 }
 
 impl std::error::Error for SizingError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring_config::CallConfig;
+    use crate::ring_config::env::{EnvSnapshot, EnvSource};
+
+    const DEF_WINDOW: &str =
+        "task_window=[16384(default), 16384(default), 16384(default), 16384(default)]";
+    const DEF_HEAP: &str =
+        "heap=[268435456(default), 268435456(default), 268435456(default), 268435456(default)]";
+    const DEF_DEP: &str =
+        "dep_pool=[16384(default), 16384(default), 16384(default), 16384(default)]";
+
+    fn env(pairs: &[(&str, &str)]) -> EnvSnapshot {
+        EnvSnapshot::take(&EnvSource::from_pairs(pairs.iter().copied()), false).unwrap()
+    }
+
+    fn resolved(call: RuntimeEnv, env: &EnvSnapshot) -> ResolvedSizing {
+        resolve(&call, env, &RingDefaults::BUILT_IN).unwrap()
+    }
+
+    /// Resolves and compares the rendering `task_window=[v(src), …] heap=[…] dep_pool=[…]`.
+    #[track_caller]
+    fn check_resolve(call: RuntimeEnv, env: &EnvSnapshot, expect: &[&str]) {
+        assert_eq!(resolved(call, env).to_string(), expect.join(" "));
+    }
+
+    #[test]
+    fn t40_nothing_set_gives_defaults() {
+        check_resolve(
+            RuntimeEnv::default(),
+            &env(&[]),
+            &[DEF_WINDOW, DEF_HEAP, DEF_DEP],
+        );
+    }
+
+    #[test]
+    fn t41_env_fills_every_ring() {
+        check_resolve(
+            RuntimeEnv::default(),
+            &env(&[("PTO2_RING_TASK_WINDOW", "64")]),
+            &[
+                "task_window=[64(env), 64(env), 64(env), 64(env)]",
+                DEF_HEAP,
+                DEF_DEP,
+            ],
+        );
+    }
+
+    #[test]
+    fn t42_call_ring0_env_elsewhere() {
+        check_resolve(
+            RuntimeEnv::default().with_task_window([128, 0, 0, 0]),
+            &env(&[("PTO2_RING_TASK_WINDOW", "64")]),
+            &[
+                "task_window=[128(call_config), 64(env), 64(env), 64(env)]",
+                DEF_HEAP,
+                DEF_DEP,
+            ],
+        );
+    }
+
+    #[test]
+    fn t43_call_ring3_defaults_elsewhere() {
+        check_resolve(
+            RuntimeEnv::default().with_task_window([0, 0, 0, 32]),
+            &env(&[]),
+            &[
+                "task_window=[16384(default), 16384(default), 16384(default), 32(call_config)]",
+                DEF_HEAP,
+                DEF_DEP,
+            ],
+        );
+    }
+
+    #[test]
+    fn t44_call_scalar_beats_env_list() {
+        check_resolve(
+            RuntimeEnv::default().with_heap(1048576),
+            &env(&[("PTO2_RING_HEAP", "4194304,4194304,4194304,4194304")]),
+            &[
+                DEF_WINDOW,
+                "heap=[1048576(call_config), 1048576(call_config), 1048576(call_config), 1048576(call_config)]",
+                DEF_DEP,
+            ],
+        );
+    }
+
+    #[test]
+    fn t45_bad_env_falls_to_default_with_one_warning() {
+        let snapshot = env(&[("PTO2_RING_DEP_POOL", "-1")]);
+        assert_eq!(snapshot.problems.len(), 1);
+        check_resolve(
+            RuntimeEnv::default().with_dep_pool([0, 256, 0, 0]),
+            &snapshot,
+            &[
+                DEF_WINDOW,
+                DEF_HEAP,
+                "dep_pool=[16384(default), 256(call_config), 16384(default), 16384(default)]",
+            ],
+        );
+    }
+
+    #[test]
+    fn t46_each_resource_from_its_own_tier() {
+        check_resolve(
+            RuntimeEnv::default().with_task_window(64),
+            &env(&[("PTO2_RING_HEAP", "1048576")]),
+            &[
+                "task_window=[64(call_config), 64(call_config), 64(call_config), 64(call_config)]",
+                "heap=[1048576(env), 1048576(env), 1048576(env), 1048576(env)]",
+                DEF_DEP,
+            ],
+        );
+    }
+
+    #[test]
+    fn t47_override_equal_to_default_shares_the_key() {
+        let explicit = resolved(RuntimeEnv::default().with_task_window(16384), &env(&[]));
+        let none = resolved(RuntimeEnv::default(), &env(&[]));
+        assert_eq!(explicit.at(Resource::TaskWindow, 0).value, 16384);
+        assert_eq!(
+            explicit.sources(Resource::TaskWindow),
+            [SizeSource::CallConfig; 4]
+        );
+        assert_eq!(explicit.key(), none.key());
+        assert_ne!(explicit, none);
+    }
+
+    #[test]
+    fn broadcast_and_list_resolve_identically() {
+        let a = resolved(RuntimeEnv::default().with_dep_pool(64), &env(&[]));
+        let b = resolved(RuntimeEnv::default().with_dep_pool([64; 4]), &env(&[]));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn resolve_rejects_an_invalid_call_tier() {
+        let err = resolve(
+            &RuntimeEnv::default().with_task_window([0, 48, 0, 0]),
+            &env(&[]),
+            &RingDefaults::BUILT_IN,
+        )
+        .unwrap_err();
+        assert_eq!(err, ConfigError::TaskWindow { ring: 1, value: 48 });
+    }
+
+    #[test]
+    fn t49_scope_task_capacity() {
+        let cap = |call: RuntimeEnv| resolved(call, &env(&[])).derived().unwrap().scope_task_cap;
+        assert_eq!(cap(RuntimeEnv::default()), 65536);
+        assert_eq!(cap(RuntimeEnv::default().with_task_window(4)), 16);
+        // 32768 per ring is above the documented largest window only in appearance: it is a
+        // power of two below 2^30, so it is legal.
+        assert_eq!(cap(RuntimeEnv::default().with_task_window(32768)), 131072);
+    }
+
+    #[test]
+    fn t50_scope_task_capacity_guard() {
+        let fits = resolved(
+            RuntimeEnv::default().with_task_window([1 << 30, 1 << 29, 1 << 28, 1 << 27]),
+            &env(&[]),
+        );
+        assert_eq!(fits.derived().unwrap().scope_task_cap, 2013265920);
+        let config = CallConfig::with_runtime_env(RuntimeEnv::default().with_task_window([
+            1 << 30,
+            1 << 30,
+            4,
+            4,
+        ]));
+        assert_eq!(config.validate(), Ok(()));
+        let overflow = resolved(config.runtime_env, &env(&[]));
+        assert_eq!(
+            overflow.derived(),
+            Err(SizingError::ScopeTaskCapOverflow { sum: 2147483656 })
+        );
+    }
+
+    #[test]
+    fn t51_heap_sum_guard() {
+        let config = CallConfig::with_runtime_env(RuntimeEnv::default().with_heap(1 << 62));
+        assert_eq!(config.validate(), Ok(()));
+        let sizing = resolved(config.runtime_env, &env(&[]));
+        assert_eq!(sizing.derived(), Err(SizingError::HeapSumOverflow));
+    }
+
+    #[test]
+    fn t52_heap_total_and_ring_bases() {
+        let sizing = resolved(
+            RuntimeEnv::default().with_heap([10240, 20480, 30720, 40960]),
+            &env(&[]),
+        );
+        let derived = sizing.derived().unwrap();
+        assert_eq!(derived.heap_total, 102400);
+        assert_eq!(derived.heap_bases, [0, 10240, 30720, 61440]);
+        assert_eq!(derived.live_tasks, [16383; 4]);
+        assert_eq!(derived.dep_capacity, [16384; 4]);
+    }
+
+    #[test]
+    fn t57_cache_key_ignores_sources() {
+        let from_call = resolved(
+            RuntimeEnv::default()
+                .with_task_window(128)
+                .with_heap(8 << 20)
+                .with_dep_pool(256),
+            &env(&[]),
+        );
+        let from_env = resolved(
+            RuntimeEnv::default(),
+            &env(&[
+                ("PTO2_RING_TASK_WINDOW", "128"),
+                ("PTO2_RING_HEAP", "8388608"),
+                ("PTO2_RING_DEP_POOL", "256"),
+            ]),
+        );
+        assert_eq!(from_call.key(), from_env.key());
+        let other = resolved(
+            RuntimeEnv::default()
+                .with_task_window(128)
+                .with_heap([8 << 20, 8 << 20, 4 << 20, 8 << 20])
+                .with_dep_pool(256),
+            &env(&[]),
+        );
+        assert_ne!(from_call.key(), other.key());
+    }
+
+    #[test]
+    fn source_codes_round_trip() {
+        for source in [SizeSource::CallConfig, SizeSource::Env, SizeSource::Default] {
+            assert_eq!(SizeSource::from_code(source.code()), Some(source));
+        }
+        assert_eq!(SizeSource::from_code(3), None);
+    }
+
+    #[test]
+    fn device_memory_message_names_the_knobs() {
+        let err = SizingError::DeviceMemoryExhausted {
+            chip: 0,
+            need: 4622124160,
+            image: 325583744,
+            deps: 1573120,
+            heaps: 4294967296,
+            heap_sources: [SizeSource::Env; 4],
+            free: 4294967296,
+            capacity: 4294967296,
+        };
+        let text = err.to_string();
+        for part in [
+            "chip 0",
+            "4622124160",
+            "runtime_env.ring_heap",
+            "PTO2_RING_HEAP",
+            "4294967296",
+        ] {
+            assert!(text.contains(part), "{text:?} lacks {part:?}");
+        }
+    }
+}

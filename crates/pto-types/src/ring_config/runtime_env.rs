@@ -221,7 +221,9 @@ mod tests {
 
     #[test]
     fn overlay_replaces_only_non_zero_entries() {
-        let base = RuntimeEnv::default().with_task_window(64).with_heap(8 << 20);
+        let base = RuntimeEnv::default()
+            .with_task_window(64)
+            .with_heap(8 << 20);
         let over = RuntimeEnv::default().with_task_window([0, 0, 0, 16]);
         let out = base.overlaid_with(&over);
         assert_eq!(out.ring_task_window, [64, 64, 64, 16]);

@@ -1,0 +1,626 @@
+//! The shared task graph of one run: slot records, fanout lists, ready queues and core
+//! occupancy (CHIP_RUNTIME.md §3.1, §3.3–§3.5, §6.1–§6.3).
+//!
+//! Everything here is mutated only under [`super::run::RunShared::graph`]. Invariants:
+//! - **I1** a slot holds the task whose id it records; a task's slot is not reused before the
+//!   task is CONSUMED, because the orchestrator admits a task only when
+//!   `(next_id - last_alive) + 1 < W` (the ring allocator) and `last_alive` passes only CONSUMED
+//!   slots;
+//! - **I2** a task is routed ready exactly once: when `fanin_done` reaches `fanin_total`, which
+//!   counts the producers that were not COMPLETED when the task was wired (both under the lock);
+//! - **I3** CONSUMED = COMPLETED, its scope ended, and every RETAIN pin taken by a consumer was
+//!   released (a consumer releases its pins when it completes);
+//! - **I4** the watermark `last_alive` of a ring only passes CONSUMED slots and never passes
+//!   `next_id`; it is published to the orchestrator after every move.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use pto_types::RING_COUNT;
+
+use crate::task_id::TaskId;
+
+use super::run::RunShared;
+use super::{Assignment, ChipShared, Completion, Shape, TaskPayload};
+
+/// Lifecycle of a slot's task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    /// Waiting for producers, ready, or running.
+    Pending,
+    Completed,
+    Consumed,
+}
+
+/// The shared record of one task.
+pub(crate) struct Slot {
+    pub(crate) id: TaskId,
+    pub(crate) state: SlotState,
+    /// The owning scope has not ended.
+    pub(crate) scope_open: bool,
+    /// RETAIN pins taken by consumers, and how many they released.
+    pub(crate) pins: u32,
+    pub(crate) pins_released: u32,
+    /// Producers not COMPLETED at wiring, and how many of them completed since.
+    pub(crate) fanin_total: u32,
+    pub(crate) fanin_done: u32,
+    /// Consumers waiting for this task (its fanout list).
+    pub(crate) consumers: Vec<TaskId>,
+    /// Producers this task pinned with RETAIN; released when this task completes.
+    pub(crate) retained: Vec<TaskId>,
+    pub(crate) payload: Option<Arc<TaskPayload>>,
+    pub(crate) total_subtasks: u32,
+    pub(crate) completed_subtasks: u32,
+    /// Next block to dispatch.
+    pub(crate) next_block: u32,
+}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot {
+            id: TaskId::INVALID,
+            state: SlotState::Consumed,
+            scope_open: false,
+            pins: 0,
+            pins_released: 0,
+            fanin_total: 0,
+            fanin_done: 0,
+            consumers: Vec::new(),
+            retained: Vec::new(),
+            payload: None,
+            total_subtasks: 0,
+            completed_subtasks: 0,
+            next_block: 0,
+        }
+    }
+}
+
+/// The slots of one ring and its watermark.
+pub(crate) struct RingSlots {
+    /// Grown lazily up to the window, so untouched slots cost nothing.
+    slots: Vec<Slot>,
+    mask: u64,
+    /// One past the newest published task.
+    pub(crate) next_id: u64,
+    /// Oldest task not CONSUMED.
+    pub(crate) last_alive: u64,
+}
+
+/// Ready lanes (CHIP_RUNTIME.md §6.1). Dummy tasks never wait in a lane: they complete as soon as
+/// they are ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    Aic,
+    Aiv,
+    Mix,
+    AicSync,
+    AivSync,
+    MixSync,
+}
+
+impl Lane {
+    fn of(shape: Shape, sync: bool) -> Lane {
+        match (shape, sync) {
+            (Shape::Aic, false) => Lane::Aic,
+            (Shape::Aic, true) => Lane::AicSync,
+            (Shape::Aiv, false) => Lane::Aiv,
+            (Shape::Aiv, true) => Lane::AivSync,
+            (Shape::Mix(_), false) => Lane::Mix,
+            (Shape::Mix(_), true) => Lane::MixSync,
+            (Shape::Dummy, _) => unreachable!("dummy tasks have no lane"),
+        }
+    }
+}
+
+/// What a fresh task needs to be published.
+pub(crate) struct NewTask {
+    pub(crate) id: TaskId,
+    pub(crate) payload: Arc<TaskPayload>,
+    /// Live producers (deduplicated), with whether this task pins them (RETAIN).
+    pub(crate) producers: Vec<(TaskId, bool)>,
+    /// The task is complete at publication (the hidden task of `alloc_tensors`).
+    pub(crate) completed: bool,
+}
+
+/// What a live producer looks like at wiring time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProducerState {
+    /// Consumed (or its slot reused): no edge.
+    Gone,
+    Completed,
+    Pending,
+}
+
+/// Side effects the caller must carry out after releasing the lock.
+#[derive(Default)]
+pub(crate) struct Effects {
+    pub(crate) watermark_moved: bool,
+    pub(crate) became_ready: u32,
+    pub(crate) completed_tasks: u32,
+}
+
+pub(crate) struct Graph {
+    rings: [RingSlots; RING_COUNT],
+    lanes: [VecDeque<TaskId>; 6],
+    core_busy: Vec<bool>,
+    /// Idle cores, most recently used last (they are likely still spinning).
+    idle_aic: Vec<u32>,
+    idle_aiv: Vec<u32>,
+    clusters: u32,
+    /// Scratch work list of tasks to complete (dummy chains complete without recursion).
+    to_complete: Vec<TaskId>,
+    /// Tasks published (alloc tasks included), for the watchdog.
+    pub(crate) published: u64,
+}
+
+impl Graph {
+    pub(crate) fn new(windows: [u32; RING_COUNT], clusters: u32) -> Graph {
+        Graph {
+            rings: windows.map(|w| RingSlots {
+                slots: Vec::new(),
+                mask: u64::from(w) - 1,
+                next_id: 0,
+                last_alive: 0,
+            }),
+            lanes: Default::default(),
+            core_busy: vec![false; 3 * clusters as usize],
+            idle_aic: (0..clusters).rev().collect(),
+            idle_aiv: (clusters..3 * clusters).rev().collect(),
+            clusters,
+            to_complete: Vec::new(),
+            published: 0,
+        }
+    }
+
+    fn slot(&self, id: TaskId) -> &Slot {
+        let ring = &self.rings[usize::from(id.ring())];
+        &ring.slots[(id.local() & ring.mask) as usize]
+    }
+
+    fn slot_mut(&mut self, id: TaskId) -> &mut Slot {
+        let ring = &mut self.rings[usize::from(id.ring())];
+        &mut ring.slots[(id.local() & ring.mask) as usize]
+    }
+
+    /// The state of a would-be producer, by id (generation-checked).
+    pub(crate) fn producer_state(&self, id: TaskId) -> ProducerState {
+        let ring = &self.rings[usize::from(id.ring())];
+        if id.local() < ring.last_alive || id.local() >= ring.next_id {
+            return ProducerState::Gone;
+        }
+        let slot = self.slot(id);
+        if slot.id != id {
+            return ProducerState::Gone;
+        }
+        match slot.state {
+            SlotState::Consumed => ProducerState::Gone,
+            SlotState::Completed => ProducerState::Completed,
+            SlotState::Pending => ProducerState::Pending,
+        }
+    }
+
+    /// Publishes a task: records it, pins and wires its producers, and routes it if ready.
+    /// The caller checked every producer's state under this same lock hold and reserved the
+    /// dep-list entries for the pending ones.
+    pub(crate) fn publish(&mut self, task: NewTask, run: &RunShared, fx: &mut Effects) {
+        let id = task.id;
+        let ring = &mut self.rings[usize::from(id.ring())];
+        debug_assert_eq!(id.local(), ring.next_id, "tasks are published in id order");
+        let index = (id.local() & ring.mask) as usize;
+        if index == ring.slots.len() {
+            ring.slots.push(Slot::empty());
+        }
+        ring.next_id = id.local() + 1;
+        self.published += 1;
+        let mut fanin_total = 0;
+        let mut retained = std::mem::take(&mut self.slot_mut(id).retained);
+        retained.clear();
+        for &(producer, retain) in &task.producers {
+            let state = self.producer_state(producer);
+            if state == ProducerState::Gone {
+                continue;
+            }
+            let p = self.slot_mut(producer);
+            if retain {
+                p.pins += 1;
+                retained.push(producer);
+            }
+            if state == ProducerState::Pending {
+                p.consumers.push(id);
+                fanin_total += 1;
+            }
+        }
+        let shape = task.payload.shape;
+        let total_subtasks = task.payload.block_num * shape.cores_per_block();
+        let slot = self.slot_mut(id);
+        debug_assert_eq!(slot.state, SlotState::Consumed, "I1: the slot is free");
+        slot.id = id;
+        slot.state = SlotState::Pending;
+        slot.scope_open = true;
+        slot.pins = 0;
+        slot.pins_released = 0;
+        slot.fanin_total = fanin_total;
+        slot.fanin_done = 0;
+        slot.consumers.clear();
+        slot.retained = retained;
+        slot.total_subtasks = total_subtasks;
+        slot.completed_subtasks = 0;
+        slot.next_block = 0;
+        slot.payload = Some(task.payload);
+        if task.completed {
+            self.complete(id, run, fx);
+        } else if fanin_total == 0 {
+            self.route_ready(id, run, fx);
+        }
+    }
+
+    /// Routes a task whose producers have all completed (I2).
+    fn route_ready(&mut self, id: TaskId, run: &RunShared, fx: &mut Effects) {
+        let slot = self.slot(id);
+        let payload = slot.payload.as_ref().expect("a ready task has a payload");
+        if payload.shape == Shape::Dummy {
+            self.complete(id, run, fx);
+            return;
+        }
+        let lane = Lane::of(payload.shape, payload.sync_start);
+        self.lanes[lane as usize].push_back(id);
+        fx.became_ready += 1;
+    }
+
+    /// Completes a task and everything that completes with it (dummy consumers), without
+    /// recursion.
+    pub(crate) fn complete(&mut self, id: TaskId, run: &RunShared, fx: &mut Effects) {
+        debug_assert!(self.to_complete.is_empty());
+        self.to_complete.push(id);
+        while let Some(task) = self.to_complete.pop() {
+            self.complete_one(task, run, fx);
+        }
+    }
+
+    fn complete_one(&mut self, id: TaskId, run: &RunShared, fx: &mut Effects) {
+        let slot = self.slot_mut(id);
+        debug_assert_eq!(slot.state, SlotState::Pending);
+        slot.state = SlotState::Completed;
+        let mut consumers = std::mem::take(&mut slot.consumers);
+        let mut retained = std::mem::take(&mut slot.retained);
+        fx.completed_tasks += 1;
+        run.completed.fetch_add(1, Ordering::AcqRel);
+        for &consumer in &consumers {
+            let c = self.slot_mut(consumer);
+            c.fanin_done += 1;
+            if c.fanin_done == c.fanin_total {
+                let dummy = c.payload.as_ref().is_some_and(|p| p.shape == Shape::Dummy);
+                if dummy {
+                    self.to_complete.push(consumer);
+                } else {
+                    self.route_ready(consumer, run, fx);
+                }
+            }
+        }
+        for &producer in &retained {
+            let p = self.slot_mut(producer);
+            p.pins_released += 1;
+            self.consumed_check(producer, run, fx);
+        }
+        consumers.clear();
+        retained.clear();
+        let slot = self.slot_mut(id);
+        slot.consumers = consumers;
+        slot.retained = retained;
+        self.consumed_check(id, run, fx);
+    }
+
+    /// Ends a scope: drops the scope reference of each of its tasks.
+    pub(crate) fn end_scope(&mut self, tasks: &[TaskId], run: &RunShared, fx: &mut Effects) {
+        for &id in tasks {
+            let slot = self.slot_mut(id);
+            if slot.id != id {
+                continue;
+            }
+            slot.scope_open = false;
+            self.consumed_check(id, run, fx);
+        }
+    }
+
+    /// I3: COMPLETED, scope ended, pins released → CONSUMED; then try to advance (I4).
+    fn consumed_check(&mut self, id: TaskId, run: &RunShared, fx: &mut Effects) {
+        let slot = self.slot_mut(id);
+        if slot.id != id
+            || slot.state != SlotState::Completed
+            || slot.scope_open
+            || slot.pins_released != slot.pins
+        {
+            return;
+        }
+        slot.state = SlotState::Consumed;
+        slot.payload = None;
+        let ring_index = usize::from(id.ring());
+        let ring = &mut self.rings[ring_index];
+        if ring.last_alive != id.local() {
+            return;
+        }
+        while ring.last_alive < ring.next_id {
+            let s = &ring.slots[(ring.last_alive & ring.mask) as usize];
+            if s.state != SlotState::Consumed || s.id.local() != ring.last_alive {
+                break;
+            }
+            ring.last_alive += 1;
+        }
+        run.last_alive[ring_index].store(ring.last_alive, Ordering::Release);
+        run.bump_progress();
+        fx.watermark_moved = true;
+    }
+
+    /// Handles one finished block (or MIX part) reported by a core.
+    pub(crate) fn finish(&mut self, c: &Completion, run: &RunShared, fx: &mut Effects) {
+        self.release_core(c.core);
+        let slot = self.slot_mut(c.task);
+        slot.completed_subtasks += 1;
+        if slot.completed_subtasks == slot.total_subtasks {
+            self.complete(c.task, run, fx);
+        }
+    }
+
+    fn release_core(&mut self, core: u32) {
+        let index = core as usize;
+        debug_assert!(self.core_busy[index]);
+        self.core_busy[index] = false;
+        if core < self.clusters {
+            self.idle_aic.push(core);
+        } else {
+            self.idle_aiv.push(core);
+        }
+    }
+
+    fn claim_core(&mut self, core: u32) {
+        self.core_busy[core as usize] = true;
+        let list = if core < self.clusters {
+            &mut self.idle_aic
+        } else {
+            &mut self.idle_aiv
+        };
+        if let Some(pos) = list.iter().rposition(|&c| c == core) {
+            list.swap_remove(pos);
+        }
+    }
+
+    /// Dispatches ready blocks onto idle cores (CHIP_RUNTIME.md §6.2–§6.3). Assignments are
+    /// returned in `out`; the caller hands them to the cores after releasing the lock.
+    pub(crate) fn dispatch(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+        out: &mut Vec<(u32, Assignment)>,
+    ) {
+        if run.is_cancelled() {
+            return;
+        }
+        // Tier 0: sync-start cohorts, admitted only when all their units are idle at once.
+        let mut hold_aic = false;
+        let mut hold_aiv = false;
+        for lane in [Lane::MixSync, Lane::AicSync, Lane::AivSync] {
+            let Some(&id) = self.lanes[lane as usize].front() else {
+                continue;
+            };
+            let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
+            let blocks = payload.block_num;
+            let admitted = match payload.shape {
+                Shape::Aic => self.idle_aic.len() >= blocks as usize,
+                Shape::Aiv => self.idle_aiv.len() >= blocks as usize,
+                Shape::Mix(mask) => self.idle_clusters(mask).len() >= blocks as usize,
+                Shape::Dummy => unreachable!(),
+            };
+            if admitted {
+                self.lanes[lane as usize].pop_front();
+                for _ in 0..blocks {
+                    self.assign_block(id, &payload, run, chip, out);
+                }
+            } else {
+                let (aic, aiv) = shape_uses(payload.shape);
+                hold_aic |= aic;
+                hold_aiv |= aiv;
+            }
+        }
+        // Tier 1: MIX, then AIC and AIV.
+        if !hold_aic && !hold_aiv {
+            self.dispatch_lane(Lane::Mix, run, chip, out);
+        }
+        if !hold_aic {
+            self.dispatch_lane(Lane::Aic, run, chip, out);
+        }
+        if !hold_aiv {
+            self.dispatch_lane(Lane::Aiv, run, chip, out);
+        }
+    }
+
+    fn dispatch_lane(
+        &mut self,
+        lane: Lane,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+        out: &mut Vec<(u32, Assignment)>,
+    ) {
+        while let Some(&id) = self.lanes[lane as usize].front() {
+            let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
+            let has_unit = match payload.shape {
+                Shape::Aic => !self.idle_aic.is_empty(),
+                Shape::Aiv => !self.idle_aiv.is_empty(),
+                Shape::Mix(mask) => !self.idle_clusters(mask).is_empty(),
+                Shape::Dummy => unreachable!(),
+            };
+            if !has_unit {
+                return;
+            }
+            self.assign_block(id, &payload, run, chip, out);
+            let slot = self.slot(id);
+            if slot.next_block == payload.block_num {
+                self.lanes[lane as usize].pop_front();
+            }
+        }
+    }
+
+    /// Clusters whose cores in `mask` are all idle.
+    fn idle_clusters(&self, mask: u8) -> Vec<u32> {
+        (0..self.clusters)
+            .filter(|&k| {
+                cluster_cores(self.clusters, k, mask)
+                    .iter()
+                    .all(|&(core, _, _)| !self.core_busy[core as usize])
+            })
+            .collect()
+    }
+
+    /// Hands the next block of `id` to idle core(s). A unit must be available.
+    fn assign_block(
+        &mut self,
+        id: TaskId,
+        payload: &Arc<TaskPayload>,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+        out: &mut Vec<(u32, Assignment)>,
+    ) {
+        let slot = self.slot_mut(id);
+        let block_idx = slot.next_block;
+        slot.next_block += 1;
+        let mut give = |graph: &mut Graph, core: u32, kernel_slot: usize, sub_block_id: u32| {
+            graph.claim_core(core);
+            run.running.fetch_add(1, Ordering::AcqRel);
+            let kernel = payload.kernels[kernel_slot].expect("the shape has this kernel");
+            out.push((
+                core,
+                Assignment {
+                    run: Arc::clone(run),
+                    task: id,
+                    payload: Arc::clone(payload),
+                    kernel,
+                    block_idx,
+                    sub_block_id,
+                },
+            ));
+        };
+        match payload.shape {
+            Shape::Aic => {
+                let core = *self.idle_aic.last().expect("an idle AIC core");
+                give(self, core, 0, 0);
+            }
+            Shape::Aiv => {
+                let core = *self.idle_aiv.last().expect("an idle AIV core");
+                let sub = chip.cores[core as usize].sub_block;
+                give(self, core, 1, sub);
+            }
+            Shape::Mix(mask) => {
+                let cluster = self.idle_clusters(mask)[0];
+                for (core, kernel_slot, sub) in cluster_cores(self.clusters, cluster, mask) {
+                    give(self, core, kernel_slot, sub);
+                }
+            }
+            Shape::Dummy => unreachable!("dummy tasks are never dispatched"),
+        }
+    }
+
+    /// Counts live tasks as (running, ready, waiting) and names the first stuck one, for the
+    /// SCHEDULER_TIMEOUT stall classes of CHIP_RUNTIME.md §5.1.
+    pub(crate) fn stall_census(&self) -> StallCensus {
+        let mut census = StallCensus::default();
+        for ring in &self.rings {
+            for local in ring.last_alive..ring.next_id {
+                let slot = &ring.slots[(local & ring.mask) as usize];
+                if slot.state != SlotState::Pending {
+                    continue;
+                }
+                let kind = if slot.next_block > 0 {
+                    census.running += 1;
+                    "running"
+                } else if slot.fanin_done == slot.fanin_total {
+                    census.ready += 1;
+                    "ready"
+                } else {
+                    census.waiting += 1;
+                    "waiting"
+                };
+                if census.first.is_none() {
+                    census.first = Some(format!(
+                        "task {} ({}) {kind}, fanin {}/{}, blocks {}/{} dispatched, {}/{} subtasks done",
+                        slot.id,
+                        slot.payload
+                            .as_ref()
+                            .map_or("?".to_string(), |p| p.kernel_names()),
+                        slot.fanin_done,
+                        slot.fanin_total,
+                        slot.next_block,
+                        slot.payload.as_ref().map_or(0, |p| p.block_num),
+                        slot.completed_subtasks,
+                        slot.total_subtasks
+                    ));
+                }
+            }
+        }
+        census.busy_cores = self.core_busy.iter().filter(|&&b| b).count() as u64;
+        census.lanes = self.lanes.iter().map(VecDeque::len).collect();
+        census
+    }
+
+    /// The kernel names of a task, for messages.
+    pub(crate) fn describe(&self, id: TaskId) -> String {
+        let slot = self.slot(id);
+        match &slot.payload {
+            Some(p) if slot.id == id => p.kernel_names(),
+            _ => "retired".to_string(),
+        }
+    }
+}
+
+/// Live tasks of a stalled run, by state.
+#[derive(Debug, Default)]
+pub(crate) struct StallCensus {
+    pub(crate) running: u64,
+    pub(crate) ready: u64,
+    pub(crate) waiting: u64,
+    pub(crate) busy_cores: u64,
+    pub(crate) lanes: Vec<usize>,
+    pub(crate) first: Option<String>,
+}
+
+impl StallCensus {
+    /// The first non-empty class: S1 running-stalled, S3 ready-but-all-idle, S4
+    /// dependency-deadlock; else S5 (orchestration not done) or UNKNOWN.
+    pub(crate) fn class(&self, orchestration_done: bool) -> &'static str {
+        if self.running > 0 {
+            "S1 running-stalled"
+        } else if self.ready > 0 {
+            "S3 ready-but-all-idle"
+        } else if self.waiting > 0 {
+            "S4 dependency-deadlock"
+        } else if !orchestration_done {
+            "S5 orchestrator-starvation"
+        } else {
+            "UNKNOWN"
+        }
+    }
+}
+
+/// Which core kinds a shape occupies: (AIC, AIV).
+fn shape_uses(shape: Shape) -> (bool, bool) {
+    match shape {
+        Shape::Aic => (true, false),
+        Shape::Aiv => (false, true),
+        Shape::Mix(mask) => (mask & 1 != 0, mask & 6 != 0),
+        Shape::Dummy => (false, false),
+    }
+}
+
+/// The cores of cluster `k` selected by `mask`, as (core id, kernel slot, sub block id).
+fn cluster_cores(clusters: u32, k: u32, mask: u8) -> Vec<(u32, usize, u32)> {
+    let mut cores = Vec::with_capacity(3);
+    if mask & 1 != 0 {
+        cores.push((k, 0, 0));
+    }
+    if mask & 2 != 0 {
+        cores.push((clusters + 2 * k, 1, 0));
+    }
+    if mask & 4 != 0 {
+        cores.push((clusters + 2 * k + 1, 2, 1));
+    }
+    cores
+}

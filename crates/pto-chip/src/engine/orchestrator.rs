@@ -1,0 +1,804 @@
+//! The orchestrator side of a run: the submit pipeline, scopes and ring waits
+//! (CHIP_RUNTIME.md §3.2, §3.6, §4, §5.2).
+//!
+//! [`OrchCore`] lives on the orchestrator thread and owns the ring allocators, the dep pools,
+//! the TensorMap and the scope stack; other threads never see them. It talks to the shared
+//! graph only under its lock, to wire and publish a task or to end a scope, and reads the
+//! published watermarks to reclaim ring resources.
+//!
+//! Every wait for a ring resource runs one loop (§5.2): refresh, try, then prove or wait. A
+//! request larger than the resource is *Impossible*; a ring whose head task belongs to a scope
+//! that is still open can never free anything (only this thread ends scopes, and it is waiting),
+//! which is *Structural*; anything else is waited for, with a quiescence backstop that only runs
+//! while no core is busy and nothing progresses.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use pto_types::ring_config::resolve::ResolvedSizing;
+use pto_types::wait::{SpinPolicy, Waiter};
+use pto_types::{ErrorCode, RING_COUNT, Resource, TensorTag};
+
+use crate::error::{ChipError, Detector, Fatal, OrchResult, ResourceKind};
+use crate::kernel::{BoundTensor, KernelRef};
+use crate::ring::{AllocFailureKind, DepPool, TaskRing};
+use crate::task_id::TaskId;
+use crate::tensor::TensorDesc;
+use crate::tensormap::{Overlap, TensorMap, Visit, Want};
+
+use super::graph::{Effects, NewTask, ProducerState};
+use super::heap::RunMemory;
+use super::run::RunShared;
+use super::{ChipShared, Shape, TaskPayload};
+
+/// Most tensors per task.
+pub(crate) const MAX_TENSORS: usize = 32;
+/// Most scalars per task.
+pub(crate) const MAX_SCALARS: usize = 16;
+/// Fanin edges kept inline per task; the rest use the ring's spill pool.
+pub(crate) const INLINE_FANIN: u64 = 64;
+/// Deepest scope nesting, counting the implicit root scope.
+pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
+/// Each OUTPUT is padded to this many bytes inside its task's heap buffer.
+pub(crate) const OUTPUT_ALIGN: u64 = 1024;
+
+/// A tensor argument of a submit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ArgTensor {
+    Existing { tag: TensorTag, desc: TensorDesc },
+    Create(CreateInfo),
+}
+
+/// A runtime-allocated OUTPUT.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CreateInfo {
+    pub(crate) shape: [u32; crate::tensor::MAX_DIMS],
+    pub(crate) ndims: usize,
+    pub(crate) dtype: pto_types::DType,
+    pub(crate) manual_dep: bool,
+    /// Element bit pattern to fill the buffer with (little-endian, `dtype.size()` bytes).
+    pub(crate) initial_value: Option<u64>,
+}
+
+impl CreateInfo {
+    pub(crate) fn shape(&self) -> &[u32] {
+        &self.shape[..self.ndims]
+    }
+
+    fn padded_bytes(&self) -> u64 {
+        let numel: u64 = self.shape().iter().map(|&n| u64::from(n)).product();
+        (numel * self.dtype.size() as u64).next_multiple_of(OUTPUT_ALIGN)
+    }
+}
+
+/// Everything a submit carries.
+pub(crate) struct SubmitRequest {
+    pub(crate) kernels: [Option<KernelRef>; 3],
+    pub(crate) shape: Shape,
+    pub(crate) tensors: Vec<ArgTensor>,
+    pub(crate) scalars: Vec<u64>,
+    /// Explicit dependencies: (producer, RETAIN).
+    pub(crate) deps: Vec<(TaskId, bool)>,
+    pub(crate) block_num: u32,
+    pub(crate) sync_start: bool,
+    /// The first problem the argument builder recorded.
+    pub(crate) error: Option<String>,
+}
+
+/// Orchestrator-private bookkeeping of one slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotMarks {
+    /// Packed heap end, relative to the ring's heap.
+    packed_end: u64,
+    dep_mark: u64,
+    spill_mark: u64,
+    /// The task's scope is still open.
+    scope_open: bool,
+}
+
+struct ScopeFrame {
+    ring: usize,
+    tasks: Vec<TaskId>,
+}
+
+/// Settings the orchestrator needs from the chip and the run.
+pub(crate) struct OrchSettings {
+    pub(crate) clusters: u32,
+    pub(crate) alloc_backstop: Duration,
+    pub(crate) spin: SpinPolicy,
+    pub(crate) schedulers: usize,
+}
+
+/// The orchestrator of one run.
+pub(crate) struct OrchCore {
+    pub(crate) run: Arc<RunShared>,
+    chip: Arc<ChipShared>,
+    sizing: ResolvedSizing,
+    rings: [TaskRing; RING_COUNT],
+    dep_pools: [DepPool<()>; RING_COUNT],
+    spill_pools: [DepPool<()>; RING_COUNT],
+    marks: [Vec<SlotMarks>; RING_COUNT],
+    /// Watermarks as of the last refresh.
+    observed: [u64; RING_COUNT],
+    pub(crate) tensormap: TensorMap,
+    scopes: Vec<ScopeFrame>,
+    memory: RunMemory,
+    heap_bases: [u64; RING_COUNT],
+    settings: OrchSettings,
+    next_scheduler: usize,
+    /// Tasks published so far (alloc tasks included).
+    pub(crate) published: u64,
+}
+
+/// Why a ring resource refused a request, for the wait loop.
+struct Blocked {
+    code: ErrorCode,
+    resource: ResourceKind,
+    impossible: bool,
+    used: u64,
+    requested: u64,
+    recommended_min: u64,
+}
+
+impl OrchCore {
+    pub(crate) fn new(
+        run: Arc<RunShared>,
+        chip: Arc<ChipShared>,
+        sizing: ResolvedSizing,
+        heap_bases: [u64; RING_COUNT],
+        tensormap: TensorMap,
+        memory: RunMemory,
+        settings: OrchSettings,
+    ) -> OrchCore {
+        let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
+        OrchCore {
+            run,
+            chip,
+            rings: std::array::from_fn(|r| TaskRing::new(windows[r], sizing.heap(r))),
+            dep_pools: std::array::from_fn(|r| DepPool::new(sizing.dep_pool(r))),
+            spill_pools: std::array::from_fn(|r| DepPool::new(sizing.dep_pool(r))),
+            marks: std::array::from_fn(|_| Vec::new()),
+            observed: [0; RING_COUNT],
+            tensormap,
+            scopes: vec![ScopeFrame {
+                ring: 0,
+                tasks: Vec::new(),
+            }],
+            memory,
+            heap_bases,
+            settings,
+            next_scheduler: 0,
+            published: 0,
+            sizing,
+        }
+    }
+
+    /// Current scope depth (0 = the implicit root scope).
+    pub(crate) fn depth(&self) -> usize {
+        self.scopes.len() - 1
+    }
+
+    pub(crate) fn clusters(&self) -> u32 {
+        self.settings.clusters
+    }
+
+    /// `Err(Fatal)` once any error is latched.
+    pub(crate) fn check_fatal(&self) -> OrchResult<()> {
+        if self.run.is_cancelled() {
+            Err(Fatal(()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Latches an orchestrator error and returns `Fatal` for `?`.
+    pub(crate) fn fail(&self, error: ChipError) -> Fatal {
+        self.run.latch_orch(error);
+        Fatal(())
+    }
+
+    fn fail_immediate(&self, code: ErrorCode, detail: String) -> Fatal {
+        self.fail(ChipError::new(code, Detector::Immediate, detail))
+    }
+
+    /// Reclaims what the published watermark of `ring` frees (CHIP_RUNTIME.md §3.6).
+    fn refresh(&mut self, ring: usize) {
+        let last_alive = self.run.last_alive[ring].load(Ordering::Acquire);
+        if last_alive <= self.observed[ring] {
+            return;
+        }
+        self.observed[ring] = last_alive;
+        let mask = u64::from(self.rings[ring].window()) - 1;
+        let marks = self.marks[ring][((last_alive - 1) & mask) as usize];
+        self.rings[ring].retire_to(last_alive, marks.packed_end);
+        self.dep_pools[ring].advance_tail(marks.dep_mark);
+        self.spill_pools[ring].advance_tail(marks.spill_mark);
+    }
+
+    fn refresh_all(&mut self) {
+        for ring in 0..RING_COUNT {
+            self.refresh(ring);
+        }
+    }
+
+    /// True when ring `ring`'s oldest live task belongs to a scope that is still open: then the
+    /// ring can free nothing until that scope ends, which only this thread can do.
+    fn head_scope_open(&self, ring: usize) -> Option<TaskId> {
+        let head = self.observed[ring];
+        if head >= self.rings[ring].next_id() {
+            return None;
+        }
+        let mask = u64::from(self.rings[ring].window()) - 1;
+        let marks = self.marks[ring][(head & mask) as usize];
+        marks.scope_open.then(|| TaskId::new(ring as u8, head))
+    }
+
+    /// The wait loop of CHIP_RUNTIME.md §5.2 around `attempt`.
+    fn wait_for<T>(
+        &mut self,
+        ring: usize,
+        task: Option<TaskId>,
+        mut attempt: impl FnMut(&mut OrchCore) -> Result<T, Blocked>,
+    ) -> OrchResult<T> {
+        let run = Arc::clone(&self.run);
+        let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
+        let mut last_progress = run.progress.load(Ordering::Acquire);
+        let mut quiet_since = Instant::now();
+        loop {
+            self.refresh_all();
+            let blocked = match attempt(self) {
+                Ok(value) => return Ok(value),
+                Err(blocked) => blocked,
+            };
+            let detector = if blocked.impossible {
+                Some(Detector::Impossible)
+            } else if self.head_scope_open(ring).is_some() {
+                Some(Detector::Structural)
+            } else {
+                None
+            };
+            self.check_fatal()?;
+            let now = Instant::now();
+            let progress = run.progress.load(Ordering::Acquire);
+            if progress != last_progress || run.running.load(Ordering::Acquire) > 0 {
+                last_progress = progress;
+                quiet_since = now;
+            }
+            let detector = detector.or_else(|| {
+                (now - quiet_since >= self.settings.alloc_backstop).then_some(Detector::Backstop)
+            });
+            if let Some(detector) = detector {
+                return Err(self.fail(self.capacity_error(ring, task, blocked, detector)));
+            }
+            let deadline = quiet_since + self.settings.alloc_backstop;
+            let _ = waiter.wait(Some(deadline.max(now + Duration::from_millis(1))));
+        }
+    }
+
+    fn capacity_error(
+        &self,
+        ring: usize,
+        task: Option<TaskId>,
+        blocked: Blocked,
+        detector: Detector,
+    ) -> ChipError {
+        let capacity = blocked
+            .resource
+            .ring_resource()
+            .map(|r| self.sizing.at(r, ring));
+        let head = (self.observed[ring] < self.rings[ring].next_id())
+            .then(|| TaskId::new(ring as u8, self.observed[ring]));
+        let capacity_text = match capacity {
+            Some(c) => format!(
+                "{} capacity {} {} (source: {})",
+                blocked.resource.as_str(),
+                c.value,
+                blocked.resource.ring_resource().map_or("", Resource::unit),
+                c.source
+            ),
+            None => format!("{} capacity", blocked.resource.as_str()),
+        };
+        let why = match detector {
+            Detector::Impossible => "the request alone exceeds the capacity".to_string(),
+            Detector::Structural => match head {
+                Some(h) => format!("head {h} is pinned by its open scope"),
+                None => "the ring cannot free anything".to_string(),
+            },
+            _ => {
+                let census = self.run.graph.lock().stall_census();
+                format!(
+                    "no progress for {} ms ({} running, {} ready, {} waiting; {} core(s) busy; ready lanes {:?}; first live: {})",
+                    self.settings.alloc_backstop.as_millis(),
+                    census.running,
+                    census.ready,
+                    census.waiting,
+                    census.busy_cores,
+                    census.lanes,
+                    census.first.as_deref().unwrap_or("none")
+                )
+            }
+        };
+        let who = match task {
+            Some(t) => format!("task {t}"),
+            None => "a submit".to_string(),
+        };
+        let detail = format!(
+            "{who} on ring {ring} needs {} more; {capacity_text}, used {}; {why}",
+            blocked.requested, blocked.used
+        );
+        ChipError {
+            code: blocked.code,
+            detector,
+            ring: Some(ring),
+            resource: Some(blocked.resource),
+            capacity,
+            used: Some(blocked.used),
+            requested: Some(blocked.requested),
+            recommended_min: Some(blocked.recommended_min),
+            task,
+            head,
+            detail,
+        }
+    }
+
+    /// Submits one task (CHIP_RUNTIME.md §3.2). Returns its id and its OUTPUT tensors.
+    pub(crate) fn submit(&mut self, req: SubmitRequest) -> OrchResult<(TaskId, Vec<TensorDesc>)> {
+        self.check_fatal()?;
+        // 1. Validate.
+        if let Some(error) = &req.error {
+            return Err(self.fail_immediate(ErrorCode::InvalidArgs, error.clone()));
+        }
+        if req.tensors.len() > MAX_TENSORS || req.scalars.len() > MAX_SCALARS {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "a task has {} tensors and {} scalars; the limits are {MAX_TENSORS} and {MAX_SCALARS}",
+                    req.tensors.len(),
+                    req.scalars.len()
+                ),
+            ));
+        }
+        if req.block_num == 0 {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                "block_num must be at least 1".into(),
+            ));
+        }
+        if req.sync_start && req.block_num > 1 {
+            let clusters = self.settings.clusters;
+            let limit = match req.shape {
+                Shape::Aiv => 2 * clusters,
+                Shape::Aic | Shape::Mix(_) => clusters,
+                Shape::Dummy => u32::MAX,
+            };
+            if req.block_num > limit {
+                let mut e = ChipError::new(
+                    ErrorCode::RequireSyncStartInvalid,
+                    Detector::Immediate,
+                    format!(
+                        "a sync-start task with block_num {} needs more cores than the chip has (limit {limit} for this shape, {clusters} clusters)",
+                        req.block_num
+                    ),
+                );
+                e.resource = Some(ResourceKind::Cores);
+                e.requested = Some(u64::from(req.block_num));
+                e.used = Some(u64::from(limit));
+                return Err(self.fail(e));
+            }
+        }
+        // 2. Output layout: one heap allocation, each OUTPUT padded to 1 KiB.
+        let total_bytes: u64 = req
+            .tensors
+            .iter()
+            .map(|t| match t {
+                ArgTensor::Create(ci) => ci.padded_bytes(),
+                ArgTensor::Existing { .. } => 0,
+            })
+            .sum();
+        let (id, offset) = self.admit_and_allocate(total_bytes)?;
+        let ring = usize::from(id.ring());
+        // 6. TensorMap sync for this ring.
+        self.tensormap
+            .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
+        // 7–9. Explicit, creator and TensorMap edges, deduplicated.
+        let mut producers = self.explicit_deps(id, &req.deps)?;
+        let observed = self.observed;
+        for arg in &req.tensors {
+            let ArgTensor::Existing { tag, desc } = arg else {
+                continue;
+            };
+            if *tag == TensorTag::Output {
+                continue;
+            }
+            if let Some(owner) = desc.owner() {
+                producers.push((owner, true));
+            }
+            let looks_up = matches!(tag, TensorTag::Input | TensorTag::InOut);
+            if looks_up && !desc.manual_dep() && !desc.is_empty() {
+                let inout = *tag == TensorTag::InOut;
+                self.tensormap
+                    .lookup(desc, &observed, Want::Writers, |hit| {
+                        producers.push((hit.producer, false));
+                        if inout && hit.overlap == Overlap::Covered {
+                            Visit::Remove
+                        } else {
+                            Visit::Keep
+                        }
+                    });
+            }
+        }
+        dedup_producers(&mut producers, id);
+        // 10. Register this task as the writer of its INOUT / OUTPUT_EXISTING tensors.
+        self.register_writers(id, &req.tensors)?;
+        // 11. Payload: bind every tensor to host memory.
+        let (bound, outputs) = self.bind_tensors(id, ring, offset, &req.tensors);
+        let payload = Arc::new(TaskPayload {
+            shape: req.shape,
+            kernels: req.kernels,
+            tensors: bound,
+            scalars: req.scalars,
+            block_num: req.block_num,
+            sync_start: req.sync_start,
+        });
+        // 12. Wire and publish.
+        self.publish(id, payload, producers, false)?;
+        Ok((id, outputs))
+    }
+
+    /// Submits the hidden task of `alloc_tensors`: it owns the buffers and is COMPLETED at once.
+    pub(crate) fn alloc_tensors(
+        &mut self,
+        infos: &[CreateInfo],
+    ) -> OrchResult<(TaskId, Vec<TensorDesc>)> {
+        self.check_fatal()?;
+        if infos.is_empty() {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                "alloc_tensors needs at least one tensor".into(),
+            ));
+        }
+        let tensors: Vec<ArgTensor> = infos.iter().copied().map(ArgTensor::Create).collect();
+        let total_bytes: u64 = infos.iter().map(CreateInfo::padded_bytes).sum();
+        let (id, offset) = self.admit_and_allocate(total_bytes)?;
+        let ring = usize::from(id.ring());
+        let (bound, outputs) = self.bind_tensors(id, ring, offset, &tensors);
+        let payload = Arc::new(TaskPayload {
+            shape: Shape::Dummy,
+            kernels: [None; 3],
+            tensors: bound,
+            scalars: Vec::new(),
+            block_num: 1,
+            sync_start: false,
+        });
+        self.publish(id, payload, Vec::new(), true)?;
+        Ok((id, outputs))
+    }
+
+    /// Steps 3–4: scope admission, then a slot and heap bytes on the current ring.
+    fn admit_and_allocate(&mut self, total_bytes: u64) -> OrchResult<(TaskId, u64)> {
+        let ring = pto_types::ring_config::ring_for_depth(self.depth());
+        let window = u64::from(self.rings[ring].window());
+        let in_scope = self.scopes.last().expect("root scope").tasks.len() as u64;
+        if in_scope >= window - 1 {
+            let mut e = ChipError::new(
+                ErrorCode::ScopeDeadlock,
+                Detector::Immediate,
+                format!(
+                    "the scope at depth {} already holds {in_scope} tasks on ring {ring}; a ring of window {window} keeps at most {} live",
+                    self.depth(),
+                    window - 1
+                ),
+            );
+            e.ring = Some(ring);
+            e.resource = Some(ResourceKind::TaskWindow);
+            e.capacity = Some(self.sizing.at(Resource::TaskWindow, ring));
+            e.used = Some(in_scope);
+            e.requested = Some(1);
+            e.recommended_min = Some(2 * window);
+            return Err(self.fail(e));
+        }
+        let alloc = self.wait_for(ring, None, |core| {
+            core.rings[ring].try_alloc(total_bytes).map_err(|f| {
+                let heap = f.impossible || f.kind == AllocFailureKind::HeapFull;
+                Blocked {
+                    code: if heap {
+                        ErrorCode::HeapRingDeadlock
+                    } else {
+                        ErrorCode::FlowControlDeadlock
+                    },
+                    resource: if heap {
+                        ResourceKind::Heap
+                    } else {
+                        ResourceKind::TaskWindow
+                    },
+                    impossible: f.impossible,
+                    used: if heap { f.heap_used } else { f.live },
+                    requested: if heap { f.needed } else { 1 },
+                    recommended_min: f.recommended_min(),
+                }
+            })
+        })?;
+        let marks = &mut self.marks[ring];
+        if alloc.slot == marks.len() {
+            marks.push(SlotMarks::default());
+        }
+        marks[alloc.slot] = SlotMarks {
+            packed_end: alloc.end,
+            dep_mark: 0,
+            spill_mark: 0,
+            scope_open: true,
+        };
+        Ok((TaskId::new(ring as u8, alloc.id), alloc.offset))
+    }
+
+    /// Step 7: explicit dependencies; invalid ones fail the run, retired ones are skipped.
+    fn explicit_deps(
+        &mut self,
+        id: TaskId,
+        deps: &[(TaskId, bool)],
+    ) -> OrchResult<Vec<(TaskId, bool)>> {
+        let mut producers = Vec::with_capacity(deps.len() + 4);
+        for &(dep, retain) in deps {
+            let valid = dep.is_valid()
+                && usize::from(dep.ring()) < RING_COUNT
+                && dep != id
+                && dep.local() < self.rings[usize::from(dep.ring())].next_id();
+            if !valid {
+                return Err(self.fail_immediate(
+                    ErrorCode::InvalidArgs,
+                    format!("explicit dependency on {dep}, which is not an issued task"),
+                ));
+            }
+            if dep.local() >= self.observed[usize::from(dep.ring())] {
+                producers.push((dep, retain));
+            }
+        }
+        Ok(producers)
+    }
+
+    /// Step 10: reserve and insert TensorMap entries for the tensors this task writes.
+    fn register_writers(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
+        let writes = |t: &&ArgTensor| match t {
+            ArgTensor::Existing { tag, desc } => {
+                matches!(tag, TensorTag::InOut | TensorTag::OutputExisting)
+                    && !desc.manual_dep()
+                    && !desc.is_empty()
+            }
+            ArgTensor::Create(_) => false,
+        };
+        let needed = tensors.iter().filter(writes).count();
+        if needed == 0 {
+            return Ok(());
+        }
+        let ring = usize::from(id.ring());
+        let capacity = self.tensormap.capacity() as u64;
+        self.wait_for(ring, Some(id), |core| {
+            if core.tensormap.available() < needed {
+                let observed = core.observed;
+                core.tensormap.cleanup_all(&observed);
+            }
+            if core.tensormap.available() >= needed {
+                return Ok(());
+            }
+            let used = (core.tensormap.capacity() - core.tensormap.available()) as u64;
+            Err(Blocked {
+                code: ErrorCode::TensormapOverflow,
+                resource: ResourceKind::TensorMap,
+                impossible: needed as u64 > capacity,
+                used,
+                requested: needed as u64,
+                recommended_min: used + needed as u64,
+            })
+        })?;
+        for t in tensors.iter().filter(writes) {
+            if let ArgTensor::Existing { desc, .. } = t {
+                self.tensormap
+                    .insert(id, *desc)
+                    .expect("entries were reserved above");
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 11: host pointers for every tensor; OUTPUTs are materialised in the heap buffer.
+    fn bind_tensors(
+        &mut self,
+        id: TaskId,
+        ring: usize,
+        offset: u64,
+        tensors: &[ArgTensor],
+    ) -> (Vec<BoundTensor>, Vec<TensorDesc>) {
+        let mut bound = Vec::with_capacity(tensors.len());
+        let mut outputs = Vec::new();
+        let mut next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
+        for t in tensors {
+            let (desc, writable) = match *t {
+                ArgTensor::Existing { tag, desc } => (desc, tag.writes()),
+                ArgTensor::Create(ci) => {
+                    let bytes = ci.padded_bytes();
+                    let desc = TensorDesc::contiguous(next, bytes, ci.shape(), ci.dtype)
+                        .expect("a runtime-allocated buffer fits its tensor")
+                        .with_owner(Some(id))
+                        .with_manual_dep(ci.manual_dep);
+                    if let Some(bits) = ci.initial_value {
+                        let size = ci.dtype.size();
+                        let pattern = &bits.to_le_bytes()[..size];
+                        self.memory.fill_heap(next, bytes, pattern);
+                    }
+                    next += bytes;
+                    outputs.push(desc);
+                    (desc, true)
+                }
+            };
+            bound.push(BoundTensor {
+                desc,
+                base_ptr: self.memory.buffer_ptr(&desc),
+                writable,
+            });
+        }
+        (bound, outputs)
+    }
+
+    /// Step 12: reserve dep-list and spill entries for the producers that are still live, then
+    /// wire and publish under the graph lock. The count is redone on every wait iteration
+    /// because producers keep completing (difference #4 of §3.9).
+    fn publish(
+        &mut self,
+        id: TaskId,
+        payload: Arc<TaskPayload>,
+        producers: Vec<(TaskId, bool)>,
+        completed: bool,
+    ) -> OrchResult<()> {
+        let ring = usize::from(id.ring());
+        let run = Arc::clone(&self.run);
+        let capacity = u64::from(self.sizing.dep_pool(ring));
+        let mut task = Some(NewTask {
+            id,
+            payload,
+            producers,
+            completed,
+        });
+        let mut fx = Effects::default();
+        self.wait_for(ring, Some(id), |core| {
+            let mut graph = run.graph.lock();
+            let new = task.as_ref().expect("published once");
+            let mut edges = 0u64;
+            let mut pending = 0u64;
+            for &(p, _) in &new.producers {
+                match graph.producer_state(p) {
+                    ProducerState::Gone => {}
+                    ProducerState::Completed => edges += 1,
+                    ProducerState::Pending => {
+                        edges += 1;
+                        pending += 1;
+                    }
+                }
+            }
+            let spill = edges.saturating_sub(INLINE_FANIN);
+            let nodes_ok = core.dep_pools[ring].available() >= pending;
+            let spill_ok = core.spill_pools[ring].available() >= spill;
+            if nodes_ok && spill_ok {
+                if pending > 0 {
+                    core.dep_pools[ring]
+                        .try_alloc_n(pending)
+                        .expect("checked available");
+                }
+                if spill > 0 {
+                    core.spill_pools[ring]
+                        .try_alloc_n(spill)
+                        .expect("checked available");
+                }
+                graph.publish(task.take().expect("published once"), &run, &mut fx);
+                return Ok(());
+            }
+            let (resource, needed, pool) = if !spill_ok {
+                (ResourceKind::FaninSpill, spill, &core.spill_pools[ring])
+            } else {
+                (ResourceKind::DepList, pending, &core.dep_pools[ring])
+            };
+            Err(Blocked {
+                code: ErrorCode::DepPoolOverflow,
+                resource,
+                impossible: needed > capacity,
+                used: pool.used(),
+                requested: needed,
+                recommended_min: pool.used() + needed,
+            })
+        })?;
+        self.published += 1;
+        let mask = u64::from(self.rings[ring].window()) - 1;
+        let marks = &mut self.marks[ring][(id.local() & mask) as usize];
+        marks.dep_mark = self.dep_pools[ring].top();
+        marks.spill_mark = self.spill_pools[ring].top();
+        self.scopes.last_mut().expect("root scope").tasks.push(id);
+        self.after_lock(&fx);
+        Ok(())
+    }
+
+    /// Wakes whoever the graph changes concern.
+    fn after_lock(&mut self, fx: &Effects) {
+        if fx.became_ready > 0 {
+            let index = self.next_scheduler % self.settings.schedulers;
+            self.next_scheduler = self.next_scheduler.wrapping_add(1);
+            self.chip.schedulers[index].ec.notify_one();
+        }
+        if fx.completed_tasks > 0 || fx.watermark_moved {
+            self.run.ring_progress.notify_one();
+            self.run.done.notify_all();
+        }
+    }
+
+    /// Opens a nested scope.
+    pub(crate) fn begin_scope(&mut self) -> OrchResult<()> {
+        self.check_fatal()?;
+        if self.scopes.len() >= MAX_SCOPE_DEPTH {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                format!("scopes nest at most {MAX_SCOPE_DEPTH} deep, counting the root scope"),
+            ));
+        }
+        let ring = pto_types::ring_config::ring_for_depth(self.scopes.len());
+        self.scopes.push(ScopeFrame {
+            ring,
+            tasks: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Ends the innermost scope (always, also after a failure), releasing its tasks.
+    pub(crate) fn end_scope(&mut self) {
+        let frame = self.scopes.pop().expect("a scope is open");
+        let mask = u64::from(self.rings[frame.ring].window()) - 1;
+        for id in &frame.tasks {
+            let ring = usize::from(id.ring());
+            let marks = &mut self.marks[ring][(id.local() & mask) as usize];
+            marks.scope_open = false;
+        }
+        let run = Arc::clone(&self.run);
+        let mut fx = Effects::default();
+        run.graph.lock().end_scope(&frame.tasks, &run, &mut fx);
+        self.after_lock(&fx);
+    }
+
+    /// Ends the root scope and declares the task total: the run may now finish.
+    pub(crate) fn finish(&mut self) {
+        while !self.scopes.is_empty() {
+            self.end_scope();
+        }
+        self.run
+            .total_tasks
+            .store(self.published, Ordering::Release);
+        for s in &self.chip.schedulers {
+            s.ec.notify_one();
+        }
+        self.run.done.notify_all();
+    }
+
+    /// Run-long peaks per ring: (live tasks, heap bytes, dep-list entries).
+    pub(crate) fn high_water(&self) -> [(u64, u64, u64); RING_COUNT] {
+        std::array::from_fn(|r| {
+            let peaks = self.rings[r].high_water();
+            (peaks.live, peaks.heap_used, self.dep_pools[r].high_water())
+        })
+    }
+
+    /// Gives the TensorMap back to the chip.
+    pub(crate) fn into_tensormap(self) -> TensorMap {
+        self.tensormap
+    }
+}
+
+/// Sorts, merges duplicates (RETAIN wins) and drops self-edges.
+fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
+    producers.retain(|&(p, _)| p != me);
+    producers.sort_unstable_by_key(|&(p, _)| p);
+    producers.dedup_by(|later, earlier| {
+        if later.0 == earlier.0 {
+            earlier.1 |= later.1;
+            true
+        } else {
+            false
+        }
+    });
+}

@@ -1,0 +1,123 @@
+//! State of one run shared by the orchestrator, the schedulers and the cores.
+//!
+//! Error latching follows CHIP_RUNTIME.md §5.1: the orchestrator and the schedulers each keep
+//! their first error; the orchestrator's takes precedence in the report. Once any error is
+//! latched, `cancelled` is set: orchestration calls return `Err(Fatal)`, schedulers dispatch
+//! nothing new and kernels see `ctx.cancelled()`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use pto_types::RING_COUNT;
+use pto_types::wait::EventCount;
+
+use crate::error::ChipError;
+
+use super::graph::Graph;
+
+/// Marker for "orchestration has not finished yet" in [`RunShared::total_tasks`].
+pub(crate) const TOTAL_UNKNOWN: u64 = u64::MAX;
+
+pub(crate) struct RunShared {
+    /// Unique per chip; completions carry it so a late completion never reaches another run.
+    pub(crate) id: u64,
+    /// Slots, fanout lists, ready queues, core occupancy (see [`Graph`]).
+    pub(crate) graph: Mutex<Graph>,
+    /// Per-ring watermark (oldest task not CONSUMED), published after every advance (Release)
+    /// for the orchestrator's refresh (Acquire).
+    pub(crate) last_alive: [AtomicU64; RING_COUNT],
+    /// Bumped on every subtask completion and watermark move: "something progressed".
+    pub(crate) progress: AtomicU64,
+    /// Notified on every watermark move, task completion and latched error: the orchestrator
+    /// waits on it for ring resources.
+    pub(crate) ring_progress: EventCount,
+    /// Tasks completed (dummy tasks and alloc tasks included).
+    pub(crate) completed: AtomicU64,
+    /// Tasks submitted, set once orchestration has finished; [`TOTAL_UNKNOWN`] before.
+    pub(crate) total_tasks: AtomicU64,
+    /// Blocks currently running on cores.
+    pub(crate) running: AtomicU64,
+    /// Notified when the run may have finished (all tasks completed, or failed and idle).
+    pub(crate) done: EventCount,
+    /// Set when any error is latched.
+    pub(crate) cancelled: AtomicBool,
+    orch_error: Mutex<Option<ChipError>>,
+    sched_error: Mutex<Option<ChipError>>,
+    /// Schedulers active in this run (`aicpu_thread_num - 1`).
+    pub(crate) active_schedulers: usize,
+}
+
+impl RunShared {
+    pub(crate) fn new(id: u64, graph: Graph, active_schedulers: usize) -> RunShared {
+        RunShared {
+            id,
+            graph: Mutex::new(graph),
+            last_alive: std::array::from_fn(|_| AtomicU64::new(0)),
+            progress: AtomicU64::new(0),
+            ring_progress: EventCount::new(),
+            completed: AtomicU64::new(0),
+            total_tasks: AtomicU64::new(TOTAL_UNKNOWN),
+            running: AtomicU64::new(0),
+            done: EventCount::new(),
+            cancelled: AtomicBool::new(false),
+            orch_error: Mutex::new(None),
+            sched_error: Mutex::new(None),
+            active_schedulers,
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Latches the orchestrator's first error.
+    pub(crate) fn latch_orch(&self, error: ChipError) {
+        let mut slot = self.orch_error.lock();
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+        drop(slot);
+        self.cancel();
+    }
+
+    /// Latches a scheduler's (or core's) first error.
+    pub(crate) fn latch_sched(&self, error: ChipError) {
+        let mut slot = self.sched_error.lock();
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+        drop(slot);
+        self.cancel();
+    }
+
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.ring_progress.notify_all();
+        self.done.notify_all();
+    }
+
+    /// The error to report: the orchestrator's if any, else the schedulers'.
+    pub(crate) fn take_error(&self) -> Option<ChipError> {
+        if let Some(e) = self.orch_error.lock().take() {
+            return Some(e);
+        }
+        self.sched_error.lock().take()
+    }
+
+    pub(crate) fn bump_progress(&self) {
+        self.progress.fetch_add(1, Ordering::Release);
+    }
+
+    /// True when the run can end: every task completed, or an error is latched and no block
+    /// runs (RUNNING work must finish; its memory is still in use).
+    pub(crate) fn is_finished(&self) -> bool {
+        let total = self.total_tasks.load(Ordering::Acquire);
+        if total == TOTAL_UNKNOWN {
+            return false;
+        }
+        if self.is_cancelled() {
+            return self.running.load(Ordering::Acquire) == 0;
+        }
+        self.completed.load(Ordering::Acquire) == total
+    }
+}

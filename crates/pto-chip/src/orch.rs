@@ -1,0 +1,529 @@
+//! The orchestration API (CHIP_RUNTIME.md §2): what an L2 orchestration function uses to build
+//! its task graph while it runs.
+//!
+//! Scopes are closures, so a scope cannot be left open. Lifetimes make scope misuse a compile
+//! error: a [`Tensor<'s>`] created in a scope cannot leave it, while tensors of enclosing scopes
+//! are usable inside (`Tensor` is covariant and `Scope<'i, 's>` implies `'s: 'i`):
+//!
+//! ```compile_fail
+//! # use pto_chip::orch::*;
+//! fn escape<'r>(s: &mut RootScope<'r>) -> OrchResult<()> {
+//!     let ci = TensorCreateInfo::new(&[16], pto_types::DType::F32);
+//!     let leaked = s.scope(|s| {
+//!         let t = s.alloc_tensors(&[ci])?.tensor(0);
+//!         Ok(t) // a tensor of the inner scope cannot be returned
+//!     })?;
+//!     let _ = leaked;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! # use pto_chip::orch::*;
+//! fn store<'r>(s: &mut RootScope<'r>) -> OrchResult<()> {
+//!     let ci = TensorCreateInfo::new(&[16], pto_types::DType::F32);
+//!     let mut kept: Vec<Tensor<'r>> = Vec::new();
+//!     s.scope(|s| {
+//!         kept.push(s.alloc_tensors(&[ci])?.tensor(0)); // nor stored outside
+//!         Ok(())
+//!     })?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ```
+//! # use pto_chip::orch::*;
+//! fn nested<'r>(s: &mut RootScope<'r>, outer: Tensor<'r>) -> OrchResult<()> {
+//!     s.scope(|s| s.scope(|s| {
+//!         s.submit_dummy(KernelArgs::new().input(outer))?; // an outer tensor two scopes down
+//!         Ok(())
+//!     }))
+//! }
+//! ```
+
+use std::marker::PhantomData;
+
+use pto_types::{DType, ErrorCode, TensorTag};
+
+use crate::engine::Shape;
+use crate::engine::orchestrator::{ArgTensor, CreateInfo, OrchCore, SubmitRequest};
+use crate::error::{ChipError, Detector};
+pub use crate::error::{Fatal, OrchResult};
+use crate::kernel::{CoreType, KernelRef, Scalar};
+use crate::task_id::TaskId;
+use crate::tensor::{MAX_DIMS, TensorDesc};
+
+/// A tensor usable in scope `'s` and the scopes nested in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Tensor<'s> {
+    desc: TensorDesc,
+    _scope: PhantomData<&'s ()>,
+}
+
+impl<'s> Tensor<'s> {
+    pub(crate) fn new(desc: TensorDesc) -> Tensor<'s> {
+        Tensor {
+            desc,
+            _scope: PhantomData,
+        }
+    }
+
+    /// The descriptor (shape, strides, dtype, owner).
+    pub fn desc(&self) -> &TensorDesc {
+        &self.desc
+    }
+
+    pub fn shape(&self) -> &[u32] {
+        self.desc.shape()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.desc.dtype()
+    }
+
+    /// A zero-copy sub-box: `shape` elements starting at `offsets`.
+    pub fn view(
+        &self,
+        shape: &[u32],
+        offsets: &[u32],
+    ) -> Result<Tensor<'s>, crate::tensor::TensorError> {
+        self.desc.view(shape, offsets).map(Tensor::new)
+    }
+
+    /// A zero-copy slice of one dimension.
+    pub fn slice(
+        &self,
+        dim: usize,
+        start: u32,
+        len: u32,
+    ) -> Result<Tensor<'s>, crate::tensor::TensorError> {
+        self.desc.slice(dim, start, len).map(Tensor::new)
+    }
+
+    /// A zero-copy reshape of a contiguous tensor.
+    pub fn reshape(&self, shape: &[u32]) -> Result<Tensor<'s>, crate::tensor::TensorError> {
+        self.desc.reshape(shape).map(Tensor::new)
+    }
+}
+
+/// Describes a runtime-allocated OUTPUT.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorCreateInfo {
+    info: CreateInfo,
+    error: Option<&'static str>,
+}
+
+impl TensorCreateInfo {
+    pub fn new(shape: &[u32], dtype: DType) -> TensorCreateInfo {
+        let mut dims = [0u32; MAX_DIMS];
+        let ndims = shape.len().min(MAX_DIMS);
+        dims[..ndims].copy_from_slice(&shape[..ndims]);
+        let error = (shape.is_empty() || shape.len() > MAX_DIMS)
+            .then_some("a created tensor needs 1 to 5 dimensions");
+        TensorCreateInfo {
+            info: CreateInfo {
+                shape: dims,
+                ndims,
+                dtype,
+                manual_dep: false,
+                initial_value: None,
+            },
+            error,
+        }
+    }
+
+    /// Exclude the tensor from automatic dependency tracking.
+    pub fn manual_dep(mut self, manual: bool) -> TensorCreateInfo {
+        self.info.manual_dep = manual;
+        self
+    }
+
+    /// Fill the buffer with `value`, converted to the tensor's dtype, before the task runs
+    /// (heap memory is not zeroed otherwise).
+    pub fn initial_value(mut self, value: impl Into<f64>) -> TensorCreateInfo {
+        self.info.initial_value = Some(dtype_bits(self.info.dtype, value.into()));
+        self
+    }
+}
+
+/// The little-endian bit pattern of `value` as one element of `dtype`.
+fn dtype_bits(dtype: DType, value: f64) -> u64 {
+    match dtype {
+        DType::F32 => u64::from((value as f32).to_bits()),
+        DType::F16 => u64::from(half::f16::from_f64(value).to_bits()),
+        DType::BF16 => u64::from(half::bf16::from_f64(value).to_bits()),
+        DType::I8 => u64::from(value as i8 as u8),
+        DType::U8 => u64::from(value as u8),
+        DType::Bool => u64::from(value != 0.0),
+        DType::I16 => u64::from(value as i16 as u16),
+        DType::U16 => u64::from(value as u16),
+        DType::I32 => u64::from(value as i32 as u32),
+        DType::U32 => u64::from(value as u32),
+        DType::I64 => value as i64 as u64,
+        DType::U64 => value as u64,
+    }
+}
+
+/// The arguments of one submit: tensors with their tags (in argument order), scalars, explicit
+/// dependencies and SPMD settings. Problems are recorded and reported at submit as INVALID_ARGS.
+#[derive(Debug)]
+pub struct KernelArgs<'s> {
+    tensors: Vec<ArgTensor>,
+    scalars: Vec<u64>,
+    deps: Vec<(TaskId, bool)>,
+    block_num: u32,
+    sync_start: bool,
+    error: Option<String>,
+    _scope: PhantomData<&'s ()>,
+}
+
+impl Default for KernelArgs<'_> {
+    fn default() -> Self {
+        KernelArgs::new()
+    }
+}
+
+impl<'s> KernelArgs<'s> {
+    pub fn new() -> KernelArgs<'s> {
+        KernelArgs {
+            tensors: Vec::new(),
+            scalars: Vec::new(),
+            deps: Vec::new(),
+            block_num: 1,
+            sync_start: false,
+            error: None,
+            _scope: PhantomData,
+        }
+    }
+
+    fn existing(mut self, tag: TensorTag, t: Tensor<'s>) -> KernelArgs<'s> {
+        self.tensors.push(ArgTensor::Existing { tag, desc: t.desc });
+        self
+    }
+
+    pub fn input(self, t: Tensor<'s>) -> KernelArgs<'s> {
+        self.existing(TensorTag::Input, t)
+    }
+
+    pub fn inout(self, t: Tensor<'s>) -> KernelArgs<'s> {
+        self.existing(TensorTag::InOut, t)
+    }
+
+    pub fn output_existing(self, t: Tensor<'s>) -> KernelArgs<'s> {
+        self.existing(TensorTag::OutputExisting, t)
+    }
+
+    pub fn no_dep(self, t: Tensor<'s>) -> KernelArgs<'s> {
+        self.existing(TensorTag::NoDep, t)
+    }
+
+    /// A new buffer allocated by the runtime in this task's heap allocation.
+    pub fn output(mut self, ci: TensorCreateInfo) -> KernelArgs<'s> {
+        if let Some(e) = ci.error {
+            self.error.get_or_insert_with(|| e.to_string());
+        }
+        self.tensors.push(ArgTensor::Create(ci.info));
+        self
+    }
+
+    /// A scalar, bit-cast into a `u64` slot.
+    pub fn scalar(mut self, value: impl pto_types::args::ScalarArg) -> KernelArgs<'s> {
+        self.scalars.push(value.to_bits());
+        self
+    }
+
+    /// Wait for `task` and keep its outputs alive while this task runs (WAIT|RETAIN).
+    pub fn dep(mut self, task: TaskId) -> KernelArgs<'s> {
+        self.deps.push((task, true));
+        self
+    }
+
+    /// Wait for `task` only (WAIT).
+    pub fn dep_wait(mut self, task: TaskId) -> KernelArgs<'s> {
+        self.deps.push((task, false));
+        self
+    }
+
+    /// Run `n` blocks (SPMD).
+    pub fn block_num(mut self, n: u32) -> KernelArgs<'s> {
+        if n == 0 {
+            self.error
+                .get_or_insert_with(|| "block_num must be at least 1".to_string());
+        }
+        self.block_num = n;
+        self
+    }
+
+    /// Start all blocks together (cross-block barriers become possible).
+    pub fn require_sync_start(mut self, on: bool) -> KernelArgs<'s> {
+        self.sync_start = on;
+        self
+    }
+
+    fn into_request(self, kernels: [Option<KernelRef>; 3], shape: Shape) -> SubmitRequest {
+        SubmitRequest {
+            kernels,
+            shape,
+            tensors: self.tensors,
+            scalars: self.scalars,
+            deps: self.deps,
+            block_num: self.block_num,
+            sync_start: self.sync_start,
+            error: self.error,
+        }
+    }
+}
+
+/// The kernels of a MIX task, one per core of a cluster.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MixedKernels {
+    pub aic: Option<KernelRef>,
+    pub aiv0: Option<KernelRef>,
+    pub aiv1: Option<KernelRef>,
+}
+
+/// The OUTPUT tensors of a submitted task, in argument order, and its id.
+#[derive(Clone, Debug)]
+pub struct TaskOutputs<'s> {
+    task: TaskId,
+    tensors: Vec<TensorDesc>,
+    _scope: PhantomData<&'s ()>,
+}
+
+impl<'s> TaskOutputs<'s> {
+    pub fn task_id(&self) -> TaskId {
+        self.task
+    }
+
+    /// OUTPUT `i` (counting OUTPUT arguments only).
+    pub fn tensor(&self, i: usize) -> Tensor<'s> {
+        Tensor::new(self.tensors[i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+}
+
+/// The entry arguments of an orchestration.
+#[derive(Debug)]
+pub struct OrchArgs<'r> {
+    pub(crate) tensors: Vec<Tensor<'r>>,
+    pub(crate) scalars: Vec<u64>,
+}
+
+impl<'r> OrchArgs<'r> {
+    /// Entry tensor `i` (panics if there is none: the orchestration is then caught as
+    /// ORCH_PANIC).
+    pub fn tensor(&self, i: usize) -> Tensor<'r> {
+        match self.tensors.get(i) {
+            Some(t) => *t,
+            None => panic!(
+                "entry tensor {i} requested, but the run has {} tensor argument(s)",
+                self.tensors.len()
+            ),
+        }
+    }
+
+    pub fn num_tensors(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Entry scalar `j`, decoded from its bit pattern.
+    pub fn scalar<S: Scalar>(&self, j: usize) -> S {
+        match self.scalars.get(j) {
+            Some(&bits) => S::from_bits(bits),
+            None => panic!(
+                "entry scalar {j} requested, but the run has {} scalar argument(s)",
+                self.scalars.len()
+            ),
+        }
+    }
+
+    pub fn num_scalars(&self) -> usize {
+        self.scalars.len()
+    }
+}
+
+/// Variance marker of [`Scope`]: `'s` invariant (`fn(&'s ()) -> &'s ()`), and `'p: 's` implied
+/// by the well-formedness of `&'s mut &'p ()`.
+type ScopeMarker<'s, 'p> = PhantomData<(&'s mut &'p (), fn(&'s ()) -> &'s ())>;
+
+/// A scope: depth `'s`, nested in `'p`.
+pub struct Scope<'s, 'p> {
+    core: &'s mut OrchCore,
+    _marker: ScopeMarker<'s, 'p>,
+}
+
+/// The implicit depth-0 scope around the orchestration entry.
+pub type RootScope<'r> = Scope<'r, 'r>;
+
+/// A registered L2 orchestration function.
+pub type OrchFn = for<'r> fn(&mut RootScope<'r>, &OrchArgs<'r>) -> OrchResult<()>;
+
+impl<'s, 'p> Scope<'s, 'p> {
+    pub(crate) fn root(core: &'s mut OrchCore) -> Scope<'s, 's> {
+        Scope {
+            core,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Runs `f` in a nested scope (ring `min(depth, 3)`); the scope ends on every exit path.
+    pub fn scope<R>(
+        &mut self,
+        f: impl for<'i> FnOnce(&mut Scope<'i, 's>) -> OrchResult<R>,
+    ) -> OrchResult<R> {
+        self.core.begin_scope()?;
+        /// Ends the scope even if `f` panics (the panic is then reported as ORCH_PANIC).
+        struct EndOnDrop<'a>(&'a mut OrchCore);
+        impl Drop for EndOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.end_scope();
+            }
+        }
+        let guard = EndOnDrop(&mut *self.core);
+        let mut inner: Scope<'_, 's> = Scope {
+            core: &mut *guard.0,
+            _marker: PhantomData,
+        };
+        f(&mut inner)
+    }
+
+    fn submit(
+        &mut self,
+        kernels: [Option<KernelRef>; 3],
+        shape: Shape,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        let (task, tensors) = self.core.submit(args.into_request(kernels, shape))?;
+        Ok(TaskOutputs {
+            task,
+            tensors,
+            _scope: PhantomData,
+        })
+    }
+
+    fn check_kind(&mut self, kernel: KernelRef, want: CoreType) -> OrchResult<()> {
+        if kernel.core_type() == want {
+            return Ok(());
+        }
+        Err(self.core.fail(ChipError::new(
+            ErrorCode::InvalidArgs,
+            Detector::Immediate,
+            format!(
+                "kernel {} runs on {:?} cores but was submitted as {:?}",
+                kernel.name(),
+                kernel.core_type(),
+                want
+            ),
+        )))
+    }
+
+    /// Submits an AIC (cube) task.
+    pub fn submit_aic(
+        &mut self,
+        kernel: KernelRef,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        self.check_kind(kernel, CoreType::Aic)?;
+        self.submit([Some(kernel), None, None], Shape::Aic, args)
+    }
+
+    /// Submits an AIV (vector) task.
+    pub fn submit_aiv(
+        &mut self,
+        kernel: KernelRef,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        self.check_kind(kernel, CoreType::Aiv)?;
+        self.submit([None, Some(kernel), None], Shape::Aiv, args)
+    }
+
+    /// Submits a task over the cores of one cluster. The shape follows from the kernels given:
+    /// none → dummy, AIC alone → AIC, one AIV alone → AIV, two or more → MIX.
+    pub fn submit_mix(
+        &mut self,
+        kernels: MixedKernels,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        for (k, want) in [
+            (kernels.aic, CoreType::Aic),
+            (kernels.aiv0, CoreType::Aiv),
+            (kernels.aiv1, CoreType::Aiv),
+        ] {
+            if let Some(k) = k {
+                self.check_kind(k, want)?;
+            }
+        }
+        let mask = u8::from(kernels.aic.is_some())
+            | u8::from(kernels.aiv0.is_some()) << 1
+            | u8::from(kernels.aiv1.is_some()) << 2;
+        match mask {
+            0 => self.submit([None; 3], Shape::Dummy, args),
+            1 => self.submit([kernels.aic, None, None], Shape::Aic, args),
+            2 | 4 => self.submit(
+                [None, kernels.aiv0.or(kernels.aiv1), None],
+                Shape::Aiv,
+                args,
+            ),
+            _ => self.submit(
+                [kernels.aic, kernels.aiv0, kernels.aiv1],
+                Shape::Mix(mask),
+                args,
+            ),
+        }
+    }
+
+    /// Submits a task that takes full part in dependencies but runs no kernel.
+    pub fn submit_dummy(&mut self, args: KernelArgs<'s>) -> OrchResult<TaskOutputs<'s>> {
+        self.submit([None; 3], Shape::Dummy, args)
+    }
+
+    /// Allocates buffers owned by a hidden task that is complete at once; its id can be an
+    /// explicit dependency.
+    pub fn alloc_tensors(&mut self, infos: &[TensorCreateInfo]) -> OrchResult<TaskOutputs<'s>> {
+        if let Some(e) = infos.iter().find_map(|ci| ci.error) {
+            return Err(self.core.fail(ChipError::new(
+                ErrorCode::InvalidArgs,
+                Detector::Immediate,
+                e.to_string(),
+            )));
+        }
+        let infos: Vec<CreateInfo> = infos.iter().map(|ci| ci.info).collect();
+        let (task, tensors) = self.core.alloc_tensors(&infos)?;
+        Ok(TaskOutputs {
+            task,
+            tensors,
+            _scope: PhantomData,
+        })
+    }
+
+    /// Clusters of the chip (C).
+    pub fn available_cluster_count(&self) -> u32 {
+        self.core.clusters()
+    }
+
+    /// AIV cores of the chip (2C).
+    pub fn available_aiv_count(&self) -> u32 {
+        2 * self.core.clusters()
+    }
+
+    /// The current scope depth (0 = root).
+    pub fn depth(&self) -> usize {
+        self.core.depth()
+    }
+
+    /// Fails the run with EXPLICIT_ORCH_FATAL (9) and `message`; later calls return `Err`.
+    pub fn report_fatal(&mut self, message: impl Into<String>) -> Fatal {
+        self.core.fail(ChipError::new(
+            ErrorCode::ExplicitOrchFatal,
+            Detector::Immediate,
+            message.into(),
+        ))
+    }
+}

@@ -1,0 +1,493 @@
+//! `ChipWorker`: one simulated chip that serves many runs (CHIP_RUNTIME.md §1.5).
+//!
+//! `run` is checkpoint C6 of RING_CONFIG.md §3.1: it re-validates the `CallConfig` (the chip
+//! never trusts its input), resolves this run's ring sizing — non-zero `runtime_env` entries >
+//! the chip's environment snapshot > defaults — checks the derived limits, binds an arena from
+//! the cache (reserving device memory on a miss), logs the bind line, and runs the
+//! orchestration on the calling thread while the chip's scheduler and core threads execute the
+//! graph. The in-process endpoint and the chip child of later layers both call exactly this.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pto_types::ring_config::env::{EnvError, EnvSnapshot, EnvSource};
+use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing, RingDefaults, resolve};
+use pto_types::wait::{SpinPolicy, Waiter};
+use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource, TaskArgs};
+
+use crate::callable::{ChipCallable, find_chip_callable};
+use crate::engine::ChipShared;
+use crate::engine::core::{core_main, panic_message};
+use crate::engine::graph::Graph;
+use crate::engine::heap::{HostRegion, RunMemory};
+use crate::engine::orchestrator::{OrchCore, OrchSettings};
+use crate::engine::run::RunShared;
+use crate::engine::scheduler::scheduler_main;
+use crate::error::{BindError, ChipError, ChipRunError, Detector};
+use crate::footprint::Footprint;
+use crate::kernel::{CoreType, KernelCtx, KernelNameError, KernelRef, register_kernel_closure};
+use crate::memory::arena::{AcquireError, ArenaCache, ArenaOutcome};
+use crate::memory::device::{DeviceLedger, HOST_ADDR_BASE};
+use crate::orch::{OrchArgs, OrchFn, Scope, Tensor};
+use crate::spec::{ChipSpec, ChipSpecError, EffectiveChipSpec};
+use crate::tensor::{AddrSpace, BufferRef as DeviceBufferRef, RegionId, TensorDesc};
+use crate::tensormap::TensorMap;
+
+/// Where a run comes from: the chip index and, for runs dispatched by an L3, the label and the
+/// L3 run and task ids (they name the diagnostics directory and appear in logs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunContext {
+    pub chip: u32,
+    pub label: Option<String>,
+    /// `(run id, task index)` of the L3 task.
+    pub l3: Option<(u64, u64)>,
+}
+
+/// Per-ring high-water marks of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingUsage {
+    /// Most live tasks at once.
+    pub task_window_peak: u64,
+    /// Most heap bytes in use at once.
+    pub heap_peak: u64,
+    /// Most dep-list entries in use at once.
+    pub dep_pool_peak: u64,
+}
+
+/// What a successful run reports.
+#[derive(Clone, Debug)]
+pub struct ChipRunReport {
+    pub chip: u32,
+    pub label: Option<String>,
+    /// The sizing this run bound, with the source of every value.
+    pub sizing: ResolvedSizing,
+    pub derived: DerivedCapacities,
+    pub footprint: Footprint,
+    pub arena: ArenaOutcome,
+    /// Problems of this chip's environment (kept from start-up).
+    pub env_problems: Vec<String>,
+    /// Tasks submitted (hidden alloc tasks included).
+    pub tasks: u64,
+    pub usage: [RingUsage; RING_COUNT],
+    /// AICPU threads the run used (1 orchestrator + schedulers).
+    pub aicpu_threads: u32,
+    pub wall: Duration,
+}
+
+/// Why a chip could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum ChipStartError {
+    #[error("{0}")]
+    Env(#[from] EnvError),
+    #[error("{0}")]
+    Spec(#[from] ChipSpecError),
+    #[error("cannot start chip threads: {0}")]
+    Thread(std::io::Error),
+}
+
+struct ChipState {
+    arenas: ArenaCache<()>,
+    ledger: DeviceLedger,
+    tensormap: Option<TensorMap>,
+    next_run_id: u64,
+    /// Set when a kernel never returned: later runs fail at once.
+    poisoned: Option<String>,
+}
+
+/// A simulated chip.
+pub struct ChipWorker {
+    spec: EffectiveChipSpec,
+    env: EnvSnapshot,
+    shared: Arc<ChipShared>,
+    threads: Vec<JoinHandle<()>>,
+    state: Mutex<ChipState>,
+}
+
+impl ChipWorker {
+    /// Creates a chip: snapshots its environment (checkpoint C7; strict mode fails here), then
+    /// starts its scheduler and core threads, all parked until a run arrives.
+    pub fn new(spec: ChipSpec, env: EnvSource) -> Result<ChipWorker, ChipStartError> {
+        spec.validate()?;
+        let snapshot = EnvSnapshot::take(&env, spec.strict_env)?;
+        for problem in &snapshot.problems {
+            tracing::warn!(target: "pto::ring_config", "{problem}");
+        }
+        let effective = spec.effective(&snapshot.chip);
+        let spin = SpinPolicy::new(effective.spin).with_pure_spin(effective.spin);
+        let core_spin = SpinPolicy::new(effective.spin.min(Duration::from_micros(5)))
+            .with_pure_spin(effective.spin.min(Duration::from_micros(5)));
+        let schedulers = effective.max_aicpu_threads as usize - 1;
+        let shared = Arc::new(ChipShared::new(
+            effective.clusters,
+            schedulers,
+            spin,
+            core_spin,
+        ));
+        let mut threads = Vec::new();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(ChipStartError::Thread)
+        };
+        for index in 0..schedulers {
+            let chip = Arc::clone(&shared);
+            let watchdog = effective.scheduler_timeout;
+            threads.push(spawn(
+                format!("pto-sched{index}"),
+                Box::new(move || scheduler_main(chip, index, watchdog)),
+            )?);
+        }
+        for id in 0..effective.cores() {
+            let chip = Arc::clone(&shared);
+            threads.push(spawn(
+                format!("pto-core{id}"),
+                Box::new(move || core_main(chip, id)),
+            )?);
+        }
+        let windows = [u64::from(Resource::TaskWindow.default_value() as u32); RING_COUNT];
+        let tensormap = TensorMap::new(
+            effective.tensormap_pool as usize,
+            effective.tensormap_buckets as usize,
+            windows,
+        );
+        let state = ChipState {
+            arenas: ArenaCache::new(effective.arena_cache_entries),
+            ledger: DeviceLedger::new(effective.device_memory_bytes),
+            tensormap: Some(tensormap),
+            next_run_id: 1,
+            poisoned: None,
+        };
+        Ok(ChipWorker {
+            spec: effective,
+            env: snapshot,
+            shared,
+            threads,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The chip's properties after the environment tier.
+    pub fn spec(&self) -> &EffectiveChipSpec {
+        &self.spec
+    }
+
+    /// The environment snapshot taken at start-up.
+    pub fn env(&self) -> &EnvSnapshot {
+        &self.env
+    }
+
+    /// Device memory accounted now (cached arenas and allocations).
+    pub fn committed_device_memory(&self) -> u64 {
+        self.state.lock().ledger.committed_bytes()
+    }
+
+    /// Registers a kernel closure (in-process use; see `register_kernel_closure`).
+    pub fn register_kernel_closure(
+        &self,
+        name: &str,
+        core: CoreType,
+        f: impl Fn(&mut KernelCtx<'_>) + Send + Sync + 'static,
+    ) -> Result<KernelRef, KernelNameError> {
+        register_kernel_closure(name, core, f)
+    }
+
+    /// Runs the chip callable registered as `callable`.
+    pub fn run(
+        &self,
+        callable: &str,
+        args: &TaskArgs,
+        cfg: &CallConfig,
+        ctx: &RunContext,
+    ) -> Result<ChipRunReport, ChipRunError> {
+        let Some(c) = find_chip_callable(callable) else {
+            return Err(ChipRunError::Bind(BindError::UnknownCallable {
+                name: callable.to_string(),
+            }));
+        };
+        self.run_callable(c, args, cfg, ctx)
+    }
+
+    /// Runs an orchestration function that is not registered (in-process use and tests).
+    pub fn run_fn(
+        &self,
+        orch: OrchFn,
+        args: &TaskArgs,
+        cfg: &CallConfig,
+        ctx: &RunContext,
+    ) -> Result<ChipRunReport, ChipRunError> {
+        let c = ChipCallable {
+            name: "<unregistered>",
+            orch,
+            expected_args: 0,
+        };
+        self.run_callable(c, args, cfg, ctx)
+    }
+
+    fn run_callable(
+        &self,
+        callable: ChipCallable,
+        args: &TaskArgs,
+        cfg: &CallConfig,
+        ctx: &RunContext,
+    ) -> Result<ChipRunReport, ChipRunError> {
+        let started = Instant::now();
+        let bind = |e: BindError| ChipRunError::Bind(e);
+        let mut state = self.state.lock();
+        if let Some(reason) = &state.poisoned {
+            return Err(bind(BindError::Poisoned {
+                reason: reason.clone(),
+            }));
+        }
+        // C6: validate again, then the thread count, then resolve and derive.
+        cfg.validate()
+            .map_err(|e| bind(BindError::InvalidConfig(e)))?;
+        let threads = match cfg.aicpu_thread_num {
+            0 => self.spec.max_aicpu_threads,
+            n if n > self.spec.max_aicpu_threads => {
+                return Err(bind(BindError::AicpuThreads {
+                    requested: n,
+                    chip_max: self.spec.max_aicpu_threads,
+                }));
+            }
+            n => n,
+        };
+        let sizing = resolve(&cfg.runtime_env, &self.env, &RingDefaults::BUILT_IN)
+            .map_err(|e| bind(BindError::InvalidConfig(e)))?;
+        let derived = sizing.derived().map_err(|e| bind(BindError::Sizing(e)))?;
+        args.check().map_err(|e| {
+            bind(BindError::InvalidArgs {
+                reason: e.to_string(),
+            })
+        })?;
+        let (regions, entry_tensors) = register_host_buffers(args).map_err(bind)?;
+        let given = args.tensors().len() + args.scalars().len();
+        if given < callable.expected_args {
+            return Err(ChipRunError::Run(Box::new(ChipError::new(
+                ErrorCode::InvalidArgs,
+                Detector::Immediate,
+                format!(
+                    "{} expects {} entry arguments, got {given}",
+                    callable.name, callable.expected_args
+                ),
+            ))));
+        }
+        // Bind an arena for exactly this sizing.
+        let state = &mut *state;
+        let (lease, outcome) = state
+            .arenas
+            .acquire(&sizing, ctx.chip, &mut state.ledger, |_| ())
+            .map_err(|e| bind(acquire_error(e)))?;
+        tracing::info!(
+            target: "pto::ring_config",
+            "ring sizing chip={} task={} {} arena={}",
+            ctx.chip,
+            ctx.label.as_deref().unwrap_or("-"),
+            sizing,
+            match outcome {
+                ArenaOutcome::Hit => "hit",
+                ArenaOutcome::Miss { .. } => "miss",
+            }
+        );
+        let footprint = *lease.footprint();
+        let heap = lease.heap_range();
+        let memory = RunMemory {
+            heap_ptr: lease.heap_ptr(),
+            heap_device_base: heap.base,
+            heap_len: heap.bytes,
+            regions,
+        };
+        // Start the run.
+        let run_id = state.next_run_id;
+        state.next_run_id += 1;
+        let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
+        let schedulers = threads as usize - 1;
+        let run = Arc::new(RunShared::new(
+            run_id,
+            Graph::new(windows, self.spec.clusters),
+            schedulers,
+        ));
+        let mut tensormap = state
+            .tensormap
+            .take()
+            .expect("the chip holds its TensorMap");
+        tensormap.reset(windows.map(u64::from));
+        *self.shared.run.lock() = Some(Arc::clone(&run));
+        for s in &self.shared.schedulers {
+            s.ec.notify_one();
+        }
+        let mut core = OrchCore::new(
+            Arc::clone(&run),
+            Arc::clone(&self.shared),
+            sizing,
+            derived.heap_bases,
+            tensormap,
+            memory,
+            OrchSettings {
+                clusters: self.spec.clusters,
+                alloc_backstop: self.spec.alloc_backstop,
+                spin: self.shared.spin,
+                schedulers,
+            },
+        );
+        let orch_args = OrchArgs {
+            tensors: entry_tensors.into_iter().map(Tensor::new).collect(),
+            scalars: args.scalars().to_vec(),
+        };
+        let outcome_of_orch = catch_unwind(AssertUnwindSafe(|| {
+            let mut root = Scope::root(&mut core);
+            (callable.orch)(&mut root, &orch_args)
+        }));
+        if let Err(panic) = outcome_of_orch {
+            run.latch_orch(ChipError::new(
+                ErrorCode::OrchPanic,
+                Detector::Immediate,
+                format!(
+                    "orchestration {} panicked: {}",
+                    callable.name,
+                    panic_message(panic.as_ref())
+                ),
+            ));
+        }
+        core.finish();
+        let usage_marks = core.high_water();
+        let tasks = core.published;
+        let poisoned = self.wait_for_end(&run);
+        *self.shared.run.lock() = None;
+        state.tensormap = Some(core.into_tensormap());
+        state.arenas.release(lease, &mut state.ledger);
+        if let Some(reason) = poisoned {
+            state.poisoned = Some(reason);
+        }
+        if let Some(error) = run.take_error() {
+            return Err(ChipRunError::Run(Box::new(error)));
+        }
+        Ok(ChipRunReport {
+            chip: ctx.chip,
+            label: ctx.label.clone(),
+            sizing,
+            derived,
+            footprint,
+            arena: outcome,
+            env_problems: self.env.problems.iter().map(|p| p.to_string()).collect(),
+            tasks,
+            usage: usage_marks.map(|(live, heap, dep)| RingUsage {
+                task_window_peak: live,
+                heap_peak: heap,
+                dep_pool_peak: dep,
+            }),
+            aicpu_threads: threads,
+            wall: started.elapsed(),
+        })
+    }
+
+    /// Waits until the run has finished. After a failure, a kernel that never returns would
+    /// keep its core forever: after the scheduler timeout the run returns anyway and the chip
+    /// is poisoned (returned as `Some(reason)`).
+    fn wait_for_end(&self, run: &RunShared) -> Option<String> {
+        let mut waiter = Waiter::new(&run.done, self.shared.spin);
+        let mut cancelled_at: Option<Instant> = None;
+        loop {
+            if run.is_finished() {
+                return None;
+            }
+            let now = Instant::now();
+            let deadline = if run.is_cancelled() {
+                let since = *cancelled_at.get_or_insert(now);
+                if now - since >= self.spec.scheduler_timeout {
+                    let running = run.running.load(Ordering::Acquire);
+                    return Some(format!(
+                        "{running} kernel block(s) of run {} never returned after the run failed",
+                        run.id
+                    ));
+                }
+                Some(since + self.spec.scheduler_timeout)
+            } else {
+                None
+            };
+            let _ = waiter.wait(deadline);
+        }
+    }
+}
+
+impl Drop for ChipWorker {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        for s in &self.shared.schedulers {
+            s.ec.notify_all();
+        }
+        for c in &self.shared.cores {
+            c.ec.notify_all();
+        }
+        let poisoned = self.state.lock().poisoned.is_some();
+        for t in self.threads.drain(..) {
+            if poisoned {
+                // A core stuck in a kernel cannot be joined; leave the threads detached.
+                continue;
+            }
+            let _ = t.join();
+        }
+    }
+}
+
+fn acquire_error(e: AcquireError) -> BindError {
+    match e {
+        AcquireError::Sizing(s) => BindError::Sizing(s),
+        AcquireError::Device(d) => BindError::DeviceMemory {
+            reason: d.to_string(),
+        },
+    }
+}
+
+/// Registers each distinct host buffer of `args` as a region and converts the entry tensors.
+fn register_host_buffers(args: &TaskArgs) -> Result<(Vec<HostRegion>, Vec<TensorDesc>), BindError> {
+    let mut regions: Vec<HostRegion> = Vec::new();
+    let mut ids = Vec::new();
+    let mut tensors = Vec::with_capacity(args.tensors().len());
+    const REGION_SPAN: u64 = 1 << 40;
+    for (i, (_tag, t)) in args.tensors().iter().enumerate() {
+        let buffer = t.buffer();
+        let Some(memory) = buffer.memory() else {
+            return Err(BindError::InvalidArgs {
+                reason: format!("entry tensor {i}: its buffer is not mapped in this process"),
+            });
+        };
+        let index = match ids.iter().position(|id| *id == buffer.id()) {
+            Some(index) => index,
+            None => {
+                let index = regions.len();
+                regions.push(HostRegion {
+                    ptr: memory.as_ptr(),
+                    bytes: memory.len() as u64,
+                    device_base: HOST_ADDR_BASE + index as u64 * REGION_SPAN,
+                });
+                ids.push(buffer.id());
+                index
+            }
+        };
+        let region = regions[index];
+        let elem = t.dtype().size() as u64;
+        let strides: Vec<u64> = t.strides().iter().map(|&s| u64::from(s)).collect();
+        let desc = TensorDesc::new(
+            DeviceBufferRef {
+                space: AddrSpace::Host,
+                region: RegionId(index as u32),
+                base: region.device_base,
+                bytes: region.bytes,
+            },
+            t.byte_offset() / elem,
+            t.shape(),
+            &strides,
+            t.dtype(),
+        )
+        .map_err(|e| BindError::InvalidArgs {
+            reason: format!("entry tensor {i}: {e}"),
+        })?;
+        tensors.push(desc);
+    }
+    Ok((regions, tensors))
+}

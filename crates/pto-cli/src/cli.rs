@@ -1,0 +1,67 @@
+//! Command-line definitions: plain values, validated without side effects.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pto",
+    version,
+    about = "Parallel Task Orchestration: build and run task graphs on simulated chips"
+)]
+pub(crate) struct Cli {
+    /// More log output on stderr (-v: info, -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Ring-sizing configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Resolve one task's ring sizing (CallConfig > environment > default) and show where every
+    /// value came from, the derived capacities and the arena footprint.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResolveArgs {
+    /// Task window: one value for every ring, or four comma-separated values (0 = unset).
+    #[arg(long, value_name = "N|A,B,C,D", allow_hyphen_values = true)]
+    pub(crate) task_window: Option<String>,
+    /// Heap bytes: one value for every ring, or four comma-separated values (0 = unset).
+    #[arg(long, value_name = "N|A,B,C,D", allow_hyphen_values = true)]
+    pub(crate) heap: Option<String>,
+    /// Dep-pool entries: one value for every ring, or four comma-separated values (0 = unset).
+    #[arg(long, value_name = "N|A,B,C,D", allow_hyphen_values = true)]
+    pub(crate) dep_pool: Option<String>,
+    /// A TOML file with the keys of a scene case's `config` block (e.g. the output of
+    /// `pto advise`). The flags above override its non-zero entries.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// With --config: apply the overrides of `tasks.<LABEL>` on top of the file's base.
+    #[arg(long, value_name = "LABEL", requires = "config")]
+    pub(crate) label: Option<String>,
+    /// An environment variable for the environment tier (repeatable). When given, these pairs
+    /// replace this process's environment entirely.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub(crate) env: Vec<String>,
+    /// Environment problems are errors (exit status 2).
+    #[arg(long)]
+    pub(crate) strict_env: bool,
+    /// Check whether the arena fits a chip with this many bytes of device memory
+    /// (exit status 1 if it does not).
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) device_memory: Option<u64>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

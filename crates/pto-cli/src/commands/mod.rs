@@ -1,0 +1,12 @@
+//! One module per command; each turns parsed arguments into a library request.
+
+mod config_resolve;
+
+use crate::Outcome;
+use crate::cli::{Command, ConfigCommand};
+
+pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
+    match command {
+        Command::Config(ConfigCommand::Resolve(args)) => config_resolve::run(&args),
+    }
+}

@@ -1,0 +1,52 @@
+//! Shared helpers of the chip tests: chips with explicit environments, host buffers, and a
+//! watchdog so that a hang fails the test instead of blocking the suite.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use pto_chip::memory::HostBuffer;
+use pto_chip::{ChipSpec, ChipWorker};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::{BufferId, DType, Tensor};
+
+/// A chip with `clusters` clusters and an environment of exactly `env`.
+pub(crate) fn chip(clusters: u32, env: &[(&str, &str)]) -> ChipWorker {
+    pto_kernels::link();
+    let spec = ChipSpec {
+        clusters,
+        ..ChipSpec::default()
+    };
+    ChipWorker::new(spec, EnvSource::from_pairs(env.iter().copied())).expect("chip starts")
+}
+
+/// A host buffer of `n` f32 values, filled with `value`, and a 1-D tensor over it.
+pub(crate) fn f32_tensor(n: usize, value: f32) -> (Arc<HostBuffer>, Tensor) {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    let buffer = HostBuffer::new(n * 4).expect("host buffer");
+    buffer.write_f32(0, &vec![value; n]);
+    let id = BufferId {
+        owner_uid: 7,
+        buffer_id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        generation: 0,
+    };
+    let tensor = Tensor::contiguous(buffer.buffer_ref(id), &[n as u32], DType::F32).unwrap();
+    (buffer, tensor)
+}
+
+/// Runs `f` on a thread and fails if it does not finish within `secs` seconds.
+pub(crate) fn with_timeout<T: Send + 'static>(
+    secs: u64,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(value) => value,
+        Err(_) => panic!("the test did not finish within {secs} s"),
+    }
+}

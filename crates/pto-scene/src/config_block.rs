@@ -1,0 +1,449 @@
+//! The `config` block of a scene case, loaded strictly (RING_CONFIG.md §11, checkpoint C4).
+//!
+//! Every key is checked: unknown keys, wrong types, wrong list lengths, negative values and
+//! out-of-range values are errors that name the key path, so a typo such as `ring_heep` can
+//! never silently fall back to a default. The same loader reads `pto config resolve --config`
+//! files and the `[runtime_env]` block printed by `pto advise`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
+use toml::{Table, Value};
+
+/// Whether a scene runs chip callables directly (level 2) or an L3 orchestration (level 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SceneLevel {
+    L2,
+    L3,
+}
+
+impl SceneLevel {
+    /// Keys allowed directly in `config` at this level, sorted.
+    pub fn allowed_config_keys(self) -> &'static [&'static str] {
+        match self {
+            SceneLevel::L2 => &[
+                "aicpu_thread_num",
+                "device_count",
+                "num_sub_workers",
+                "runtime_env",
+            ],
+            SceneLevel::L3 => &[
+                "aicpu_thread_num",
+                "device_count",
+                "num_sub_workers",
+                "runtime_env",
+                "tasks",
+            ],
+        }
+    }
+}
+
+/// Keys allowed in a `runtime_env` table, sorted.
+pub const RUNTIME_ENV_KEYS: [&str; 3] = ["ring_dep_pool", "ring_heap", "ring_task_window"];
+/// Keys allowed in a `tasks.<label>` table, sorted.
+pub const TASK_KEYS: [&str; 2] = ["aicpu_thread_num", "runtime_env"];
+
+/// A loaded and validated `config` block.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaseConfig {
+    /// 0 = auto.
+    pub aicpu_thread_num: u32,
+    /// Chips the case needs, when given.
+    pub device_count: Option<u32>,
+    /// Sub workers the case needs, when given.
+    pub num_sub_workers: Option<u32>,
+    /// Base ring sizing of every L2 task of the case.
+    pub runtime_env: RuntimeEnv,
+    /// Per-label overrides (level 3 only), applied with [`CallConfig::derive`].
+    pub tasks: BTreeMap<String, TaskOverrides>,
+}
+
+impl CaseConfig {
+    /// The base `CallConfig` of the case, without diagnostics (those come from the command line).
+    pub fn base_call_config(&self) -> CallConfig {
+        CallConfig {
+            aicpu_thread_num: self.aicpu_thread_num,
+            runtime_env: self.runtime_env,
+            ..CallConfig::default()
+        }
+    }
+}
+
+/// A problem in a `config` block: the key path it concerns and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockError {
+    /// E.g. `config.runtime_env.ring_heap`; empty for unknown keys, whose message names the
+    /// table that holds them.
+    pub path: String,
+    /// What is wrong, e.g. `must be non-negative`.
+    pub problem: String,
+}
+
+impl fmt::Display for BlockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            return f.write_str(&self.problem);
+        }
+        write!(f, "{}: {}", self.path, self.problem)
+    }
+}
+
+impl std::error::Error for BlockError {}
+
+fn error(path: impl Into<String>, problem: impl Into<String>) -> BlockError {
+    BlockError {
+        path: path.into(),
+        problem: problem.into(),
+    }
+}
+
+/// Checks that every key of `table` is allowed; lists all unknown ones, sorted.
+fn check_keys(table: &Table, path: &str, allowed: &[&str]) -> Result<(), BlockError> {
+    let mut unknown: Vec<&str> = table
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !allowed.contains(k))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort_unstable();
+    Err(BlockError {
+        path: String::new(),
+        problem: format!(
+            "unknown key(s) in {path}: {} (allowed: {})",
+            unknown.join(", "),
+            allowed.join(", ")
+        ),
+    })
+}
+
+fn as_table<'v>(value: &'v Value, path: &str) -> Result<&'v Table, BlockError> {
+    match value {
+        Value::Table(t) => Ok(t),
+        other => Err(error(
+            path,
+            format!("must be a table, found {}", other.type_str()),
+        )),
+    }
+}
+
+fn non_negative(value: &Value, path: &str) -> Result<u64, BlockError> {
+    match value {
+        Value::Integer(i) if *i < 0 => Err(error(path, "must be non-negative")),
+        Value::Integer(i) => Ok(*i as u64),
+        other => Err(error(
+            path,
+            format!(
+                "expected a non-negative integer, found {}",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+fn small_count(value: &Value, path: &str) -> Result<u32, BlockError> {
+    let n = non_negative(value, path)?;
+    u32::try_from(n).map_err(|_| error(path, format!("{n} is too large")))
+}
+
+/// A `runtime_env` value: a non-negative integer (broadcast) or a list of exactly 4.
+fn ring_value(value: &Value, path: &str) -> Result<RingValue, BlockError> {
+    match value {
+        Value::Integer(_) => Ok(RingValue::Broadcast(non_negative(value, path)?)),
+        Value::Array(items) => {
+            if items.len() != RING_COUNT {
+                return Err(error(
+                    path,
+                    format!(
+                        "a list must have exactly 4 entries (one per ring), got {}",
+                        items.len()
+                    ),
+                ));
+            }
+            let mut out = [0u64; RING_COUNT];
+            for (ring, item) in items.iter().enumerate() {
+                out[ring] = match item {
+                    Value::Integer(_) => non_negative(item, &format!("{path}[{ring}]"))?,
+                    other => {
+                        return Err(error(
+                            format!("{path}[{ring}]"),
+                            format!(
+                                "expected a non-negative integer, found {}",
+                                other.type_str()
+                            ),
+                        ));
+                    }
+                };
+            }
+            Ok(RingValue::PerRing(out))
+        }
+        other => Err(error(
+            path,
+            format!(
+                "expected a non-negative integer or a list of 4, found {}",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+/// Parses a `runtime_env` table. Range rules are checked later, on the whole `CallConfig`.
+pub fn parse_runtime_env(value: &Value, path: &str) -> Result<RuntimeEnv, BlockError> {
+    let table = as_table(value, path)?;
+    check_keys(table, path, &RUNTIME_ENV_KEYS)?;
+    let mut env = RuntimeEnv::default();
+    for resource in Resource::ALL {
+        if let Some(v) = table.get(resource.field()) {
+            let key_path = format!("{path}.{}", resource.field());
+            env.set(resource, ring_value(v, &key_path)?);
+        }
+    }
+    Ok(env)
+}
+
+/// True for labels of 1–64 characters from `[A-Za-z0-9_.-]`.
+pub fn is_valid_label(label: &str) -> bool {
+    (1..=64).contains(&label.len())
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn parse_task(value: &Value, path: &str) -> Result<TaskOverrides, BlockError> {
+    let table = as_table(value, path)?;
+    check_keys(table, path, &TASK_KEYS)?;
+    let mut overrides = TaskOverrides::default();
+    if let Some(v) = table.get("aicpu_thread_num") {
+        overrides.aicpu_thread_num = Some(small_count(v, &format!("{path}.aicpu_thread_num"))?);
+    }
+    if let Some(v) = table.get("runtime_env") {
+        overrides.runtime_env = parse_runtime_env(v, &format!("{path}.runtime_env"))?;
+    }
+    Ok(overrides)
+}
+
+/// Loads a `config` block found at key path `path` (normally `config`), checks every key and
+/// validates the base config and every label's derived config (checkpoint C4).
+pub fn parse_config_block(
+    value: &Value,
+    path: &str,
+    level: SceneLevel,
+) -> Result<CaseConfig, BlockError> {
+    let table = as_table(value, path)?;
+    if level == SceneLevel::L2 && table.contains_key("tasks") {
+        return Err(error(
+            format!("{path}.tasks"),
+            "config.tasks is only allowed in level-3 scenes",
+        ));
+    }
+    check_keys(table, path, level.allowed_config_keys())?;
+    let mut config = CaseConfig::default();
+    if let Some(v) = table.get("aicpu_thread_num") {
+        config.aicpu_thread_num = small_count(v, &format!("{path}.aicpu_thread_num"))?;
+    }
+    if let Some(v) = table.get("device_count") {
+        config.device_count = Some(small_count(v, &format!("{path}.device_count"))?);
+    }
+    if let Some(v) = table.get("num_sub_workers") {
+        config.num_sub_workers = Some(small_count(v, &format!("{path}.num_sub_workers"))?);
+    }
+    if let Some(v) = table.get("runtime_env") {
+        config.runtime_env = parse_runtime_env(v, &format!("{path}.runtime_env"))?;
+    }
+    let base = config.base_call_config();
+    base.validate().map_err(|e| error(path, e.to_string()))?;
+    if let Some(v) = table.get("tasks") {
+        let tasks_path = format!("{path}.tasks");
+        for (label, task) in as_table(v, &tasks_path)? {
+            let task_path = format!("{tasks_path}.{label}");
+            if !is_valid_label(label) {
+                return Err(error(
+                    task_path,
+                    "a label must be 1-64 characters of [A-Za-z0-9_.-]",
+                ));
+            }
+            let overrides = parse_task(task, &task_path)?;
+            base.derive(&overrides)
+                .map_err(|e| error(&task_path, e.to_string()))?;
+            config.tasks.insert(label.clone(), overrides);
+        }
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, level: SceneLevel) -> Result<CaseConfig, String> {
+        let value: Value = toml::from_str::<Table>(text).map(Value::Table).unwrap();
+        let config = value
+            .get("config")
+            .cloned()
+            .unwrap_or(Value::Table(Table::new()));
+        parse_config_block(&config, "config", level).map_err(|e| e.to_string())
+    }
+
+    #[track_caller]
+    fn check_err(text: &str, level: SceneLevel, expect: &str) {
+        let err = load(text, level).unwrap_err();
+        assert!(err.contains(expect), "{err:?} does not contain {expect:?}");
+    }
+
+    #[test]
+    fn t75_unknown_config_key_lists_allowed_keys() {
+        check_err(
+            "[config]\nblock_dim = 24",
+            SceneLevel::L3,
+            "unknown key(s) in config: block_dim (allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, tasks)",
+        );
+        check_err(
+            "[config]\nblock_dim = 24",
+            SceneLevel::L2,
+            "(allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env)",
+        );
+    }
+
+    #[test]
+    fn t76_misspelled_runtime_env_key() {
+        check_err(
+            "[config.runtime_env]\nring_heep = 1024",
+            SceneLevel::L3,
+            "unknown key(s) in config.runtime_env: ring_heep (allowed: ring_dep_pool, ring_heap, ring_task_window)",
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_all_listed_sorted() {
+        check_err(
+            "[config.runtime_env]\nzz = 1\nring_heep = 1024",
+            SceneLevel::L3,
+            "unknown key(s) in config.runtime_env: ring_heep, zz (allowed:",
+        );
+    }
+
+    #[test]
+    fn t77_wrong_table_types() {
+        check_err(
+            "[config]\nruntime_env = 5",
+            SceneLevel::L3,
+            "config.runtime_env: must be a table, found integer",
+        );
+        check_err(
+            "config = \"x\"",
+            SceneLevel::L3,
+            "config: must be a table, found string",
+        );
+    }
+
+    #[test]
+    fn t78_list_of_three() {
+        check_err(
+            "[config.runtime_env]\nring_task_window = [16, 32, 64]",
+            SceneLevel::L3,
+            "config.runtime_env.ring_task_window: a list must have exactly 4 entries (one per ring), got 3",
+        );
+    }
+
+    #[test]
+    fn t79_negative_and_non_integer_values() {
+        check_err(
+            "[config.runtime_env]\nring_dep_pool = -1",
+            SceneLevel::L3,
+            "config.runtime_env.ring_dep_pool: must be non-negative",
+        );
+        check_err(
+            "[config.runtime_env]\nring_heap = \"4MiB\"",
+            SceneLevel::L3,
+            "config.runtime_env.ring_heap: expected a non-negative integer or a list of 4",
+        );
+        check_err(
+            "[config.runtime_env]\nring_heap = [1024, 1024, -64, 1024]",
+            SceneLevel::L3,
+            "config.runtime_env.ring_heap[2]: must be non-negative",
+        );
+    }
+
+    #[test]
+    fn t80_range_error_names_ring_and_value() {
+        check_err(
+            "[config.runtime_env]\nring_task_window = 48",
+            SceneLevel::L3,
+            "config: runtime_env.ring_task_window[0]=48: must be a power of two",
+        );
+    }
+
+    #[test]
+    fn t81_unknown_key_in_a_label_override() {
+        check_err(
+            "[config.tasks.small.runtime_env]\nring_window = 16",
+            SceneLevel::L3,
+            "unknown key(s) in config.tasks.small.runtime_env: ring_window (allowed: ring_dep_pool, ring_heap, ring_task_window)",
+        );
+    }
+
+    #[test]
+    fn t82_tasks_only_at_level_3() {
+        check_err(
+            "[config.tasks.small.runtime_env]\nring_heap = 1024",
+            SceneLevel::L2,
+            "config.tasks is only allowed in level-3 scenes",
+        );
+    }
+
+    #[test]
+    fn t83_all_allowed_keys_load() {
+        let config = load(
+            "[config]\naicpu_thread_num = 2\ndevice_count = 1\nnum_sub_workers = 1\n\
+             [config.runtime_env]\nring_task_window = 64\nring_heap = 1024\nring_dep_pool = 32\n\
+             [config.tasks.small]\naicpu_thread_num = 4\n\
+             [config.tasks.small.runtime_env]\nring_task_window = [0, 64, 32, 16]\n\
+             [params]\nn = 4096",
+            SceneLevel::L3,
+        )
+        .unwrap();
+        assert_eq!(config.aicpu_thread_num, 2);
+        assert_eq!(config.device_count, Some(1));
+        assert_eq!(config.num_sub_workers, Some(1));
+        assert_eq!(config.runtime_env.ring_task_window, [64; 4]);
+        assert_eq!(config.runtime_env.ring_heap, [1024; 4]);
+        assert_eq!(config.runtime_env.ring_dep_pool, [32; 4]);
+        let small = config.tasks["small"];
+        assert_eq!(small.aicpu_thread_num, Some(4));
+        let derived = config.base_call_config().derive(&small).unwrap();
+        assert_eq!(derived.runtime_env.ring_task_window, [64, 64, 32, 16]);
+    }
+
+    #[test]
+    fn label_override_is_validated_after_derive() {
+        check_err(
+            "[config.tasks.big.runtime_env]\nring_heap = [0, 1030, 0, 0]",
+            SceneLevel::L3,
+            "config.tasks.big: runtime_env.ring_heap[1]=1030",
+        );
+    }
+
+    #[test]
+    fn bad_label_is_rejected() {
+        check_err(
+            "[config.tasks.\"bad label\"]\naicpu_thread_num = 2",
+            SceneLevel::L3,
+            "a label must be 1-64 characters",
+        );
+        assert!(is_valid_label("l2_per-ring.0"));
+        assert!(!is_valid_label(""));
+        assert!(!is_valid_label(&"x".repeat(65)));
+    }
+
+    #[test]
+    fn advise_output_shape_loads() {
+        let config = load(
+            "[config.runtime_env]\nring_task_window = [8, 8, 4, 4]\nring_heap = [1024, 327680, 0, 0]\nring_dep_pool = [4, 8, 0, 0]",
+            SceneLevel::L3,
+        )
+        .unwrap();
+        assert_eq!(config.runtime_env.ring_heap, [1024, 327680, 0, 0]);
+    }
+}

@@ -1,0 +1,277 @@
+//! The ring-sizing report behind `pto config resolve` (RING_CONFIG.md §8).
+//!
+//! Resolves one task's sizing against an environment snapshot and computes the derived
+//! capacities, the arena footprint and, optionally, whether it fits a chip's device memory.
+//! [`rings_json`] is the one JSON rendering of a resolved sizing; `pto run --json` uses it too,
+//! so both commands print identical `rings` arrays.
+
+use std::fmt::Write as _;
+
+use pto_chip::footprint::{Footprint, footprint};
+use pto_types::ring_config::env::{EnvError, EnvSnapshot, EnvSource};
+use pto_types::ring_config::resolve::{
+    DerivedCapacities, ResolvedSizing, RingDefaults, SizingError, resolve,
+};
+use pto_types::{CallConfig, ConfigError, RING_COUNT, Resource};
+use serde_json::{Value, json};
+
+/// What to resolve.
+#[derive(Clone, Debug)]
+pub struct SizingRequest {
+    /// The task's config (only `runtime_env` affects sizing; the whole config is validated).
+    pub config: CallConfig,
+    /// The environment tier.
+    pub env: EnvSource,
+    /// Environment problems are errors.
+    pub strict_env: bool,
+    /// A chip capacity to check the arena against.
+    pub device_memory: Option<u64>,
+}
+
+/// Why a request cannot be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum SizingReportError {
+    #[error("invalid config: {0}")]
+    InvalidConfig(#[from] ConfigError),
+    #[error("environment: {0}")]
+    Env(#[from] EnvError),
+    #[error("invalid sizing: {0}")]
+    Sizing(#[from] SizingError),
+}
+
+/// The resolved sizing of one task and everything derived from it.
+#[derive(Clone, Debug)]
+pub struct SizingReport {
+    pub sizing: ResolvedSizing,
+    /// Environment problems, rendered (empty when none).
+    pub problems: Vec<String>,
+    pub derived: DerivedCapacities,
+    pub footprint: Footprint,
+    /// `(capacity, fits)` when a device-memory capacity was given.
+    pub device_memory: Option<(u64, bool)>,
+}
+
+impl SizingReport {
+    /// Validates, snapshots the environment, resolves and derives.
+    pub fn build(request: &SizingRequest) -> Result<SizingReport, SizingReportError> {
+        request.config.validate()?;
+        let snapshot = EnvSnapshot::take(&request.env, request.strict_env)?;
+        let sizing = resolve(
+            &request.config.runtime_env,
+            &snapshot,
+            &RingDefaults::BUILT_IN,
+        )?;
+        let derived = sizing.derived()?;
+        let footprint = footprint(&sizing)?;
+        Ok(SizingReport {
+            sizing,
+            problems: snapshot.problems.iter().map(|p| p.to_string()).collect(),
+            derived,
+            footprint,
+            device_memory: request
+                .device_memory
+                .map(|capacity| (capacity, footprint.arena <= capacity)),
+        })
+    }
+
+    /// The JSON object of RING_CONFIG.md §8 (fields may be added, never renamed).
+    pub fn to_json(&self) -> Value {
+        let mut out = json!({
+            "rings": rings_json(&self.sizing),
+            "problems": self.problems,
+            "derived": {
+                "scope_task_cap": self.derived.scope_task_cap,
+                "heap_total": self.derived.heap_total,
+                "heap_bases": self.derived.heap_bases,
+                "live_tasks": self.derived.live_tasks,
+            },
+            "footprint": {
+                "image": self.footprint.image,
+                "deps": self.footprint.deps,
+                "heaps": self.footprint.heaps,
+                "arena": self.footprint.arena,
+            },
+        });
+        if let Some((capacity, fits)) = self.device_memory {
+            out["device_memory"] = json!({ "capacity": capacity, "fits": fits });
+        }
+        out
+    }
+
+    /// The human-readable table.
+    pub fn render_table(&self) -> String {
+        let mut out = String::new();
+        let cell = |resource: Resource, ring: usize| {
+            let r = self.sizing.at(resource, ring);
+            format!("{} ({})", r.value, r.source)
+        };
+        let _ = writeln!(
+            out,
+            "{:<5} {:<24} {:<28} {:<24}",
+            "ring", "task_window", "heap (bytes)", "dep_pool"
+        );
+        for ring in 0..RING_COUNT {
+            let _ = writeln!(
+                out,
+                "{:<5} {:<24} {:<28} {:<24}",
+                ring,
+                cell(Resource::TaskWindow, ring),
+                cell(Resource::Heap, ring),
+                cell(Resource::DepPool, ring)
+            );
+        }
+        if self.problems.is_empty() {
+            out.push_str("environment problems: none\n");
+        } else {
+            out.push_str("environment problems:\n");
+            for p in &self.problems {
+                let _ = writeln!(out, "  {p}");
+            }
+        }
+        let d = &self.derived;
+        let _ = writeln!(
+            out,
+            "derived: scope task capacity {}, live tasks per ring {:?}, heap total {} (ring bases {:?})",
+            d.scope_task_cap, d.live_tasks, d.heap_total, d.heap_bases
+        );
+        let f = &self.footprint;
+        let _ = writeln!(
+            out,
+            "arena footprint: image {} + dep pools {} + heaps {} = {} bytes ({})",
+            f.image,
+            f.deps,
+            f.heaps,
+            f.arena,
+            human_bytes(f.arena)
+        );
+        if let Some((capacity, fits)) = self.device_memory {
+            let verdict = if fits { "fits" } else { "does NOT fit" };
+            let _ = writeln!(
+                out,
+                "device memory: the arena {verdict} in {capacity} bytes ({})",
+                human_bytes(capacity)
+            );
+        }
+        out
+    }
+}
+
+/// The `rings` array: four objects in ring order, each resource as `{value, source}`.
+pub fn rings_json(sizing: &ResolvedSizing) -> Value {
+    let rings: Vec<Value> = (0..RING_COUNT)
+        .map(|ring| {
+            let mut object = json!({ "ring": ring });
+            for resource in Resource::ALL {
+                let r = sizing.at(resource, ring);
+                object[resource.short_name()] =
+                    json!({ "value": r.value, "source": r.source.as_str() });
+            }
+            object
+        })
+        .collect();
+    Value::Array(rings)
+}
+
+/// `1.30 GiB`, `8.00 MiB`, `512 B`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if bytes >= size {
+            return format!("{:.2} {name}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pto_types::RuntimeEnv;
+
+    fn request(call: RuntimeEnv, pairs: &[(&str, &str)]) -> SizingRequest {
+        SizingRequest {
+            config: CallConfig::with_runtime_env(call),
+            env: EnvSource::from_pairs(pairs.iter().copied()),
+            strict_env: false,
+            device_memory: None,
+        }
+    }
+
+    #[test]
+    fn spec_example_json() {
+        let report = SizingReport::build(&request(
+            RuntimeEnv::default().with_task_window(16),
+            &[("PTO2_RING_HEAP", "1048576"), ("PTO2_RING_DEP_POOL", "-4")],
+        ))
+        .unwrap();
+        let json = report.to_json();
+        assert_eq!(
+            json["rings"][0],
+            json!({"ring": 0,
+                   "task_window": {"value": 16, "source": "call_config"},
+                   "heap": {"value": 1048576, "source": "env"},
+                   "dep_pool": {"value": 16384, "source": "default"}})
+        );
+        assert_eq!(json["rings"].as_array().unwrap().len(), 4);
+        assert_eq!(json["derived"]["scope_task_cap"], 64);
+        assert_eq!(json["derived"]["heap_total"], 4194304);
+        assert_eq!(
+            json["footprint"],
+            json!({"image": 318848, "deps": 1573120, "heaps": 4194304, "arena": 6086272})
+        );
+        let problems = json["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0]
+                .as_str()
+                .unwrap()
+                .starts_with("PTO2_RING_DEP_POOL=\"-4\" ignored")
+        );
+    }
+
+    #[test]
+    fn strict_env_turns_problems_into_errors() {
+        let mut req = request(RuntimeEnv::default(), &[("PTO2_RING_HEAP", "-1")]);
+        req.strict_env = true;
+        let err = SizingReport::build(&req).unwrap_err();
+        assert!(matches!(err, SizingReportError::Env(_)));
+        assert!(err.to_string().contains("PTO2_RING_HEAP"));
+    }
+
+    #[test]
+    fn t56_global_heap_does_not_fit_a_4_gib_chip() {
+        let mut req = request(RuntimeEnv::default(), &[("PTO2_RING_HEAP", "1073741824")]);
+        req.device_memory = Some(4 << 30);
+        let report = SizingReport::build(&req).unwrap();
+        assert_eq!(report.footprint.arena, 4622124160);
+        assert_eq!(report.device_memory, Some((4 << 30, false)));
+        req.config.runtime_env = RuntimeEnv::default()
+            .with_task_window(128)
+            .with_heap(8388608)
+            .with_dep_pool(256);
+        let report = SizingReport::build(&req).unwrap();
+        assert_eq!(report.footprint.arena, 36123776);
+        assert_eq!(report.device_memory, Some((4 << 30, true)));
+    }
+
+    #[test]
+    fn table_names_every_source() {
+        let report = SizingReport::build(&request(
+            RuntimeEnv::default().with_task_window([128, 0, 0, 0]),
+            &[("PTO2_RING_TASK_WINDOW", "64")],
+        ))
+        .unwrap();
+        let table = report.render_table();
+        assert!(table.contains("128 (call_config)"));
+        assert!(table.contains("64 (env)"));
+        assert!(table.contains("268435456 (default)"));
+        assert!(table.contains("environment problems: none"));
+    }
+
+    #[test]
+    fn human_bytes_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(8 << 20), "8.00 MiB");
+        assert_eq!(human_bytes(1400898688), "1.30 GiB");
+    }
+}

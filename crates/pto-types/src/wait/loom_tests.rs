@@ -1,0 +1,185 @@
+//! Loom model checks of the wait protocol (CHIP_RUNTIME.md §6.5, NODE_RUNTIME.md §3.4).
+//!
+//! Built only with `--cfg loom`, where the `sync` shim swaps in loom's atomics, mutex and
+//! condition variable, so these tests explore the interleavings of the real [`EventCount`] and
+//! [`Waiter`] code. Under loom there is no spinning and no deadline (see the shim), so every
+//! wait goes through W1–W5 and parks; a lost wake-up shows up as a loom deadlock. Run them with
+//! the command in `wait/README.md` (`LOOM_MAX_PREEMPTIONS=2`).
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::thread;
+
+use super::{EventCount, SpinPolicy, WaitOutcome, Waiter, wait_until};
+
+/// Bound the search like crossbeam's and tokio's loom CI: two preemptions per execution,
+/// unless `LOOM_MAX_PREEMPTIONS` says otherwise.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(f);
+}
+
+/// Raw protocol: W1 prepare, W2 re-check, W3–W5 wait; the producer publishes, then N1–N2.
+#[test]
+fn loom_wait_prepare_recheck_wait_never_loses_the_notify() {
+    model(|| {
+        let ec = Arc::new(EventCount::new());
+        let flag = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (ec, flag) = (ec.clone(), flag.clone());
+            thread::spawn(move || {
+                flag.store(true, Ordering::Release);
+                ec.notify_one();
+            })
+        };
+        loop {
+            if flag.load(Ordering::Acquire) {
+                break;
+            }
+            let key = ec.prepare();
+            if flag.load(Ordering::Acquire) {
+                break;
+            }
+            ec.wait(key, None).expect("no deadline");
+        }
+        producer.join().unwrap();
+        assert_eq!(ec.registered_waiters(), 0);
+    });
+}
+
+/// `wait_until` (spin skipped under loom) against a producer using `notify_one`.
+#[test]
+fn loom_wait_until_wakes_on_notify_one() {
+    model(|| {
+        let ec = Arc::new(EventCount::new());
+        let flag = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (ec, flag) = (ec.clone(), flag.clone());
+            thread::spawn(move || {
+                flag.store(true, Ordering::Release);
+                ec.notify_one();
+            })
+        };
+        let got = wait_until(&ec, SpinPolicy::DEFAULT, None, || {
+            flag.load(Ordering::Acquire).then_some(42)
+        });
+        assert_eq!(got, Ok(42));
+        producer.join().unwrap();
+    });
+}
+
+/// Two waiters for the same flag, one `notify_all`: both must wake.
+#[test]
+fn loom_wait_notify_all_wakes_two_waiters() {
+    model(|| {
+        let ec = Arc::new(EventCount::new());
+        let flag = Arc::new(AtomicBool::new(false));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (ec, flag) = (ec.clone(), flag.clone());
+                thread::spawn(move || {
+                    wait_until(&ec, SpinPolicy::PARK_IMMEDIATELY, None, || {
+                        flag.load(Ordering::Acquire).then_some(())
+                    })
+                })
+            })
+            .collect();
+        flag.store(true, Ordering::Release);
+        ec.notify_all();
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), Ok(()));
+        }
+        assert_eq!(ec.registered_waiters(), 0);
+    });
+}
+
+/// Two interchangeable consumers, two tokens each followed by `notify_one`: both tokens are
+/// taken, whichever consumer each wake-up reaches.
+#[test]
+fn loom_wait_notify_one_hands_out_two_tokens() {
+    model(|| {
+        let ec = Arc::new(EventCount::new());
+        let tokens = Arc::new(AtomicUsize::new(0));
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let (ec, tokens) = (ec.clone(), tokens.clone());
+                thread::spawn(move || {
+                    wait_until(&ec, SpinPolicy::PARK_IMMEDIATELY, None, || {
+                        // A CAS loop, not a single CAS: a lost CAS race is not an empty queue.
+                        // (With one CAS, loom finds the test's own lost token: the re-check
+                        // fails on contention and the consumer parks with a token left.)
+                        tokens
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                            .ok()
+                            .map(drop)
+                    })
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            tokens.fetch_add(1, Ordering::Release);
+            ec.notify_one();
+        }
+        for consumer in consumers {
+            assert_eq!(consumer.join().unwrap(), Ok(()));
+        }
+        assert_eq!(tokens.load(Ordering::Relaxed), 0);
+    });
+}
+
+/// One round trip through two event counts: ping waits on `ecs[0]`, pong on `ecs[1]`.
+#[test]
+fn loom_wait_ping_pong_through_two_event_counts() {
+    model(|| {
+        let ecs = Arc::new([EventCount::new(), EventCount::new()]);
+        let turn = Arc::new(AtomicUsize::new(0));
+        let pong = {
+            let (ecs, turn) = (ecs.clone(), turn.clone());
+            thread::spawn(move || {
+                wait_until(&ecs[1], SpinPolicy::DEFAULT, None, || {
+                    (turn.load(Ordering::Acquire) == 1).then_some(())
+                })
+                .unwrap();
+                turn.store(2, Ordering::Release);
+                ecs[0].notify_one();
+            })
+        };
+        turn.store(1, Ordering::Release);
+        ecs[1].notify_one();
+        wait_until(&ecs[0], SpinPolicy::DEFAULT, None, || {
+            (turn.load(Ordering::Acquire) == 2).then_some(())
+        })
+        .unwrap();
+        pong.join().unwrap();
+    });
+}
+
+/// A step-at-a-time [`Waiter`] loop that watches two flags (work and fatal) on one event count.
+#[test]
+fn loom_wait_waiter_loop_sees_fatal_flag() {
+    model(|| {
+        let ec = Arc::new(EventCount::new());
+        let fatal = Arc::new(AtomicBool::new(false));
+        let killer = {
+            let (ec, fatal) = (ec.clone(), fatal.clone());
+            thread::spawn(move || {
+                fatal.store(true, Ordering::Release);
+                ec.notify_all();
+            })
+        };
+        let mut waiter = Waiter::new(&ec, SpinPolicy::DEFAULT);
+        let mut parks = 0;
+        while !fatal.load(Ordering::Acquire) {
+            match waiter.wait(None) {
+                WaitOutcome::Prepared => {}
+                WaitOutcome::Notified => parks += 1,
+                other => panic!("{other:?} under loom (no spinning, no deadline)"),
+            }
+        }
+        assert!(parks <= 1);
+        killer.join().unwrap();
+    });
+}

@@ -1,0 +1,52 @@
+//! Spin briefly, then park: the one wait primitive of the workspace.
+//!
+//! CHIP_RUNTIME.md §6.5 and NODE_RUNTIME.md §3.4 ask every waiting thread (back-pressure, tensor
+//! waits, idle schedulers and cores, a caller awaiting a run) to use one primitive, implemented
+//! here once:
+//!
+//! - [`EventCount`] (the doorbell): wakers [`notify_one`](EventCount::notify_one) or
+//!   [`notify_all`](EventCount::notify_all) after making their change visible; waiters take a
+//!   [`Key`] with [`prepare`](EventCount::prepare), re-check, and
+//!   [`wait`](EventCount::wait). A notify with nobody registered is one atomic read-modify-write.
+//! - [`wait_until`]: the whole spin-then-park loop around a `ready` closure.
+//! - [`Waiter`]: the same loop one step at a time, for callers that also watch a fatal flag or
+//!   a watchdog.
+//! - [`SpinPolicy`] with the named limits [`PURE_SPIN`] (~2 µs of `spin_loop()` only) and
+//!   [`DEFAULT_SPIN`] (50 µs window, then park).
+//!
+//! A park has a timeout only when the caller passes a deadline, so an idle runtime has every
+//! thread parked and costs ~0 % CPU. The protocol, its states and named steps, the lost-wake-up
+//! race and the proof sketch are in `README.md` beside this file (STYLE.md habit 14); the code
+//! imports its atomics and lock through a `cfg(loom)` shim (habit 13) and is model-checked by
+//! the loom tests in `loom_tests.rs`.
+//!
+//! This module needs no `unsafe`: it is built from one `AtomicU64`, a `Mutex<()>` and a
+//! `Condvar`. The cross-process doorbell of NODE_RUNTIME.md §3.4 (a futex word in shared memory)
+//! lives in `pto-node` and follows the same steps; the README gives its two-word variant of the
+//! proof.
+
+mod event_count;
+mod spin;
+mod sync;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::fmt;
+
+pub use event_count::{EventCount, Key, MAX_WAITERS};
+pub use spin::{DEFAULT_SPIN, PURE_SPIN, SpinPolicy, WaitOutcome, Waiter, wait_until};
+
+/// A wait ended because its deadline passed before the awaited condition held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimedOut;
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the deadline passed before the awaited condition held")
+    }
+}
+
+impl std::error::Error for TimedOut {}

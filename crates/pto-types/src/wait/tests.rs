@@ -1,0 +1,546 @@
+//! Tests of the spin-then-park primitive (CHIP_RUNTIME.md §6.5, NODE_RUNTIME.md §3.4).
+//!
+//! Every test body runs under [`with_timeout`], so a lost wake-up fails the test in seconds
+//! instead of hanging the suite. Timing assertions are one-sided and generous ("not before the
+//! deadline", "within 2 s"): no performance assertions. The loom model checks are in
+//! `loom_tests.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{
+    DEFAULT_SPIN, EventCount, PURE_SPIN, SpinPolicy, TimedOut, WaitOutcome, Waiter, wait_until,
+};
+
+/// Watchdog for every test: the budget of one test body.
+const WATCHDOG_SECS: u64 = 10;
+
+/// Generous upper bound on how late a timed-out wait may return.
+const LATE_BOUND: Duration = Duration::from_secs(2);
+
+/// Runs `f` on its own thread and panics if it does not finish within `secs` seconds.
+///
+/// A hung body is leaked (it cannot be killed), but the test fails instead of blocking the suite.
+/// A panic in `f` is propagated with its original payload.
+fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done_tx, done_rx) = mpsc::channel();
+    let body = thread::spawn(move || {
+        let value = f();
+        // The receiver is gone only if the watchdog already fired.
+        let _ = done_tx.send(());
+        value
+    });
+    match done_rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match body.join() {
+            Ok(value) => value,
+            Err(payload) => std::panic::resume_unwind(payload),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("test body did not finish within {secs} s: a wait hung")
+        }
+    }
+}
+
+/// Polls `cond` every millisecond (test-side only; the code under test never sleeps-polls).
+fn eventually(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn wait_spin_policy_limits_are_named() {
+    assert_eq!(PURE_SPIN, Duration::from_micros(2));
+    assert_eq!(DEFAULT_SPIN, Duration::from_micros(50));
+    assert_eq!(SpinPolicy::default(), SpinPolicy::DEFAULT);
+    assert_eq!(SpinPolicy::DEFAULT.spin(), DEFAULT_SPIN);
+    assert_eq!(SpinPolicy::DEFAULT.pure_spin(), PURE_SPIN);
+    assert!(!SpinPolicy::DEFAULT.parks_immediately());
+    assert!(SpinPolicy::PARK_IMMEDIATELY.parks_immediately());
+    assert_eq!(SpinPolicy::PARK_IMMEDIATELY.pure_spin(), Duration::ZERO);
+    let short = SpinPolicy::new(Duration::from_micros(1));
+    assert_eq!(short.pure_spin(), Duration::from_micros(1));
+    let custom = SpinPolicy::new(Duration::from_micros(10)).with_pure_spin(Duration::from_secs(1));
+    assert_eq!(custom.pure_spin(), Duration::from_micros(10));
+    let custom = custom.with_pure_spin(Duration::from_micros(3));
+    assert_eq!(custom.pure_spin(), Duration::from_micros(3));
+    assert_eq!(custom.spin(), Duration::from_micros(10));
+}
+
+#[test]
+fn wait_returns_at_once_when_notified_since_prepare() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = EventCount::new();
+        let key = ec.prepare();
+        ec.notify_one();
+        assert_eq!(ec.wait(key, None), Ok(()));
+        let key = ec.prepare();
+        ec.notify_all();
+        assert_eq!(ec.wait(key, None), Ok(()));
+        assert_eq!(ec.registered_waiters(), 0);
+        // A stale key returns at once even with a deadline in the past: no timeout is reported
+        // when the epoch already moved.
+        assert_eq!(ec.wait(key, Some(Instant::now())), Ok(()));
+    });
+}
+
+#[test]
+fn wait_event_count_deadline_expires_on_time() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = EventCount::new();
+        let timeout = Duration::from_millis(50);
+        let start = Instant::now();
+        let deadline = start + timeout;
+        assert_eq!(ec.wait(ec.prepare(), Some(deadline)), Err(TimedOut));
+        let now = Instant::now();
+        assert!(now >= deadline, "returned {:?} early", deadline - now);
+        assert!(
+            now - start < timeout + LATE_BOUND,
+            "returned {:?} late",
+            now - deadline
+        );
+        assert_eq!(
+            ec.registered_waiters(),
+            0,
+            "W5 must undo the W3 registration"
+        );
+        // A deadline already in the past times out without sleeping.
+        assert_eq!(ec.wait(ec.prepare(), Some(start)), Err(TimedOut));
+    });
+}
+
+#[test]
+fn wait_until_deadline_expires_on_time_for_every_policy() {
+    with_timeout(WATCHDOG_SECS, || {
+        for policy in [
+            SpinPolicy::DEFAULT,
+            SpinPolicy::PARK_IMMEDIATELY,
+            SpinPolicy::new(Duration::from_millis(1)),
+        ] {
+            let ec = EventCount::new();
+            let timeout = Duration::from_millis(40);
+            let start = Instant::now();
+            let deadline = start + timeout;
+            let mut polls = 0_u64;
+            let result = wait_until(&ec, policy, Some(deadline), || {
+                polls += 1;
+                None::<()>
+            });
+            let now = Instant::now();
+            assert_eq!(result, Err(TimedOut), "{policy:?}");
+            assert!(
+                now >= deadline,
+                "{policy:?}: returned {:?} early",
+                deadline - now
+            );
+            assert!(now - start < timeout + LATE_BOUND, "{policy:?}: late");
+            assert!(
+                polls >= 2,
+                "{policy:?}: ready must be polled again at the deadline"
+            );
+            assert_eq!(ec.registered_waiters(), 0);
+        }
+    });
+}
+
+#[test]
+fn wait_until_polls_once_more_at_the_deadline() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = EventCount::new();
+        let deadline = Instant::now() + Duration::from_millis(20);
+        // Becomes ready exactly when the deadline passes, with no notify: the final poll sees it.
+        let result = wait_until(&ec, SpinPolicy::PARK_IMMEDIATELY, Some(deadline), || {
+            (Instant::now() >= deadline).then_some(7)
+        });
+        assert_eq!(result, Ok(7));
+    });
+}
+
+#[test]
+fn wait_until_ready_at_once_never_waits() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = EventCount::new();
+        let past = Some(Instant::now());
+        assert_eq!(
+            wait_until(&ec, SpinPolicy::PARK_IMMEDIATELY, past, || Some(1)),
+            Ok(1)
+        );
+        assert_eq!(
+            wait_until(&ec, SpinPolicy::DEFAULT, None, || Some(2)),
+            Ok(2)
+        );
+        assert_eq!(ec.registered_waiters(), 0);
+    });
+}
+
+#[test]
+fn wait_until_ready_during_spin_window() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = EventCount::new();
+        let mut polls = 0;
+        let policy = SpinPolicy::new(Duration::from_secs(5));
+        // Ready on the 100th poll: found while spinning, without any notify.
+        let result = wait_until(&ec, policy, None, || {
+            polls += 1;
+            (polls == 100).then_some(polls)
+        });
+        assert_eq!(result, Ok(100));
+    });
+}
+
+#[test]
+fn wait_parked_waiter_wakes_on_notify() {
+    with_timeout(WATCHDOG_SECS, || {
+        for policy in [SpinPolicy::DEFAULT, SpinPolicy::PARK_IMMEDIATELY] {
+            let ec = Arc::new(EventCount::new());
+            let flag = Arc::new(AtomicBool::new(false));
+            let waiter = {
+                let (ec, flag) = (ec.clone(), flag.clone());
+                thread::spawn(move || {
+                    wait_until(&ec, policy, None, || {
+                        flag.load(Ordering::Acquire).then_some(())
+                    })
+                })
+            };
+            eventually(|| ec.registered_waiters() == 1);
+            flag.store(true, Ordering::Release);
+            ec.notify_one();
+            assert_eq!(waiter.join().unwrap(), Ok(()));
+            assert_eq!(ec.registered_waiters(), 0);
+        }
+    });
+}
+
+/// Passes a token `passes` times around a ring of `2 * pairs` threads, through two event counts:
+/// thread `i` waits on `ecs[i % 2]` until the turn is `i`, then hands it on and notifies the
+/// other event count. Waiters of one event count wait for different turns, hence `notify_all`.
+fn token_ring(pairs: usize, passes: usize, policy: SpinPolicy) {
+    let threads = 2 * pairs;
+    let ecs = Arc::new([EventCount::new(), EventCount::new()]);
+    let turn = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|me| {
+            let (ecs, turn) = (ecs.clone(), turn.clone());
+            thread::spawn(move || {
+                let mut moves = 0_usize;
+                loop {
+                    let t = wait_until(&ecs[me % 2], policy, None, || {
+                        let t = turn.load(Ordering::Acquire);
+                        (t >= passes || t % threads == me).then_some(t)
+                    })
+                    .expect("no deadline");
+                    if t >= passes {
+                        return moves;
+                    }
+                    moves += 1;
+                    turn.store(t + 1, Ordering::Release);
+                    if t + 1 == passes {
+                        ecs[0].notify_all();
+                        ecs[1].notify_all();
+                    } else {
+                        ecs[(me + 1) % 2].notify_all();
+                    }
+                }
+            })
+        })
+        .collect();
+    let moves: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(moves, passes);
+    assert_eq!(ecs[0].registered_waiters() + ecs[1].registered_waiters(), 0);
+}
+
+#[test]
+fn wait_ping_pong_two_threads_10000() {
+    with_timeout(WATCHDOG_SECS, || token_ring(1, 10_000, SpinPolicy::DEFAULT));
+}
+
+#[test]
+fn wait_ping_pong_two_threads_10000_always_parking() {
+    with_timeout(WATCHDOG_SECS, || {
+        token_ring(1, 10_000, SpinPolicy::PARK_IMMEDIATELY)
+    });
+}
+
+/// Six threads on the default policy: fewer passes, because with more runnable threads than cores
+/// every `yield_now()` of the spin window may give a whole scheduler slice (~1 ms under EEVDF)
+/// to another thread, so a pass can cost ~1 ms on a loaded 2-core host. The 10,000-pass
+/// many-thread run below parks at once instead. No performance assertion either way.
+#[test]
+fn wait_token_ring_six_threads_1000_spinning() {
+    with_timeout(WATCHDOG_SECS, || token_ring(3, 1_000, SpinPolicy::DEFAULT));
+}
+
+#[test]
+fn wait_token_ring_six_threads_10000_always_parking() {
+    with_timeout(WATCHDOG_SECS, || {
+        token_ring(3, 10_000, SpinPolicy::PARK_IMMEDIATELY)
+    });
+}
+
+/// Hands out `tokens` one at a time with `notify_one` to `consumers` interchangeable consumers.
+fn notify_one_tokens(consumers: usize, tokens: u64, policy: SpinPolicy) {
+    let ec = Arc::new(EventCount::new());
+    let available = Arc::new(AtomicU64::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
+    let take = |available: &AtomicU64| {
+        available
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    };
+    let handles: Vec<_> = (0..consumers)
+        .map(|_| {
+            let (ec, available, closed) = (ec.clone(), available.clone(), closed.clone());
+            thread::spawn(move || {
+                let mut taken = 0_u64;
+                loop {
+                    let got = wait_until(&ec, policy, None, || {
+                        if take(&available) {
+                            Some(true)
+                        } else if closed.load(Ordering::Acquire) {
+                            // Every token was published before `closed`: one more try drains.
+                            Some(take(&available))
+                        } else {
+                            None
+                        }
+                    })
+                    .expect("no deadline");
+                    if !got {
+                        return taken;
+                    }
+                    taken += 1;
+                }
+            })
+        })
+        .collect();
+    for _ in 0..tokens {
+        available.fetch_add(1, Ordering::Release);
+        ec.notify_one();
+    }
+    closed.store(true, Ordering::Release);
+    ec.notify_all();
+    let taken: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(taken, tokens);
+}
+
+#[test]
+fn wait_notify_one_hands_out_10000_tokens() {
+    with_timeout(WATCHDOG_SECS, || {
+        notify_one_tokens(4, 10_000, SpinPolicy::DEFAULT)
+    });
+}
+
+#[test]
+fn wait_notify_one_hands_out_10000_tokens_always_parking() {
+    with_timeout(WATCHDOG_SECS, || {
+        notify_one_tokens(4, 10_000, SpinPolicy::PARK_IMMEDIATELY)
+    });
+}
+
+#[test]
+fn wait_no_lost_wakeup_when_notify_races_the_park() {
+    with_timeout(WATCHDOG_SECS, || {
+        for round in 0..2_000 {
+            let ec = Arc::new(EventCount::new());
+            let flag = Arc::new(AtomicBool::new(false));
+            let waiter = {
+                let (ec, flag) = (ec.clone(), flag.clone());
+                thread::spawn(move || {
+                    wait_until(&ec, SpinPolicy::PARK_IMMEDIATELY, None, || {
+                        flag.load(Ordering::Acquire).then_some(())
+                    })
+                })
+            };
+            // Vary where the notify lands relative to W1..W4 of the waiter.
+            for _ in 0..round % 64 {
+                std::hint::spin_loop();
+            }
+            flag.store(true, Ordering::Release);
+            ec.notify_one();
+            assert_eq!(waiter.join().unwrap(), Ok(()));
+        }
+    });
+}
+
+#[test]
+fn wait_waiter_steps_spin_then_yield_then_park() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = EventCount::new();
+        let mut waiter = Waiter::new(&ec, SpinPolicy::new(Duration::from_micros(200)));
+        assert_eq!(
+            waiter.wait(None),
+            WaitOutcome::Spun,
+            "the window starts with pure spinning"
+        );
+        let mut steps = 1;
+        loop {
+            match waiter.wait(None) {
+                WaitOutcome::Spun | WaitOutcome::Yielded => steps += 1,
+                WaitOutcome::Prepared => break,
+                other => panic!("unexpected {other:?} inside the spin window"),
+            }
+        }
+        assert!(steps > 1);
+        assert!(waiter.is_parking());
+        // Nobody notifies: the parked step times out on time.
+        let deadline = Instant::now() + Duration::from_millis(20);
+        assert_eq!(waiter.wait(Some(deadline)), WaitOutcome::TimedOut);
+        assert!(Instant::now() >= deadline);
+        waiter.reset();
+        assert!(!waiter.is_parking());
+        assert_eq!(
+            waiter.wait(None),
+            WaitOutcome::Spun,
+            "reset starts a fresh spin window"
+        );
+        assert_eq!(waiter.policy().spin(), Duration::from_micros(200));
+    });
+}
+
+#[test]
+fn wait_waiter_park_immediately_prepares_then_parks() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = Arc::new(EventCount::new());
+        let mut waiter = Waiter::new(&ec, SpinPolicy::PARK_IMMEDIATELY);
+        assert_eq!(waiter.wait(None), WaitOutcome::Prepared);
+        let notifier = {
+            let ec = ec.clone();
+            thread::spawn(move || {
+                eventually(|| ec.registered_waiters() == 1);
+                ec.notify_all();
+            })
+        };
+        assert_eq!(waiter.wait(None), WaitOutcome::Notified);
+        notifier.join().unwrap();
+        // The fresh key taken after the wake-up is current: the next park times out.
+        let deadline = Instant::now() + Duration::from_millis(10);
+        assert_eq!(waiter.wait(Some(deadline)), WaitOutcome::TimedOut);
+    });
+}
+
+#[test]
+fn wait_waiter_custom_loop_sees_fatal_flag() {
+    with_timeout(WATCHDOG_SECS, || {
+        let ec = Arc::new(EventCount::new());
+        let fatal = Arc::new(AtomicBool::new(false));
+        let work = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (ec, fatal, work) = (ec.clone(), fatal.clone(), work.clone());
+            thread::spawn(move || {
+                let mut waiter = Waiter::new(&ec, SpinPolicy::DEFAULT);
+                let mut outcomes = Vec::new();
+                loop {
+                    if fatal.load(Ordering::Acquire) {
+                        return outcomes;
+                    }
+                    if work.swap(false, Ordering::AcqRel) {
+                        waiter.reset();
+                        continue;
+                    }
+                    let outcome = waiter.wait(None);
+                    assert!(!outcome.is_timed_out());
+                    outcomes.push(outcome);
+                }
+            })
+        };
+        eventually(|| ec.registered_waiters() == 1);
+        fatal.store(true, Ordering::Release);
+        ec.notify_all();
+        let outcomes = worker.join().unwrap();
+        assert!(outcomes.contains(&WaitOutcome::Prepared));
+        assert_eq!(outcomes.last(), Some(&WaitOutcome::Notified));
+    });
+}
+
+#[test]
+fn wait_debug_shows_epoch_and_waiters() {
+    let ec = EventCount::default();
+    ec.notify_one();
+    ec.notify_all();
+    assert_eq!(format!("{ec:?}"), "EventCount { epoch: 2, waiters: 0 }");
+    assert_eq!(
+        TimedOut.to_string(),
+        "the deadline passed before the awaited condition held"
+    );
+}
+
+/// CPU accounting of one thread, read from procfs without libc.
+#[cfg(target_os = "linux")]
+mod cpu {
+    use std::time::Duration;
+
+    /// `USER_HZ`: the unit of `utime`/`stime` in `/proc/.../stat`, 100 on every Linux ABI we run.
+    const CLOCK_TICKS_PER_SEC: u64 = 100;
+
+    /// `/proc/<pid>/task/<tid>/stat` of the calling thread, or `None` without procfs.
+    pub(super) fn current_thread_stat_path() -> Option<String> {
+        let link = std::fs::read_link("/proc/thread-self").ok()?;
+        Some(format!("/proc/{}/stat", link.display()))
+    }
+
+    /// Scheduler state letter and `utime + stime` of the thread whose stat file is `path`.
+    pub(super) fn state_and_cpu(path: &str) -> (char, Duration) {
+        let stat = std::fs::read_to_string(path).expect("read thread stat");
+        // The command name (field 2) may contain spaces and parentheses: skip past the last ')'.
+        let rest = &stat[stat.rfind(')').expect("stat has a comm field") + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let state = fields[0].chars().next().expect("state field");
+        // Fields 14 (utime) and 15 (stime), counted from 1 with field 3 at index 0.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        (
+            state,
+            Duration::from_millis(ticks * 1000 / CLOCK_TICKS_PER_SEC),
+        )
+    }
+}
+
+/// A waiter parked with `deadline` uses (almost) no CPU over 300 ms of idleness.
+#[cfg(target_os = "linux")]
+fn parked_waiter_is_idle(deadline: Option<Instant>) {
+    let ec = Arc::new(EventCount::new());
+    let flag = Arc::new(AtomicBool::new(false));
+    let (path_tx, path_rx) = mpsc::channel();
+    let waiter = {
+        let (ec, flag) = (ec.clone(), flag.clone());
+        thread::spawn(move || {
+            path_tx.send(cpu::current_thread_stat_path()).unwrap();
+            wait_until(&ec, SpinPolicy::DEFAULT, deadline, || {
+                flag.load(Ordering::Acquire).then_some(())
+            })
+        })
+    };
+    let path = path_rx.recv().unwrap();
+    eventually(|| ec.registered_waiters() == 1);
+    if let Some(path) = path {
+        let (_, before) = cpu::state_and_cpu(&path);
+        thread::sleep(Duration::from_millis(300));
+        let (state, after) = cpu::state_and_cpu(&path);
+        assert_eq!(state, 'S', "a parked waiter sleeps");
+        let used = after - before;
+        assert!(
+            used < Duration::from_millis(50),
+            "parked waiter used {used:?} of CPU in 300 ms"
+        );
+    } else {
+        eprintln!("no /proc/thread-self: CPU check skipped");
+    }
+    flag.store(true, Ordering::Release);
+    ec.notify_all();
+    assert_eq!(waiter.join().unwrap(), Ok(()));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn wait_parked_waiter_costs_no_cpu() {
+    with_timeout(WATCHDOG_SECS, || parked_waiter_is_idle(None));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn wait_parked_waiter_with_far_deadline_costs_no_cpu() {
+    with_timeout(WATCHDOG_SECS, || {
+        parked_waiter_is_idle(Some(Instant::now() + Duration::from_secs(60)));
+    });
+}
