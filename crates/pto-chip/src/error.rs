@@ -111,6 +111,21 @@ impl ChipError {
         }
     }
 
+    /// The knob that sizes the exhausted resource: the `CallConfig` field path (with the ring)
+    /// and the environment variable, e.g. `("runtime_env.ring_heap[0]", "PTO2_RING_HEAP")`.
+    pub fn knob(&self) -> Option<(String, &'static str)> {
+        let resource = self.resource?;
+        if resource == ResourceKind::TensorMap {
+            return Some(("ChipSpec.tensormap_pool".to_string(), "PTO_TENSORMAP_POOL"));
+        }
+        let ring_resource = resource.ring_resource()?;
+        let ring = self.ring?;
+        Some((
+            format!("{}[{ring}]", ring_resource.config_path()),
+            ring_resource.env_var(),
+        ))
+    }
+
     /// The hint: which knob to turn, generated from the capacity's provenance (RING_CONFIG.md §8).
     pub fn hint(&self) -> String {
         let (Some(ring), Some(resource)) = (self.ring, self.resource) else {

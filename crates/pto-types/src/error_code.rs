@@ -2,7 +2,9 @@
 //!
 //! Chip runtime codes (1–199) keep the reference implementation's numbers and names
 //! (CHIP_RUNTIME.md §5.1); reply codes (1001–1009) are what a child reports over the mailbox
-//! (NODE_RUNTIME.md §4.8). Reserved numbers (6, 10, 101–104) are never reused.
+//! (NODE_RUNTIME.md §4.8). Reserved numbers (6, 10, 101–104) are never reused. pto adds 12
+//! ORCH_PANIC, 110 KERNEL_PANIC (CHIP_RUNTIME.md §3.9) and 120 INTERNAL_ERROR (a caught panic in a
+//! scheduler thread: the run fails, the chip survives).
 
 use std::fmt;
 
@@ -21,6 +23,7 @@ pub enum ErrorCode {
     OrchPanic,
     SchedulerTimeout,
     KernelPanic,
+    InternalError,
     BadFrame,
     UnknownCallable,
     InvalidConfig,
@@ -40,7 +43,7 @@ struct Row {
     hint: &'static str,
 }
 
-const TABLE: [Row; 21] = [
+const TABLE: [Row; 22] = [
     Row {
         code: ErrorCode::ScopeDeadlock,
         number: 1,
@@ -112,6 +115,12 @@ const TABLE: [Row; 21] = [
         number: 110,
         name: "KERNEL_PANIC",
         hint: "a kernel panicked on a core; see the panic message, task and core",
+    },
+    Row {
+        code: ErrorCode::InternalError,
+        number: 120,
+        name: "INTERNAL_ERROR",
+        hint: "a runtime invariant broke; the run was failed and the chip stays usable: please report it with the message",
     },
     Row {
         code: ErrorCode::BadFrame,

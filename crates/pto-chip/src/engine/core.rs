@@ -59,6 +59,8 @@ fn run_assignment(chip: &ChipShared, id: u32, a: Assignment) {
         run_id: a.run.id,
         core: id,
         task: a.task,
+        block_idx: a.block_idx,
+        kernel: a.kernel,
         panic,
     });
     let run = Arc::clone(&a.run);

@@ -560,15 +560,6 @@ impl Graph {
         census.lanes = self.lanes.iter().map(VecDeque::len).collect();
         census
     }
-
-    /// The kernel names of a task, for messages.
-    pub(crate) fn describe(&self, id: TaskId) -> String {
-        let slot = self.slot(id);
-        match &slot.payload {
-            Some(p) if slot.id == id => p.kernel_names(),
-            _ => "retired".to_string(),
-        }
-    }
 }
 
 /// Live tasks of a stalled run, by state.

@@ -96,6 +96,9 @@ pub(crate) struct Completion {
     pub(crate) run_id: u64,
     pub(crate) core: u32,
     pub(crate) task: TaskId,
+    pub(crate) block_idx: u32,
+    /// The kernel that ran (its name is in panic reports).
+    pub(crate) kernel: KernelRef,
     /// The panic message, if the kernel panicked.
     pub(crate) panic: Option<String>,
 }
@@ -116,6 +119,7 @@ pub(crate) struct SchedCell {
 
 /// State shared by a chip's threads for the chip's lifetime.
 pub(crate) struct ChipShared {
+    pub(crate) clusters: u32,
     pub(crate) cores: Vec<CoreCell>,
     pub(crate) schedulers: Vec<SchedCell>,
     /// The run in progress, if any. Schedulers read it when they wake.
@@ -152,6 +156,7 @@ impl ChipShared {
             });
         }
         ChipShared {
+            clusters,
             cores,
             schedulers: (0..schedulers)
                 .map(|_| SchedCell {

@@ -6,6 +6,7 @@
 //! assignments to the cores. When nothing happened it spins briefly and parks. Scheduler 0 also
 //! runs the no-progress watchdog (code 100) while tasks are outstanding.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -14,7 +15,9 @@ use pto_types::ErrorCode;
 use pto_types::wait::Waiter;
 
 use crate::error::{ChipError, Detector};
+use crate::kernel::CoreId;
 
+use super::core::panic_message;
 use super::graph::Effects;
 use super::run::{RunShared, TOTAL_UNKNOWN};
 use super::{Assignment, ChipShared, Completion};
@@ -36,7 +39,24 @@ pub(crate) fn scheduler_main(chip: Arc<ChipShared>, index: usize, watchdog: Dura
             continue;
         };
         completions.append(&mut cell.inbox.lock());
-        if step(&chip, &run, &mut completions, &mut assigned) {
+        // A broken invariant fails this run, not the chip: the panic is caught and latched.
+        let stepped = catch_unwind(AssertUnwindSafe(|| {
+            step(&chip, &run, &mut completions, &mut assigned)
+        }));
+        let progressed = stepped.unwrap_or_else(|panic| {
+            completions.clear();
+            assigned.clear();
+            run.latch_sched(ChipError::new(
+                ErrorCode::InternalError,
+                Detector::Immediate,
+                format!(
+                    "scheduler {index} panicked: {}",
+                    panic_message(panic.as_ref())
+                ),
+            ));
+            true
+        });
+        if progressed {
             waiter.reset();
             continue;
         }
@@ -77,10 +97,11 @@ fn step(
                     ErrorCode::KernelPanic,
                     Detector::Immediate,
                     format!(
-                        "kernel {} of task {} panicked on core {}: {message}",
-                        graph.describe(c.task),
+                        "kernel {} of task {} (block {}) panicked on core {}: {message}",
+                        c.kernel.name(),
                         c.task,
-                        c.core
+                        c.block_idx,
+                        CoreId(c.core).label(chip.clusters)
                     ),
                 );
                 e.task = Some(c.task);
