@@ -10,6 +10,7 @@
 //! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/` and `engine/heap.rs`.
 
 pub mod callable;
+pub mod diag;
 mod engine;
 pub mod error;
 pub mod footprint;

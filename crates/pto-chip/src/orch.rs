@@ -374,11 +374,12 @@ impl<'s, 'p> Scope<'s, 'p> {
     }
 
     /// Runs `f` in a nested scope (ring `min(depth, 3)`); the scope ends on every exit path.
+    #[track_caller]
     pub fn scope<R>(
         &mut self,
         f: impl for<'i> FnOnce(&mut Scope<'i, 's>) -> OrchResult<R>,
     ) -> OrchResult<R> {
-        self.core.begin_scope()?;
+        self.core.begin_scope(std::panic::Location::caller())?;
         /// Ends the scope even if `f` panics (the panic is then reported as ORCH_PANIC).
         struct EndOnDrop<'a>(&'a mut OrchCore);
         impl Drop for EndOnDrop<'_> {

@@ -8,6 +8,7 @@
 //! graph. The in-process endpoint and the chip child of later layers both call exactly this.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -20,6 +21,8 @@ use pto_types::wait::{SpinPolicy, Waiter};
 use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource, TaskArgs};
 
 use crate::callable::{ChipCallable, find_chip_callable};
+use crate::diag::scope_stats::Metadata;
+use crate::diag::{diagnostics_dir, write_file};
 use crate::engine::ChipShared;
 use crate::engine::core::{core_main, panic_message};
 use crate::engine::graph::Graph;
@@ -34,6 +37,7 @@ use crate::memory::arena::{AcquireError, ArenaCache, ArenaOutcome};
 use crate::memory::device::{DeviceLedger, HOST_ADDR_BASE};
 use crate::orch::{OrchArgs, OrchFn, Scope, Tensor};
 use crate::spec::{ChipSpec, ChipSpecError, EffectiveChipSpec};
+use crate::task_id::TaskId;
 use crate::tensor::{AddrSpace, BufferRef as DeviceBufferRef, RegionId, TensorDesc};
 use crate::tensormap::TensorMap;
 
@@ -76,6 +80,8 @@ pub struct ChipRunReport {
     /// AICPU threads the run used (1 orchestrator + schedulers).
     pub aicpu_threads: u32,
     pub wall: Duration,
+    /// Diagnostics files written for this run.
+    pub diagnostics: Vec<PathBuf>,
 }
 
 /// Why a chip could not be created.
@@ -310,6 +316,7 @@ impl ChipWorker {
             run_id,
             Graph::new(windows, self.spec.clusters),
             schedulers,
+            cfg.enable_chip_swimlane,
         ));
         let mut tensormap = state
             .tensormap
@@ -329,9 +336,13 @@ impl ChipWorker {
             memory,
             OrchSettings {
                 clusters: self.spec.clusters,
+                scope_stats: cfg.enable_scope_stats,
+                // Flow arrows of swimlane level 2+ come from the recorded edges.
+                dep_gen: cfg.enable_dep_gen || cfg.enable_chip_swimlane >= 2,
                 alloc_backstop: self.spec.alloc_backstop,
                 spin: self.shared.spin,
                 schedulers,
+                root_site: callable.name.to_string(),
             },
         );
         let orch_args = OrchArgs {
@@ -358,12 +369,15 @@ impl ChipWorker {
         let tasks = core.published;
         let poisoned = self.wait_for_end(&run);
         *self.shared.run.lock() = None;
+        let error = run.take_error();
+        let diagnostics =
+            self.write_diagnostics(cfg, ctx, &run, &mut core, &sizing, threads, error.as_ref());
         state.tensormap = Some(core.into_tensormap());
         state.arenas.release(lease, &mut state.ledger);
         if let Some(reason) = poisoned {
             state.poisoned = Some(reason);
         }
-        if let Some(error) = run.take_error() {
+        if let Some(error) = error {
             return Err(ChipRunError::Run(Box::new(error)));
         }
         Ok(ChipRunReport {
@@ -382,7 +396,81 @@ impl ChipWorker {
             }),
             aicpu_threads: threads,
             wall: started.elapsed(),
+            diagnostics,
         })
+    }
+
+    /// Writes the enabled diagnostics into the run's directory; a write failure is logged and
+    /// does not fail the run. Returns the files written.
+    #[allow(clippy::too_many_arguments)]
+    fn write_diagnostics(
+        &self,
+        cfg: &CallConfig,
+        ctx: &RunContext,
+        run: &RunShared,
+        core: &mut OrchCore,
+        sizing: &ResolvedSizing,
+        threads: u32,
+        error: Option<&ChipError>,
+    ) -> Vec<PathBuf> {
+        let Some(prefix) = &cfg.output_prefix else {
+            return Vec::new();
+        };
+        let dir = diagnostics_dir(Path::new(prefix), ctx);
+        let mut files = Vec::new();
+        let mut write = |sub: &str, name: &str, contents: String| match write_file(
+            &dir, sub, name, &contents,
+        ) {
+            Ok(path) => files.push(path),
+            Err(e) => tracing::warn!(
+                target: "pto::diag",
+                "cannot write {}: {e}",
+                dir.join(sub).join(name).display()
+            ),
+        };
+        if let Some(stats) = core.scope_stats.take() {
+            let meta = Metadata {
+                sizing,
+                label: ctx.label.as_deref(),
+                clusters: self.spec.clusters,
+                aicpu_thread_num: threads,
+                tensormap_max: core.tensormap.capacity(),
+                total: core.published,
+                error,
+            };
+            write("scope_stats", "scope_stats.jsonl", stats.render(&meta));
+        }
+        let deps = core.deps.take();
+        if let (Some(graph), true) = (&deps, cfg.enable_dep_gen) {
+            write("dep_gen", "deps.json", graph.to_json().to_string());
+            write("dep_gen", "deps.dot", graph.to_dot());
+        }
+        if let Some(trace) = &run.trace {
+            let edges: Vec<(TaskId, TaskId)> = deps
+                .as_ref()
+                .map(|g| g.edge_pairs().collect())
+                .unwrap_or_default();
+            let other = serde_json::json!({
+                "schema": "pto.swimlane",
+                "version": 1,
+                "level": cfg.enable_chip_swimlane,
+                "chip": ctx.chip,
+                "label": ctx.label,
+                "clusters": self.spec.clusters,
+                "aicpu_thread_num": threads,
+                "ring_sizing": sizing.to_string(),
+                "error": error.map(|e| e.code.to_string()),
+            });
+            let text = trace.lock().render(
+                cfg.enable_chip_swimlane,
+                self.spec.clusters,
+                threads as usize - 1,
+                &edges,
+                other,
+            );
+            write("swimlane", "chip_swimlane.json", text);
+        }
+        files
     }
 
     /// Waits until the run has finished. After a failure, a kernel that never returns would

@@ -7,6 +7,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use pto_types::wait::Waiter;
 
@@ -33,6 +34,7 @@ pub(crate) fn core_main(chip: Arc<ChipShared>, id: u32) {
 }
 
 fn run_assignment(chip: &ChipShared, id: u32, a: Assignment) {
+    let started = Instant::now();
     let panic = {
         let payload = &a.payload;
         let mut ctx = KernelCtx::new(
@@ -53,6 +55,7 @@ fn run_assignment(chip: &ChipShared, id: u32, a: Assignment) {
             .err()
             .map(|p| panic_message(p.as_ref()))
     };
+    let ended = Instant::now();
     let cluster = chip.cores[id as usize].cluster;
     let owner = cluster as usize % a.run.active_schedulers;
     chip.schedulers[owner].inbox.lock().push(Completion {
@@ -62,6 +65,11 @@ fn run_assignment(chip: &ChipShared, id: u32, a: Assignment) {
         block_idx: a.block_idx,
         kernel: a.kernel,
         panic,
+        start_us: a.run.micros(started),
+        end_us: a.run.micros(ended),
+        dispatch_us: a.dispatch_us,
+        sub_block_id: a.sub_block_id,
+        block_num: a.payload.block_num,
     });
     let run = Arc::clone(&a.run);
     drop(a);

@@ -487,6 +487,11 @@ impl Graph {
             graph.claim_core(core);
             run.running.fetch_add(1, Ordering::AcqRel);
             let kernel = payload.kernels[kernel_slot].expect("the shape has this kernel");
+            let dispatch_us = if run.trace_level > 0 {
+                run.micros(std::time::Instant::now())
+            } else {
+                0.0
+            };
             out.push((
                 core,
                 Assignment {
@@ -496,6 +501,7 @@ impl Graph {
                     kernel,
                     block_idx,
                     sub_block_id,
+                    dispatch_us,
                 },
             ));
         };

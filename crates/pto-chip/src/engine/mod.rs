@@ -89,6 +89,8 @@ pub(crate) struct Assignment {
     pub(crate) kernel: KernelRef,
     pub(crate) block_idx: u32,
     pub(crate) sub_block_id: u32,
+    /// When the block was handed to the core (µs since the run started).
+    pub(crate) dispatch_us: f64,
 }
 
 /// A core's report that it finished one assignment.
@@ -101,6 +103,12 @@ pub(crate) struct Completion {
     pub(crate) kernel: KernelRef,
     /// The panic message, if the kernel panicked.
     pub(crate) panic: Option<String>,
+    /// Kernel start and end, µs since the run started.
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) dispatch_us: f64,
+    pub(crate) sub_block_id: u32,
+    pub(crate) block_num: u32,
 }
 
 /// A simulated core: its mailbox and the event count it parks on.

@@ -20,6 +20,9 @@ use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::wait::{SpinPolicy, Waiter};
 use pto_types::{ErrorCode, RING_COUNT, Resource, TensorTag};
 
+use crate::diag::deps::{DepGraph, EdgeKind};
+use crate::diag::scope_stats::{Counters, Peaks, ScopeStats};
+use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector, Fatal, OrchResult, ResourceKind};
 use crate::kernel::{BoundTensor, KernelRef};
 use crate::ring::{AllocFailureKind, DepPool, TaskRing};
@@ -100,14 +103,20 @@ struct SlotMarks {
 struct ScopeFrame {
     ring: usize,
     tasks: Vec<TaskId>,
+    /// Where the scope was opened (`file:line`), for scope stats.
+    site: String,
 }
 
 /// Settings the orchestrator needs from the chip and the run.
 pub(crate) struct OrchSettings {
     pub(crate) clusters: u32,
+    pub(crate) scope_stats: bool,
+    pub(crate) dep_gen: bool,
     pub(crate) alloc_backstop: Duration,
     pub(crate) spin: SpinPolicy,
     pub(crate) schedulers: usize,
+    /// Names the root scope in scope stats (the callable's name).
+    pub(crate) root_site: String,
 }
 
 /// The orchestrator of one run.
@@ -129,6 +138,11 @@ pub(crate) struct OrchCore {
     next_scheduler: usize,
     /// Tasks published so far (alloc tasks included).
     pub(crate) published: u64,
+    /// Diagnostics recorded on this thread (each `Some` only when enabled).
+    pub(crate) scope_stats: Option<ScopeStats>,
+    pub(crate) deps: Option<DepGraph>,
+    /// Start time and name of each open scope, for the level-4 trace.
+    scope_spans: Vec<(f64, String)>,
 }
 
 /// Why a ring resource refused a request, for the wait loop.
@@ -151,8 +165,11 @@ impl OrchCore {
         memory: RunMemory,
         settings: OrchSettings,
     ) -> OrchCore {
+        let root_site = settings.root_site.clone();
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
-        OrchCore {
+        let scope_stats = settings.scope_stats.then(ScopeStats::default);
+        let deps = settings.dep_gen.then(DepGraph::default);
+        let mut core = OrchCore {
             run,
             chip,
             rings: std::array::from_fn(|r| TaskRing::new(windows[r], sizing.heap(r))),
@@ -161,16 +178,58 @@ impl OrchCore {
             marks: std::array::from_fn(|_| Vec::new()),
             observed: [0; RING_COUNT],
             tensormap,
-            scopes: vec![ScopeFrame {
-                ring: 0,
-                tasks: Vec::new(),
-            }],
+            scopes: Vec::new(),
             memory,
             heap_bases,
             settings,
             next_scheduler: 0,
             published: 0,
             sizing,
+            scope_stats,
+            deps,
+            scope_spans: Vec::new(),
+        };
+        core.open_frame(root_site);
+        core
+    }
+
+    /// Pushes a scope frame and records its begin sample and span start.
+    fn open_frame(&mut self, site: String) {
+        let depth = self.scopes.len();
+        let ring = pto_types::ring_config::ring_for_depth(depth);
+        if self.scope_stats.is_some() {
+            self.refresh_all();
+            self.rings[ring].begin_scope_sample();
+            self.dep_pools[ring].begin_scope_sample();
+            self.spill_pools[ring].begin_scope_sample();
+            let counters = self.counters(ring);
+            let tensormap = self.tensormap.live_count();
+            let t_us = self.run.micros(Instant::now());
+            if let Some(stats) = &mut self.scope_stats {
+                stats.record(&site, true, depth, ring, counters, tensormap, t_us, None);
+            }
+        }
+        if self.run.trace_level >= 4 {
+            self.scope_spans
+                .push((self.run.micros(Instant::now()), format!("scope {site}")));
+        }
+        self.scopes.push(ScopeFrame {
+            ring,
+            tasks: Vec::new(),
+            site,
+        });
+    }
+
+    /// The scope-stats counters of `ring` now.
+    fn counters(&self, ring: usize) -> Counters {
+        let c = self.rings[ring].counters();
+        Counters {
+            task_window_start: c.task_window_start,
+            task_window_end: c.task_window_end,
+            heap_start: c.heap_start,
+            heap_end: c.heap_end,
+            dep_pool_start: self.dep_pools[ring].tail(),
+            dep_pool_end: self.dep_pools[ring].top(),
         }
     }
 
@@ -345,6 +404,7 @@ impl OrchCore {
     /// Submits one task (CHIP_RUNTIME.md §3.2). Returns its id and its OUTPUT tensors.
     pub(crate) fn submit(&mut self, req: SubmitRequest) -> OrchResult<(TaskId, Vec<TensorDesc>)> {
         self.check_fatal()?;
+        let submit_start = self.run.micros(Instant::now());
         // 1. Validate.
         if let Some(error) = &req.error {
             return Err(self.fail_immediate(ErrorCode::InvalidArgs, error.clone()));
@@ -404,6 +464,14 @@ impl OrchCore {
         // 7–9. Explicit, creator and TensorMap edges, deduplicated.
         let mut producers = self.explicit_deps(id, &req.deps)?;
         let observed = self.observed;
+        let deps = &mut self.deps;
+        if let Some(graph) = deps.as_mut() {
+            let kernels = payload_names(&req.kernels);
+            graph.task(id, kernels, self.scopes.len() - 1, req.block_num);
+            for &(p, retain) in &producers {
+                graph.edge(p, id, EdgeKind::Explicit, retain);
+            }
+        }
         for arg in &req.tensors {
             let ArgTensor::Existing { tag, desc } = arg else {
                 continue;
@@ -413,6 +481,9 @@ impl OrchCore {
             }
             if let Some(owner) = desc.owner() {
                 producers.push((owner, true));
+                if let Some(graph) = deps.as_mut() {
+                    graph.edge(owner, id, EdgeKind::Creator, true);
+                }
             }
             let looks_up = matches!(tag, TensorTag::Input | TensorTag::InOut);
             if looks_up && !desc.manual_dep() && !desc.is_empty() {
@@ -420,6 +491,9 @@ impl OrchCore {
                 self.tensormap
                     .lookup(desc, &observed, Want::Writers, |hit| {
                         producers.push((hit.producer, false));
+                        if let Some(graph) = deps.as_mut() {
+                            graph.edge(hit.producer, id, EdgeKind::TensorMap, false);
+                        }
                         if inout && hit.overlap == Overlap::Covered {
                             Visit::Remove
                         } else {
@@ -443,6 +517,12 @@ impl OrchCore {
         });
         // 12. Wire and publish.
         self.publish(id, payload, producers, false)?;
+        if self.run.trace_level >= 4 {
+            self.trace_orch(
+                format!("submit {id} {}", payload_names(&req.kernels)),
+                submit_start,
+            );
+        }
         Ok((id, outputs))
     }
 
@@ -716,6 +796,18 @@ impl OrchCore {
         Ok(())
     }
 
+    /// Records an orchestrator span (trace level 4).
+    fn trace_orch(&self, name: String, start_us: f64) {
+        if let Some(trace) = &self.run.trace {
+            trace.lock().span(AicpuSpan {
+                scheduler: None,
+                name,
+                start_us,
+                end_us: self.run.micros(Instant::now()),
+            });
+        }
+    }
+
     /// Wakes whoever the graph changes concern.
     fn after_lock(&mut self, fx: &Effects) {
         if fx.became_ready > 0 {
@@ -729,8 +821,8 @@ impl OrchCore {
         }
     }
 
-    /// Opens a nested scope.
-    pub(crate) fn begin_scope(&mut self) -> OrchResult<()> {
+    /// Opens a nested scope opened at `site`.
+    pub(crate) fn begin_scope(&mut self, site: &std::panic::Location<'_>) -> OrchResult<()> {
         self.check_fatal()?;
         if self.scopes.len() >= MAX_SCOPE_DEPTH {
             return Err(self.fail_immediate(
@@ -738,16 +830,44 @@ impl OrchCore {
                 format!("scopes nest at most {MAX_SCOPE_DEPTH} deep, counting the root scope"),
             ));
         }
-        let ring = pto_types::ring_config::ring_for_depth(self.scopes.len());
-        self.scopes.push(ScopeFrame {
-            ring,
-            tasks: Vec::new(),
-        });
+        self.open_frame(format!("{}:{}", short_path(site.file()), site.line()));
         Ok(())
     }
 
     /// Ends the innermost scope (always, also after a failure), releasing its tasks.
     pub(crate) fn end_scope(&mut self) {
+        let depth = self.scopes.len() - 1;
+        if self.scope_stats.is_some() {
+            let ring = self.scopes[depth].ring;
+            self.refresh_all();
+            let ring_peaks = self.rings[ring].end_scope_sample();
+            let peaks = Peaks {
+                task_window: ring_peaks.live,
+                heap: ring_peaks.heap_used,
+                heap_largest_alloc: ring_peaks.largest_alloc,
+                dep_pool: self.dep_pools[ring].end_scope_sample(),
+                spill: self.spill_pools[ring].end_scope_sample(),
+            };
+            let counters = self.counters(ring);
+            let tensormap = self.tensormap.live_count();
+            let t_us = self.run.micros(Instant::now());
+            let site = self.scopes[depth].site.clone();
+            if let Some(stats) = &mut self.scope_stats {
+                stats.record(
+                    &site,
+                    false,
+                    depth,
+                    ring,
+                    counters,
+                    tensormap,
+                    t_us,
+                    Some(peaks),
+                );
+            }
+        }
+        if let Some((start, name)) = self.scope_spans.pop() {
+            self.trace_orch(name, start);
+        }
         let frame = self.scopes.pop().expect("a scope is open");
         let mask = u64::from(self.rings[frame.ring].window()) - 1;
         for id in &frame.tasks {
@@ -787,6 +907,28 @@ impl OrchCore {
     pub(crate) fn into_tensormap(self) -> TensorMap {
         self.tensormap
     }
+}
+
+/// Kernel names of a submit, for diagnostics.
+fn payload_names(kernels: &[Option<KernelRef>; 3]) -> String {
+    let names: Vec<&str> = kernels.iter().flatten().map(|k| k.name()).collect();
+    if names.is_empty() {
+        "dummy".to_string()
+    } else {
+        names.join("+")
+    }
+}
+
+/// The last two components of a source path (`src/vector.rs`), for compact sites.
+fn short_path(file: &str) -> &str {
+    let mut cut = file.len();
+    for _ in 0..2 {
+        match file[..cut].rfind(['/', '\\']) {
+            Some(i) => cut = i,
+            None => return file,
+        }
+    }
+    &file[cut + 1..]
 }
 
 /// Sorts, merges duplicates (RETAIN wins) and drops self-edges.

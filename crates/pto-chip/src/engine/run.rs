@@ -6,11 +6,13 @@
 //! nothing new and kernels see `ctx.cancelled()`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use pto_types::RING_COUNT;
 use pto_types::wait::EventCount;
 
+use crate::diag::trace::TraceBuffer;
 use crate::error::ChipError;
 
 use super::graph::Graph;
@@ -45,10 +47,20 @@ pub(crate) struct RunShared {
     sched_error: Mutex<Option<ChipError>>,
     /// Schedulers active in this run (`aicpu_thread_num - 1`).
     pub(crate) active_schedulers: usize,
+    /// Time zero of the run's trace and samples.
+    pub(crate) epoch: Instant,
+    /// Swimlane level (0 = off) and its event buffer.
+    pub(crate) trace_level: u8,
+    pub(crate) trace: Option<Mutex<TraceBuffer>>,
 }
 
 impl RunShared {
-    pub(crate) fn new(id: u64, graph: Graph, active_schedulers: usize) -> RunShared {
+    pub(crate) fn new(
+        id: u64,
+        graph: Graph,
+        active_schedulers: usize,
+        trace_level: u8,
+    ) -> RunShared {
         RunShared {
             id,
             graph: Mutex::new(graph),
@@ -63,7 +75,15 @@ impl RunShared {
             orch_error: Mutex::new(None),
             sched_error: Mutex::new(None),
             active_schedulers,
+            epoch: Instant::now(),
+            trace_level,
+            trace: (trace_level > 0).then(|| Mutex::new(TraceBuffer::default())),
         }
+    }
+
+    /// Microseconds since the run started.
+    pub(crate) fn micros(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.epoch).as_secs_f64() * 1e6
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {

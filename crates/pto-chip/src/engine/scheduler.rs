@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use pto_types::ErrorCode;
 use pto_types::wait::Waiter;
 
+use crate::diag::trace::{AicpuSpan, BlockSpan};
 use crate::error::{ChipError, Detector};
 use crate::kernel::CoreId;
 
@@ -41,7 +42,7 @@ pub(crate) fn scheduler_main(chip: Arc<ChipShared>, index: usize, watchdog: Dura
         completions.append(&mut cell.inbox.lock());
         // A broken invariant fails this run, not the chip: the panic is caught and latched.
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            step(&chip, &run, &mut completions, &mut assigned)
+            step(index, &chip, &run, &mut completions, &mut assigned)
         }));
         let progressed = stepped.unwrap_or_else(|panic| {
             completions.clear();
@@ -71,6 +72,7 @@ pub(crate) fn scheduler_main(chip: Arc<ChipShared>, index: usize, watchdog: Dura
 
 /// One scheduling pass. Returns whether anything happened.
 fn step(
+    index: usize,
     chip: &ChipShared,
     run: &Arc<RunShared>,
     completions: &mut Vec<Completion>,
@@ -82,6 +84,9 @@ fn step(
     // Completions of older runs are stale and dropped.
     let mut later = Vec::new();
     let mut finished_any = false;
+    let tracing = run.trace_level > 0;
+    let pass_start = tracing.then(Instant::now);
+    let mut blocks = Vec::new();
     {
         let mut graph = run.graph.lock();
         for c in completions.drain(..) {
@@ -108,8 +113,40 @@ fn step(
                 run.latch_sched(e);
             }
             graph.finish(&c, run, &mut fx);
+            if tracing {
+                blocks.push(BlockSpan {
+                    core: c.core,
+                    task: c.task,
+                    kernel: c.kernel.name(),
+                    block_idx: c.block_idx,
+                    block_num: c.block_num,
+                    sub_block: c.sub_block_id,
+                    dispatch_us: c.dispatch_us,
+                    start_us: c.start_us,
+                    end_us: c.end_us,
+                    finish_us: run.micros(Instant::now()),
+                });
+            }
         }
         graph.dispatch(run, chip, assigned);
+    }
+    let traced = !blocks.is_empty() || !assigned.is_empty();
+    if let (Some(trace), Some(start), true) = (&run.trace, pass_start, traced) {
+        let mut buffer = trace.lock();
+        let name = match (blocks.is_empty(), assigned.is_empty()) {
+            (false, false) => "complete+dispatch",
+            (false, true) => "complete",
+            _ => "dispatch",
+        };
+        buffer.span(AicpuSpan {
+            scheduler: Some(index),
+            name: name.to_string(),
+            start_us: run.micros(start),
+            end_us: run.micros(Instant::now()),
+        });
+        for b in blocks {
+            buffer.block(b);
+        }
     }
     let dispatched = !assigned.is_empty();
     for (core, a) in assigned.drain(..) {
