@@ -9,6 +9,7 @@
 //! Architecture invariants: this crate knows nothing about L3; it is usable directly. `unsafe`
 //! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/` and `engine/heap.rs`.
 
+pub mod advise;
 pub mod callable;
 pub mod diag;
 mod engine;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,6 +23,9 @@ pub(crate) enum Command {
     /// Ring-sizing configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Recommend a per-ring `runtime_env` from a run's scope_stats.jsonl (the block on stdout,
+    /// the per-ring table on stderr).
+    Advise(AdviseArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,4 +67,33 @@ pub(crate) struct ResolveArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AdviseArgs {
+    /// The `scope_stats/scope_stats.jsonl` of a run with scope stats enabled.
+    #[arg(value_name = "SCOPE_STATS_JSONL")]
+    pub(crate) stats: PathBuf,
+    /// Headroom over the observed peaks: a fraction (0.25) or a percentage (25%).
+    #[arg(
+        long,
+        value_name = "H",
+        default_value = "0.25",
+        allow_hyphen_values = true
+    )]
+    pub(crate) headroom: String,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = AdviseFormatArg::Toml)]
+    pub(crate) format: AdviseFormatArg,
+}
+
+/// `--format` of `pto advise`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum AdviseFormatArg {
+    /// A `[runtime_env]` block for `pto config resolve --config` or a scene case.
+    Toml,
+    /// `PTO2_RING_*=a,b,c,d` lines (rings without samples keep their resolved capacity).
+    Env,
+    /// One JSON object with the `runtime_env` and the per-ring details.
+    Json,
 }

@@ -1,5 +1,6 @@
 //! Integration tests of the real `pto` binary (STYLE.md habit 16): one test binary, each test
 //! with its own directory and an explicit environment; the process environment is never changed.
 
+mod advise;
 mod config_resolve;
 mod util;

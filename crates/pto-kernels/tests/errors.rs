@@ -720,3 +720,111 @@ fn e4_open_depth_3_scope_blocks_ring_3() {
         still_works(&chip);
     });
 }
+
+fn e13_program<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    let h = s.scope(|s| {
+        Ok(s.submit_aiv(SLEEPY, KernelArgs::new().scalar(100u64))?
+            .task_id())
+    })?;
+    s.scope(|s| {
+        let mut dummies = Vec::new();
+        for _ in 0..68 {
+            dummies.push(s.submit_dummy(KernelArgs::new())?.task_id());
+        }
+        let mut x = KernelArgs::new();
+        for &d in &dummies {
+            x = x.dep(d);
+        }
+        s.submit_dummy(x)?; // 68 edges: 4 spill entries fill the pool
+        let mut c = KernelArgs::new().dep(h);
+        for &d in &dummies[..64] {
+            c = c.dep(d);
+        }
+        s.submit_dummy(c)?; // needs one more spill entry while h runs
+        Ok(())
+    })
+}
+
+fn sleepy(ctx: &mut KernelCtx<'_>) {
+    let ms: u64 = ctx.scalar(0);
+    std::thread::sleep(Duration::from_millis(ms));
+}
+pto_chip::register_kernel!(SLEEPY = "test.sleepy", CoreType::Aiv, sleepy);
+
+/// E13, deliberately different from CHIP_RUNTIME.md: the design expects DEP_POOL_OVERFLOW
+/// because upstream pins `h` when `c` claims it, before `c` waits for a spill entry, so `h` can
+/// never retire. pto takes pins only when it wires a task (after every reservation succeeded),
+/// so `h` retires when its kernel ends, `c` no longer needs an edge to it (a consumed producer
+/// has completed, and nothing of a closed scope is reachable from `c`), its spill need drops to
+/// zero and the run completes. The program is feasible, so succeeding is right for users.
+#[test]
+fn e13_waiting_submit_does_not_pin_a_retiring_head() {
+    with_timeout(60, || {
+        let chip = chip(1, &[]);
+        let started = std::time::Instant::now();
+        let cfg = CallConfig::with_runtime_env(
+            RuntimeEnv::default().with_dep_pool([16384, 4, 16384, 16384]),
+        );
+        chip.run_fn(e13_program, &TaskArgs::new(), &cfg, &RunContext::default())
+            .expect("the submit waits for h, then fits");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        still_works(&chip);
+    });
+}
+
+#[test]
+fn t60_bind_log_line_names_every_value_and_source() {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    with_timeout(60, || {
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .finish();
+        let chip = chip(1, &[("PTO2_RING_DEP_POOL", "256")]);
+        let (_a, a) = f32_tensor(N, 2.0);
+        let (_b, b) = f32_tensor(N, 3.0);
+        let (_f, f) = f32_tensor(N, 0.0);
+        let args = TaskArgs::new().input(&a).input(&b).output_existing(&f);
+        let cfg = CallConfig::with_runtime_env(RuntimeEnv::default().with_task_window(16));
+        let ctx = RunContext {
+            chip: 0,
+            label: Some("small".into()),
+            l3: Some((1, 0)),
+        };
+        let report = tracing::subscriber::with_default(subscriber, || {
+            chip.run("vector_example", &args, &cfg, &ctx).unwrap()
+        });
+        let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("ring sizing"))
+            .expect("a bind line");
+        let expect = format!("ring sizing chip=0 task=small {} arena=miss", report.sizing);
+        assert!(line.contains(&expect), "{line}");
+        assert!(
+            line.contains(
+                "task_window=[16(call_config), 16(call_config), 16(call_config), 16(call_config)]"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("dep_pool=[256(env), 256(env), 256(env), 256(env)]"),
+            "{line}"
+        );
+        assert!(line.contains("pto::ring_config"), "{line}");
+    });
+}

@@ -26,10 +26,10 @@ use pto_chip::memory::HostBuffer;
 use pto_chip::orch::{
     KernelArgs, MixedKernels, OrchArgs, OrchResult, RootScope, Scope, Tensor, TensorCreateInfo,
 };
-use pto_chip::{ChipSpec, ChipWorker, RunContext, TaskId};
+use pto_chip::{ChipSpec, ChipWorker, Detector, RunContext, TaskId};
 use pto_kernels::prop::{APPLY_AIC, APPLY_AIV, unflatten};
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{BufferId, CallConfig, DType, RING_COUNT, RuntimeEnv, TaskArgs};
+use pto_types::{BufferId, CallConfig, DType, ErrorCode, RING_COUNT, RuntimeEnv, TaskArgs};
 
 /// External buffers: two 1-D of 64 elements, one 8 × 8, one read-only constant 1-D of 16.
 const EXT_SHAPES: [&[u32]; 4] = [&[64], &[64], &[8, 8], &[16]];
@@ -662,6 +662,27 @@ fn chip() -> ChipWorker {
 
 /// Builds, runs and checks one program. Returns an error text on mismatch.
 fn check_program(chip: &ChipWorker, choices: &[u32], slack: u32) -> Result<(), String> {
+    match run_program(chip, choices, |b| b.sizing(slack))? {
+        Outcome::Matched => Ok(()),
+        Outcome::Failed(e) => Err(format!("the run failed: {e}")),
+    }
+}
+
+/// How a run of a generated program ended, when its results were not wrong.
+enum Outcome {
+    /// Succeeded with exactly the sequential results.
+    Matched,
+    /// Failed with this error (no result is checked).
+    Failed(Box<pto_chip::ChipError>),
+}
+
+/// Builds and runs one program with the sizing `size` picks; `Err` on wrong results or a
+/// failure that is not a run error.
+fn run_program(
+    chip: &ChipWorker,
+    choices: &[u32],
+    size: impl FnOnce(&Builder) -> RuntimeEnv,
+) -> Result<Outcome, String> {
     let mut builder = Builder::new();
     let mut budget = 60;
     let mut c = Choices {
@@ -669,7 +690,7 @@ fn check_program(chip: &ChipWorker, choices: &[u32], slack: u32) -> Result<(), S
         pos: 0,
     };
     let ops = builder.ops(&mut c, 0, &mut budget);
-    let env = builder.sizing(slack);
+    let env = size(&builder);
     let mut model = Model {
         ext: initial_ext(),
         created: Vec::new(),
@@ -698,8 +719,10 @@ fn check_program(chip: &ChipWorker, choices: &[u32], slack: u32) -> Result<(), S
     let cfg = CallConfig::with_runtime_env(env);
     let result = chip.run_fn(orchestrate, &args, &cfg, &RunContext::default());
     PROGRAM.with(|p| *p.borrow_mut() = None);
-    if let Err(e) = result {
-        return Err(format!("run failed with {env}: {e}"));
+    match result {
+        Ok(_) => {}
+        Err(pto_chip::ChipRunError::Run(e)) => return Ok(Outcome::Failed(e)),
+        Err(e) => return Err(format!("run failed with {env}: {e}")),
     }
     for (i, b) in buffers.iter().enumerate() {
         let got: Vec<u32> = b.read(0, model.ext[i].len());
@@ -715,7 +738,7 @@ fn check_program(chip: &ChipWorker, choices: &[u32], slack: u32) -> Result<(), S
             ));
         }
     }
-    Ok(())
+    Ok(Outcome::Matched)
 }
 
 thread_local! {
@@ -738,6 +761,90 @@ proptest! {
         let result = CHIP.with(|chip| check_program(chip, &choices, slack));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
+}
+
+/// Shrinks some of the minimal sizes: `cuts[i]` halves (1), quarters (2) or keeps (0) entry
+/// `i` of the 12 (window, heap, dep pool per ring), staying legal.
+fn undersize(mut env: RuntimeEnv, cuts: &[u8]) -> RuntimeEnv {
+    for ring in 0..RING_COUNT {
+        let cut = |k: usize| u32::from(cuts.get(k).copied().unwrap_or(0));
+        env.ring_task_window[ring] = (env.ring_task_window[ring] >> cut(ring * 3)).max(4);
+        let heap = env.ring_heap[ring] >> cut(ring * 3 + 1);
+        env.ring_heap[ring] = (heap - heap % 64).max(1024);
+        env.ring_dep_pool[ring] = (env.ring_dep_pool[ring] >> cut(ring * 3 + 2)).max(4);
+    }
+    env
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 600,
+        max_shrink_iters: 2000,
+        failure_persistence: None,
+        .. ProptestConfig::default()
+    })]
+
+    /// The issue-4 sweep: undersized rings either still compute exactly the sequential result
+    /// or fail with a capacity code that was *proven* (never the backstop), and never hang.
+    #[test]
+    fn undersized_rings_fail_with_a_proven_capacity_error_or_compute_correctly(
+        choices in proptest::collection::vec(any::<u32>(), 0..1200),
+        cuts in proptest::collection::vec(prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)], 12),
+    ) {
+        let outcome = CHIP.with(|chip| run_program(chip, &choices, |b| undersize(b.sizing(0), &cuts)));
+        match outcome {
+            Err(e) => prop_assert!(false, "{}", e),
+            Ok(Outcome::Matched) => {}
+            Ok(Outcome::Failed(e)) => {
+                let capacity = matches!(
+                    e.code,
+                    ErrorCode::ScopeDeadlock
+                        | ErrorCode::HeapRingDeadlock
+                        | ErrorCode::FlowControlDeadlock
+                        | ErrorCode::DepPoolOverflow
+                        | ErrorCode::TensormapOverflow
+                );
+                prop_assert!(capacity, "not a capacity code: {}", e);
+                prop_assert!(
+                    matches!(e.detector, Detector::Immediate | Detector::Impossible | Detector::Structural),
+                    "a capacity failure must be proven, not found by the backstop: {}", e
+                );
+                prop_assert!(e.recommended_min.is_some(), "{}", e);
+            }
+        }
+    }
+}
+
+#[test]
+fn undersized_sweep_sees_both_outcomes() {
+    // The sweep above would prove little if every case failed or every case passed.
+    let chip = chip();
+    let (mut passed, mut failed) = (0, 0);
+    let mut rng = 0x2545F4914F6CDD1Du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for _ in 0..60 {
+        let choices: Vec<u32> = (0..800).map(|_| next() as u32).collect();
+        let cuts: Vec<u8> = (0..12)
+            .map(|_| match next() % 8 {
+                6 => 1,
+                7 => 2,
+                _ => 0,
+            })
+            .collect();
+        match run_program(&chip, &choices, |b| undersize(b.sizing(0), &cuts)).unwrap() {
+            Outcome::Matched => passed += 1,
+            Outcome::Failed(_) => failed += 1,
+        }
+    }
+    assert!(
+        passed >= 5 && failed >= 5,
+        "passed {passed}, failed {failed}"
+    );
 }
 
 #[test]

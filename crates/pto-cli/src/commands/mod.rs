@@ -1,5 +1,6 @@
 //! One module per command; each turns parsed arguments into a library request.
 
+mod advise;
 mod config_resolve;
 
 use crate::Outcome;
@@ -8,5 +9,6 @@ use crate::cli::{Command, ConfigCommand};
 pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
     match command {
         Command::Config(ConfigCommand::Resolve(args)) => config_resolve::run(&args),
+        Command::Advise(args) => advise::run(&args),
     }
 }

@@ -1,0 +1,1520 @@
+//! `pto advise`: ring sizing recommended from a run's scope stats (CHIP_RUNTIME.md §7,
+//! RING_CONFIG.md §8, test vectors ST3 and T86).
+//!
+//! ```text
+//! pto advise <scope_stats.jsonl> [--headroom H] [--format toml|env|json]
+//! ```
+//!
+//! [`ScopeStats::parse`] reads a `scope_stats.jsonl` file: line 1 is the metadata record
+//! (`schema` `"pto.scope_stats"`, `version` 1, `fatal`, the effective capacities
+//! `task_window_max` / `heap_max` / `dep_pool_max` and their `*_source` arrays, and `error`, null
+//! or the failed run's `{code, name, ring, resource, requested, used, recommended_min}`); every
+//! further line is one scope sample with `phase` (`begin` / `end`), `ring` and `depth`, and on end
+//! records the peaks `task_window_peak`, `heap_peak`, `heap_largest_alloc`, `dep_pool_peak` and
+//! `spill_peak`. Malformed input is an error naming the line and the field; parsing never panics.
+//!
+//! [`advise`] takes, per ring, the maximum of each peak over all end records and recommends, with
+//! headroom `H` (a fraction, default 0.25; [`Headroom::parse`] also accepts `25%`):
+//!
+//! | Resource | Recommendation |
+//! |---|---|
+//! | window | `max(4, next_pow2(ceil(peak_live·(1+H)) + 1))` |
+//! | heap | `max(1024, align64(ceil((heap_peak + heap_largest_alloc)·(1+H))))` |
+//! | dep pool | `max(4, ceil(max(dep_pool_peak, spill_peak)·(1+H)))` |
+//!
+//! Every value is clamped to a legal one with [`Resource::legal_at_least`]. Rings without end
+//! records stay unset (0 = keep the resolved value). For a failed run the ring and resource named
+//! by the metadata `error` are raised to at least its `recommended_min` and flagged as a lower
+//! bound. The headroom is applied in exact decimal arithmetic, so `0.1` means exactly one tenth.
+//!
+//! Output ([`Advice::render`]), exactly one block on stdout:
+//!
+//! * [`AdviseFormat::Toml`] (default) — accepted by `pto config resolve --config` and, pasted
+//!   under `[cases.config.runtime_env]`, by the scene loader:
+//!   ```toml
+//!   [runtime_env]
+//!   ring_task_window = [4, 8, 0, 0]
+//!   ring_heap = [1024, 327680, 0, 0]
+//!   ring_dep_pool = [4, 4, 0, 0]
+//!   ```
+//! * [`AdviseFormat::Env`] — `PTO2_RING_TASK_WINDOW=a,b,c,d`, `PTO2_RING_HEAP=…`,
+//!   `PTO2_RING_DEP_POOL=…`; rings without samples get their resolved capacity from the metadata,
+//!   because the environment has no unset spelling.
+//! * [`AdviseFormat::Json`] — one line
+//!   `{"runtime_env":{"ring_task_window":[…],"ring_heap":[…],"ring_dep_pool":[…]},"rings":[…]}`,
+//!   one `rings` entry per ring with its peaks and, per resource, the demand, capacity, source,
+//!   recommendation, lower-bound flag and arena bytes saved (negative) or added.
+//!
+//! [`Advice::render_table`] is the human table (peak, capacity with source, recommendation,
+//! arena bytes saved or added) that the command prints on stderr.
+
+use std::fmt;
+
+use pto_types::ring_config::resolve::{Resolved, SizeSource};
+use pto_types::{RING_COUNT, Resource, RuntimeEnv};
+use serde_json::{Map, Value, json};
+
+use crate::error::ResourceKind;
+use crate::footprint::{DEP_ENTRY, DESC, FANIN_ENTRY, PAYLOAD, SLOT};
+
+/// The `schema` of the metadata line.
+pub const SCHEMA: &str = "pto.scope_stats";
+/// The only `version` this reader understands.
+pub const VERSION: u64 = 1;
+
+/// The largest heap value TOML can carry (TOML integers are signed 64-bit), kept 64-aligned.
+const MAX_TOML_HEAP: u64 = (i64::MAX as u64) & !63;
+
+// ---------------------------------------------------------------------------------------------
+// Headroom
+// ---------------------------------------------------------------------------------------------
+
+/// Headroom `H`, kept exactly as the decimal fraction `num / den`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Headroom {
+    num: u128,
+    den: u128,
+}
+
+/// Why a headroom text was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeadroomError {
+    Negative(String),
+    NotNumeric(String),
+}
+
+impl fmt::Display for HeadroomError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeadroomError::Negative(text) => write!(f, "{text:?}: headroom must not be negative"),
+            HeadroomError::NotNumeric(text) => write!(
+                f,
+                "{text:?}: expected a non-negative fraction such as 0.25 or a percentage such as 25%"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HeadroomError {}
+
+/// Digits allowed on either side of the decimal point.
+const MAX_HEADROOM_DIGITS: usize = 18;
+
+impl Headroom {
+    /// The default headroom, 0.25.
+    pub const DEFAULT: Headroom = Headroom { num: 1, den: 4 };
+
+    /// Parses `0.25`, `.5`, `2`, `25%` or `12.5%` (decimal digits only, no exponent or sign).
+    pub fn parse(text: &str) -> Result<Headroom, HeadroomError> {
+        let trimmed = text.trim();
+        let (body, percent) = match trimmed.strip_suffix('%') {
+            Some(body) => (body.trim_end(), true),
+            None => (trimmed, false),
+        };
+        if body.starts_with('-') {
+            return Err(HeadroomError::Negative(text.to_string()));
+        }
+        let not_numeric = || HeadroomError::NotNumeric(text.to_string());
+        let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+        let digits_ok =
+            |s: &str| s.len() <= MAX_HEADROOM_DIGITS && s.bytes().all(|b| b.is_ascii_digit());
+        if (int.is_empty() && frac.is_empty()) || !digits_ok(int) || !digits_ok(frac) {
+            return Err(not_numeric());
+        }
+        let den = 10u128.pow(frac.len() as u32);
+        let int_value: u128 = if int.is_empty() {
+            0
+        } else {
+            int.parse().map_err(|_| not_numeric())?
+        };
+        let frac_value: u128 = if frac.is_empty() {
+            0
+        } else {
+            frac.parse().map_err(|_| not_numeric())?
+        };
+        let num = int_value * den + frac_value;
+        let den = if percent { den * 100 } else { den };
+        Ok(Headroom { num, den })
+    }
+
+    /// `H` as a float, for display.
+    pub fn as_f64(self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+
+    /// `ceil(value · (1 + H))`, exactly, saturating at `u64::MAX`.
+    pub fn grow(self, value: u64) -> u64 {
+        let factor = self.num + self.den;
+        let Some(product) = u128::from(value).checked_mul(factor) else {
+            return u64::MAX;
+        };
+        u64::try_from(product.div_ceil(self.den)).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for Headroom {
+    fn default() -> Headroom {
+        Headroom::DEFAULT
+    }
+}
+
+impl std::str::FromStr for Headroom {
+    type Err = HeadroomError;
+
+    fn from_str(text: &str) -> Result<Headroom, HeadroomError> {
+        Headroom::parse(text)
+    }
+}
+
+impl fmt::Display for Headroom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.as_f64())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsed scope stats
+// ---------------------------------------------------------------------------------------------
+
+/// A malformed `scope_stats.jsonl`: the 1-based line, the field (if one is at fault) and what
+/// is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeStatsError {
+    pub line: usize,
+    pub field: Option<String>,
+    pub problem: String,
+}
+
+impl fmt::Display for ScopeStatsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "line {}: {field}: {}", self.line, self.problem),
+            None => write!(f, "line {}: {}", self.line, self.problem),
+        }
+    }
+}
+
+impl std::error::Error for ScopeStatsError {}
+
+/// The failed run's error record from the metadata line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatsRunError {
+    pub code: u64,
+    pub name: String,
+    pub ring: Option<usize>,
+    pub resource: Option<ResourceKind>,
+    pub requested: Option<u64>,
+    pub used: Option<u64>,
+    pub recommended_min: Option<u64>,
+}
+
+/// The per-ring maxima of the end-record peak fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingPeaks {
+    /// End records seen for this ring (0 = no samples).
+    pub end_records: u64,
+    pub task_window_peak: u64,
+    pub heap_peak: u64,
+    pub heap_largest_alloc: u64,
+    pub dep_pool_peak: u64,
+    pub spill_peak: u64,
+}
+
+impl RingPeaks {
+    fn absorb(&mut self, end: &RingPeaks) {
+        self.end_records += 1;
+        self.task_window_peak = self.task_window_peak.max(end.task_window_peak);
+        self.heap_peak = self.heap_peak.max(end.heap_peak);
+        self.heap_largest_alloc = self.heap_largest_alloc.max(end.heap_largest_alloc);
+        self.dep_pool_peak = self.dep_pool_peak.max(end.dep_pool_peak);
+        self.spill_peak = self.spill_peak.max(end.spill_peak);
+    }
+
+    /// The quantity the recommendation for `resource` scales by the headroom.
+    pub fn demand(&self, resource: Resource) -> u64 {
+        match resource {
+            Resource::TaskWindow => self.task_window_peak,
+            Resource::Heap => self.heap_peak.saturating_add(self.heap_largest_alloc),
+            Resource::DepPool => self.dep_pool_peak.max(self.spill_peak),
+        }
+    }
+}
+
+/// A parsed `scope_stats.jsonl`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeStats {
+    pub fatal: bool,
+    /// Samples the writer dropped (0 when the field is absent).
+    pub dropped: u64,
+    /// Effective capacities and their sources, per resource (in [`Resource::ALL`] order).
+    pub capacity: [[Resolved; RING_COUNT]; 3],
+    pub error: Option<StatsRunError>,
+    /// Per-ring maxima over all end records.
+    pub rings: [RingPeaks; RING_COUNT],
+    /// Begin and end records read.
+    pub samples: u64,
+}
+
+impl ScopeStats {
+    /// Parses the bytes of a file; invalid UTF-8 is reported with its line.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<ScopeStats, ScopeStatsError> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => ScopeStats::parse(text),
+            Err(e) => {
+                let before = &bytes[..e.valid_up_to()];
+                let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+                Err(problem(line, None, "not valid UTF-8"))
+            }
+        }
+    }
+
+    /// Parses the text of a file. Blank lines are skipped; line numbers count them.
+    pub fn parse(text: &str) -> Result<ScopeStats, ScopeStatsError> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l))
+            .filter(|(_, l)| !l.trim().is_empty());
+        let Some((first, meta_line)) = lines.next() else {
+            return Err(problem(1, None, "empty file: expected the metadata record"));
+        };
+        let mut stats = parse_metadata(first, &object(first, meta_line)?)?;
+        for (line, text) in lines {
+            let sample = parse_sample(line, &object(line, text)?)?;
+            stats.samples += 1;
+            if let Sample::End { ring, peaks } = sample {
+                stats.rings[ring].absorb(&peaks);
+            }
+        }
+        Ok(stats)
+    }
+
+    /// The capacity and source of `resource` on `ring`.
+    pub fn capacity(&self, resource: Resource, ring: usize) -> Resolved {
+        self.capacity[resource_index(resource)][ring]
+    }
+}
+
+fn resource_index(resource: Resource) -> usize {
+    match resource {
+        Resource::TaskWindow => 0,
+        Resource::Heap => 1,
+        Resource::DepPool => 2,
+    }
+}
+
+fn problem(line: usize, field: Option<&str>, text: impl Into<String>) -> ScopeStatsError {
+    ScopeStatsError {
+        line,
+        field: field.map(str::to_string),
+        problem: text.into(),
+    }
+}
+
+type Obj = Map<String, Value>;
+
+fn object(line: usize, text: &str) -> Result<Obj, ScopeStatsError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(problem(
+            line,
+            None,
+            format!("expected a JSON object, found {}", describe(&other)),
+        )),
+        Err(e) => Err(problem(line, None, format!("not valid JSON: {e}"))),
+    }
+}
+
+/// A short description of a JSON value for messages.
+fn describe(value: &Value) -> String {
+    let kind = match value {
+        Value::Null => return "null".to_string(),
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let mut text = value.to_string();
+    if text.len() > 40 {
+        let cut = (0..=37)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    format!("{kind} {text}")
+}
+
+fn field<'a>(obj: &'a Obj, line: usize, name: &str) -> Result<&'a Value, ScopeStatsError> {
+    obj.get(name)
+        .ok_or_else(|| problem(line, Some(name), "missing field"))
+}
+
+fn as_uint(value: &Value, line: usize, name: &str) -> Result<u64, ScopeStatsError> {
+    value.as_u64().ok_or_else(|| {
+        problem(
+            line,
+            Some(name),
+            format!("expected a non-negative integer, found {}", describe(value)),
+        )
+    })
+}
+
+fn uint(obj: &Obj, line: usize, name: &str) -> Result<u64, ScopeStatsError> {
+    as_uint(field(obj, line, name)?, line, name)
+}
+
+/// An integer field that may be absent or null.
+fn opt_uint(
+    obj: &Obj,
+    line: usize,
+    name: &str,
+    path: &str,
+) -> Result<Option<u64>, ScopeStatsError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => as_uint(v, line, path).map(Some),
+    }
+}
+
+fn string<'a>(obj: &'a Obj, line: usize, name: &str) -> Result<&'a str, ScopeStatsError> {
+    let value = field(obj, line, name)?;
+    value.as_str().ok_or_else(|| {
+        problem(
+            line,
+            Some(name),
+            format!("expected a string, found {}", describe(value)),
+        )
+    })
+}
+
+fn list4<'a>(obj: &'a Obj, line: usize, name: &str) -> Result<&'a [Value], ScopeStatsError> {
+    let value = field(obj, line, name)?;
+    match value.as_array() {
+        Some(items) if items.len() == RING_COUNT => Ok(items),
+        Some(items) => Err(problem(
+            line,
+            Some(name),
+            format!("expected 4 entries (one per ring), found {}", items.len()),
+        )),
+        None => Err(problem(
+            line,
+            Some(name),
+            format!("expected a list of 4, found {}", describe(value)),
+        )),
+    }
+}
+
+fn parse_source(value: &Value, line: usize, path: &str) -> Result<SizeSource, ScopeStatsError> {
+    match value.as_str() {
+        Some("call_config") => Ok(SizeSource::CallConfig),
+        Some("env") => Ok(SizeSource::Env),
+        Some("default") => Ok(SizeSource::Default),
+        _ => Err(problem(
+            line,
+            Some(path),
+            format!(
+                "expected \"call_config\", \"env\" or \"default\", found {}",
+                describe(value)
+            ),
+        )),
+    }
+}
+
+/// `<short>_max` and `<short>_source` of one resource, each value checked against its rule.
+fn capacities(
+    obj: &Obj,
+    line: usize,
+    resource: Resource,
+) -> Result<[Resolved; RING_COUNT], ScopeStatsError> {
+    let max_name = format!("{}_max", resource.short_name());
+    let source_name = format!("{}_source", resource.short_name());
+    let values = list4(obj, line, &max_name)?;
+    let sources = list4(obj, line, &source_name)?;
+    let mut out = [Resolved {
+        value: 0,
+        source: SizeSource::Default,
+    }; RING_COUNT];
+    for (ring, slot) in out.iter_mut().enumerate() {
+        let path = format!("{max_name}[{ring}]");
+        let value = as_uint(&values[ring], line, &path)?;
+        if resource.check(value).is_err() {
+            return Err(problem(
+                line,
+                Some(&path),
+                format!("{value} {}", resource.rule_text()),
+            ));
+        }
+        let source = parse_source(&sources[ring], line, &format!("{source_name}[{ring}]"))?;
+        *slot = Resolved { value, source };
+    }
+    Ok(out)
+}
+
+fn parse_metadata(line: usize, obj: &Obj) -> Result<ScopeStats, ScopeStatsError> {
+    let Some(schema) = obj.get("schema") else {
+        return Err(problem(
+            line,
+            Some("schema"),
+            "missing field (line 1 must be the metadata record)",
+        ));
+    };
+    if schema.as_str() != Some(SCHEMA) {
+        return Err(problem(
+            line,
+            Some("schema"),
+            format!("expected \"{SCHEMA}\", found {}", describe(schema)),
+        ));
+    }
+    let version = uint(obj, line, "version")?;
+    if version != VERSION {
+        return Err(problem(
+            line,
+            Some("version"),
+            format!("unsupported version {version} (this pto reads version {VERSION})"),
+        ));
+    }
+    let fatal_value = field(obj, line, "fatal")?;
+    let fatal = fatal_value.as_bool().ok_or_else(|| {
+        problem(
+            line,
+            Some("fatal"),
+            format!("expected true or false, found {}", describe(fatal_value)),
+        )
+    })?;
+    let dropped = opt_uint(obj, line, "dropped", "dropped")?.unwrap_or(0);
+    let capacity = [
+        capacities(obj, line, Resource::TaskWindow)?,
+        capacities(obj, line, Resource::Heap)?,
+        capacities(obj, line, Resource::DepPool)?,
+    ];
+    let error = match obj.get("error") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(err)) => Some(parse_run_error(line, err)?),
+        Some(other) => {
+            return Err(problem(
+                line,
+                Some("error"),
+                format!("expected null or an object, found {}", describe(other)),
+            ));
+        }
+    };
+    Ok(ScopeStats {
+        fatal,
+        dropped,
+        capacity,
+        error,
+        rings: [RingPeaks::default(); RING_COUNT],
+        samples: 0,
+    })
+}
+
+fn parse_resource_kind(
+    value: &Value,
+    line: usize,
+) -> Result<Option<ResourceKind>, ScopeStatsError> {
+    let kind = match value {
+        Value::Null => return Ok(None),
+        Value::String(s) => match s.as_str() {
+            "task_window" => ResourceKind::TaskWindow,
+            "heap" => ResourceKind::Heap,
+            "dep_list" => ResourceKind::DepList,
+            "fanin_spill" => ResourceKind::FaninSpill,
+            "tensormap" => ResourceKind::TensorMap,
+            "cores" => ResourceKind::Cores,
+            _ => return Err(unknown_resource(value, line)),
+        },
+        _ => return Err(unknown_resource(value, line)),
+    };
+    Ok(Some(kind))
+}
+
+fn unknown_resource(value: &Value, line: usize) -> ScopeStatsError {
+    problem(
+        line,
+        Some("error.resource"),
+        format!(
+            "expected one of \"task_window\", \"heap\", \"dep_list\", \"fanin_spill\", \"tensormap\", \"cores\" or null, found {}",
+            describe(value)
+        ),
+    )
+}
+
+fn parse_run_error(line: usize, err: &Obj) -> Result<StatsRunError, ScopeStatsError> {
+    let code = as_uint(
+        field(err, line, "code").map_err(|e| renamed(e, "error.code"))?,
+        line,
+        "error.code",
+    )?;
+    let name_value = field(err, line, "name").map_err(|e| renamed(e, "error.name"))?;
+    let name = name_value
+        .as_str()
+        .ok_or_else(|| {
+            problem(
+                line,
+                Some("error.name"),
+                format!("expected a string, found {}", describe(name_value)),
+            )
+        })?
+        .to_string();
+    let ring = match opt_uint(err, line, "ring", "error.ring")? {
+        Some(r) if r >= RING_COUNT as u64 => {
+            return Err(problem(
+                line,
+                Some("error.ring"),
+                format!("{r} is not a ring (0 to 3)"),
+            ));
+        }
+        r => r.map(|r| r as usize),
+    };
+    let resource = parse_resource_kind(err.get("resource").unwrap_or(&Value::Null), line)?;
+    Ok(StatsRunError {
+        code,
+        name,
+        ring,
+        resource,
+        requested: opt_uint(err, line, "requested", "error.requested")?,
+        used: opt_uint(err, line, "used", "error.used")?,
+        recommended_min: opt_uint(err, line, "recommended_min", "error.recommended_min")?,
+    })
+}
+
+fn renamed(mut e: ScopeStatsError, path: &str) -> ScopeStatsError {
+    e.field = Some(path.to_string());
+    e
+}
+
+enum Sample {
+    Begin,
+    End { ring: usize, peaks: RingPeaks },
+}
+
+fn parse_sample(line: usize, obj: &Obj) -> Result<Sample, ScopeStatsError> {
+    if obj.contains_key("schema") {
+        return Err(problem(
+            line,
+            Some("schema"),
+            "a second metadata record (only line 1 may be metadata)",
+        ));
+    }
+    let phase = string(obj, line, "phase")?;
+    let ring = uint(obj, line, "ring")?;
+    if ring >= RING_COUNT as u64 {
+        return Err(problem(
+            line,
+            Some("ring"),
+            format!("{ring} is not a ring (0 to 3)"),
+        ));
+    }
+    let depth = uint(obj, line, "depth")?;
+    let ring = ring as usize;
+    if ring != pto_types::ring_config::ring_for_depth(usize::try_from(depth).unwrap_or(usize::MAX))
+    {
+        return Err(problem(
+            line,
+            Some("ring"),
+            format!("ring {ring} does not match depth {depth} (ring = min(depth, 3))"),
+        ));
+    }
+    match phase {
+        "begin" => Ok(Sample::Begin),
+        "end" => Ok(Sample::End {
+            ring,
+            peaks: end_peaks(line, obj)?,
+        }),
+        other => Err(problem(
+            line,
+            Some("phase"),
+            format!("expected \"begin\" or \"end\", found {other:?}"),
+        )),
+    }
+}
+
+fn end_peaks(line: usize, obj: &Obj) -> Result<RingPeaks, ScopeStatsError> {
+    Ok(RingPeaks {
+        end_records: 1,
+        task_window_peak: uint(obj, line, "task_window_peak")?,
+        heap_peak: uint(obj, line, "heap_peak")?,
+        heap_largest_alloc: uint(obj, line, "heap_largest_alloc")?,
+        dep_pool_peak: uint(obj, line, "dep_pool_peak")?,
+        spill_peak: uint(obj, line, "spill_peak")?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Advice
+// ---------------------------------------------------------------------------------------------
+
+/// The recommendation for one resource on one ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceAdvice {
+    /// The scaled quantity ([`RingPeaks::demand`]); `None` when the ring has no samples.
+    pub demand: Option<u64>,
+    /// The capacity the run had, from the metadata.
+    pub capacity: Resolved,
+    /// The recommended value; 0 = unset (keep the resolved value).
+    pub recommended: u64,
+    /// Raised from a failed run's `recommended_min`: re-run with it and advise again.
+    pub lower_bound: bool,
+}
+
+impl ResourceAdvice {
+    /// The value a run would bind: the recommendation, or the capacity when unset.
+    pub fn effective(&self) -> u64 {
+        if self.recommended == 0 {
+            self.capacity.value
+        } else {
+            self.recommended
+        }
+    }
+}
+
+/// The recommendations for one ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingAdvice {
+    pub ring: usize,
+    pub peaks: RingPeaks,
+    /// In [`Resource::ALL`] order.
+    pub resources: [ResourceAdvice; 3],
+}
+
+impl RingAdvice {
+    pub fn get(&self, resource: Resource) -> &ResourceAdvice {
+        &self.resources[resource_index(resource)]
+    }
+
+    fn get_mut(&mut self, resource: Resource) -> &mut ResourceAdvice {
+        &mut self.resources[resource_index(resource)]
+    }
+}
+
+/// The output of [`advise`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Advice {
+    pub headroom: Headroom,
+    pub rings: [RingAdvice; RING_COUNT],
+    /// Things the user should know (failed run, dropped samples, non-ring resources).
+    pub notes: Vec<String>,
+}
+
+/// The stdout format of `pto advise`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AdviseFormat {
+    #[default]
+    Toml,
+    Env,
+    Json,
+}
+
+/// `resource`'s recommendation for `demand`. `legal_at_least` supplies the `max(min, …)`, the
+/// next power of two (window) and the 64-byte alignment (heap) of the formulas.
+pub fn recommend(resource: Resource, demand: u64, headroom: Headroom) -> u64 {
+    let grown = headroom.grow(demand);
+    let want = match resource {
+        Resource::TaskWindow => grown.saturating_add(1),
+        Resource::Heap | Resource::DepPool => grown,
+    };
+    let value = resource.legal_at_least(want);
+    match resource {
+        Resource::Heap => value.min(MAX_TOML_HEAP),
+        _ => value,
+    }
+}
+
+/// Recommends a ring sizing from parsed scope stats.
+pub fn advise(stats: &ScopeStats, headroom: Headroom) -> Advice {
+    let rings = std::array::from_fn(|ring| ring_advice(stats, ring, headroom));
+    let mut advice = Advice {
+        headroom,
+        rings,
+        notes: Vec::new(),
+    };
+    if stats.dropped > 0 {
+        advice.notes.push(format!(
+            "{} sample(s) were dropped: the peaks may be understated",
+            stats.dropped
+        ));
+    }
+    if let Some(err) = &stats.error {
+        apply_run_error(&mut advice, err);
+    } else if stats.fatal {
+        advice
+            .notes
+            .push("the run failed: the peaks cover only the part that ran".to_string());
+    }
+    advice
+}
+
+fn ring_advice(stats: &ScopeStats, ring: usize, headroom: Headroom) -> RingAdvice {
+    let peaks = stats.rings[ring];
+    let resources = Resource::ALL.map(|resource| {
+        let demand = (peaks.end_records > 0).then(|| peaks.demand(resource));
+        ResourceAdvice {
+            demand,
+            capacity: stats.capacity(resource, ring),
+            recommended: demand.map_or(0, |d| recommend(resource, d, headroom)),
+            lower_bound: false,
+        }
+    });
+    RingAdvice {
+        ring,
+        peaks,
+        resources,
+    }
+}
+
+fn apply_run_error(advice: &mut Advice, err: &StatsRunError) {
+    let what = format!("the run failed with {} ({})", err.name, err.code);
+    let target = err.resource.and_then(ResourceKind::ring_resource);
+    let (Some(resource), Some(ring), Some(min)) = (target, err.ring, err.recommended_min) else {
+        let why = match err.resource {
+            Some(kind @ (ResourceKind::TensorMap | ResourceKind::Cores)) => {
+                format!("{} is not sized by runtime_env", kind.as_str())
+            }
+            _ => "the error names no ring resource with a recommended_min".to_string(),
+        };
+        advice.notes.push(format!(
+            "{what}: {why}; the peaks cover only the part that ran"
+        ));
+        return;
+    };
+    let entry = advice.rings[ring].get_mut(resource);
+    entry.recommended = entry.recommended.max(recommend_min(resource, min));
+    entry.lower_bound = true;
+    advice.notes.push(format!(
+        "{what}: {}[{ring}] is a lower bound (at least {}); re-run with it and advise again",
+        resource.field(),
+        entry.recommended
+    ));
+}
+
+fn recommend_min(resource: Resource, min: u64) -> u64 {
+    let value = resource.legal_at_least(min);
+    match resource {
+        Resource::Heap => value.min(MAX_TOML_HEAP),
+        _ => value,
+    }
+}
+
+/// Arena bytes that `value` of `resource` costs on one ring (RING_CONFIG.md §7.1, using the
+/// constants of [`crate::footprint`]).
+fn ring_bytes(resource: Resource, value: u64) -> i128 {
+    let a = |per: u64, n: u64| (i128::from(per) * i128::from(n) + 63) / 64 * 64;
+    match resource {
+        Resource::TaskWindow => a(DESC, value) + a(PAYLOAD, value) + a(SLOT, value),
+        Resource::Heap => i128::from(value),
+        Resource::DepPool => a(DEP_ENTRY, value.saturating_add(1)) + a(FANIN_ENTRY, value),
+    }
+}
+
+impl ResourceAdvice {
+    /// Arena bytes added (positive) or saved (negative) by the recommendation.
+    pub fn bytes_delta(&self, resource: Resource) -> i128 {
+        ring_bytes(resource, self.effective()) - ring_bytes(resource, self.capacity.value)
+    }
+}
+
+impl Advice {
+    /// The `runtime_env` to apply: recommendations, 0 for rings without samples.
+    pub fn runtime_env(&self) -> RuntimeEnv {
+        let mut env = RuntimeEnv::default();
+        for resource in Resource::ALL {
+            env.set(resource, self.values(resource, false));
+        }
+        env
+    }
+
+    /// Per-ring values of `resource`; with `fill`, unset rings take their capacity.
+    pub fn values(&self, resource: Resource, fill: bool) -> [u64; RING_COUNT] {
+        self.rings.map(|r| {
+            let entry = r.get(resource);
+            if fill {
+                entry.effective()
+            } else {
+                entry.recommended
+            }
+        })
+    }
+
+    /// Total arena bytes added (positive) or saved (negative).
+    pub fn total_bytes_delta(&self) -> i128 {
+        self.rings
+            .iter()
+            .flat_map(|r| Resource::ALL.map(|res| r.get(res).bytes_delta(res)))
+            .sum()
+    }
+
+    /// The stdout block in `format`, ending with a newline.
+    pub fn render(&self, format: AdviseFormat) -> String {
+        match format {
+            AdviseFormat::Toml => self.to_toml(),
+            AdviseFormat::Env => self.to_env(),
+            AdviseFormat::Json => format!("{}\n", self.to_json()),
+        }
+    }
+
+    /// `[runtime_env]` with the three keys as 4-entry lists.
+    pub fn to_toml(&self) -> String {
+        let mut out = String::from("[runtime_env]\n");
+        for resource in Resource::ALL {
+            let [a, b, c, d] = self.values(resource, false);
+            out.push_str(&format!("{} = [{a}, {b}, {c}, {d}]\n", resource.field()));
+        }
+        out
+    }
+
+    /// Three `PTO2_RING_*=a,b,c,d` lines; unset rings take their resolved capacity.
+    pub fn to_env(&self) -> String {
+        let mut out = String::new();
+        for resource in Resource::ALL {
+            let [a, b, c, d] = self.values(resource, true);
+            out.push_str(&format!("{}={a},{b},{c},{d}\n", resource.env_var()));
+        }
+        out
+    }
+
+    /// `{"runtime_env":{…},"rings":[…]}`.
+    pub fn to_json(&self) -> Value {
+        let mut env = Map::new();
+        for resource in Resource::ALL {
+            env.insert(
+                resource.field().to_string(),
+                json!(self.values(resource, false)),
+            );
+        }
+        let rings: Vec<Value> = self.rings.iter().map(ring_json).collect();
+        json!({"runtime_env": env, "rings": rings})
+    }
+
+    /// The per-ring table printed on stderr.
+    pub fn render_table(&self) -> String {
+        let mut out = format!("pto advise: headroom {}\n", self.headroom);
+        out.push_str(&format!(
+            "{:<5} {:<12} {:<28} {:<26} {:<26} {}\n",
+            "ring", "resource", "peak", "capacity (source)", "advice", "arena bytes"
+        ));
+        for ring in &self.rings {
+            for resource in Resource::ALL {
+                out.push_str(&table_row(ring, resource));
+            }
+        }
+        out.push_str(&format!(
+            "total: arena bytes {}\n",
+            bytes_text(self.total_bytes_delta())
+        ));
+        for note in &self.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        out
+    }
+}
+
+fn ring_json(ring: &RingAdvice) -> Value {
+    let peaks = (ring.peaks.end_records > 0).then(|| {
+        json!({
+            "task_window_peak": ring.peaks.task_window_peak,
+            "heap_peak": ring.peaks.heap_peak,
+            "heap_largest_alloc": ring.peaks.heap_largest_alloc,
+            "dep_pool_peak": ring.peaks.dep_pool_peak,
+            "spill_peak": ring.peaks.spill_peak,
+        })
+    });
+    let mut obj = Map::new();
+    obj.insert("ring".into(), json!(ring.ring));
+    obj.insert("end_records".into(), json!(ring.peaks.end_records));
+    obj.insert("peaks".into(), peaks.unwrap_or(Value::Null));
+    for resource in Resource::ALL {
+        let entry = ring.get(resource);
+        let delta = i64::try_from(entry.bytes_delta(resource)).unwrap_or(i64::MAX);
+        obj.insert(
+            resource.short_name().into(),
+            json!({
+                "demand": entry.demand,
+                "capacity": entry.capacity.value,
+                "source": entry.capacity.source.as_str(),
+                "recommended": entry.recommended,
+                "lower_bound": entry.lower_bound,
+                "bytes_delta": delta,
+            }),
+        );
+    }
+    Value::Object(obj)
+}
+
+fn peak_text(ring: &RingAdvice, resource: Resource) -> String {
+    let p = &ring.peaks;
+    if p.end_records == 0 {
+        return "-".to_string();
+    }
+    match resource {
+        Resource::TaskWindow => p.task_window_peak.to_string(),
+        Resource::Heap => format!("{} + largest {}", p.heap_peak, p.heap_largest_alloc),
+        Resource::DepPool => format!("{} (spill {})", p.dep_pool_peak, p.spill_peak),
+    }
+}
+
+fn advice_text(entry: &ResourceAdvice) -> String {
+    match (entry.recommended, entry.lower_bound) {
+        (0, _) => "keep (no samples)".to_string(),
+        (v, true) => format!(">= {v} (lower bound)"),
+        (v, false) => v.to_string(),
+    }
+}
+
+fn bytes_text(delta: i128) -> String {
+    match delta {
+        0 => "0".to_string(),
+        d if d < 0 => format!("{} saved", -d),
+        d => format!("{d} added"),
+    }
+}
+
+fn table_row(ring: &RingAdvice, resource: Resource) -> String {
+    let entry = ring.get(resource);
+    let capacity = format!("{} ({})", entry.capacity.value, entry.capacity.source);
+    format!(
+        "{:<5} {:<12} {:<28} {:<26} {:<26} {}\n",
+        ring.ring,
+        resource.short_name(),
+        peak_text(ring, resource),
+        capacity,
+        advice_text(entry),
+        bytes_text(entry.bytes_delta(resource))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The ST1 run of CHIP_RUNTIME.md §7: root scope on ring 0, one user scope on ring 1.
+    const ST1: &str = r#"{"schema":"pto.scope_stats","version":1,"fatal":false,"dropped":0,"total":4,"label":"small","clusters":8,"aicpu_thread_num":4,"task_window_max":[16384,8,16384,16384],"heap_max":[268435456,262144,268435456,268435456],"dep_pool_max":[16384,64,16384,16384],"tensormap_max":65536,"task_window_source":["default","call_config","default","default"],"heap_source":["default","call_config","default","default"],"dep_pool_source":["env","call_config","env","env"],"error":null}
+{"seq":1,"site":"vector_example.rs:1","phase":"begin","depth":0,"ring":0,"task_window_start":0,"task_window_end":0,"heap_start":0,"heap_end":0,"dep_pool_start":1,"dep_pool_end":1,"tensormap":0,"t_us":1.0}
+{"seq":2,"site":"vector_example.rs:5","phase":"begin","depth":1,"ring":1,"task_window_start":0,"task_window_end":0,"heap_start":0,"heap_end":0,"dep_pool_start":1,"dep_pool_end":1,"tensormap":0,"t_us":41.0}
+{"seq":3,"site":"vector_example.rs:5","phase":"end","depth":1,"ring":1,"task_window_start":0,"task_window_end":4,"heap_start":0,"heap_end":196608,"dep_pool_start":1,"dep_pool_end":4,"tensormap":1,"task_window_peak":4,"heap_peak":196608,"heap_largest_alloc":65536,"dep_pool_peak":3,"spill_peak":0,"t_us":212.5}
+{"seq":4,"site":"vector_example.rs:1","phase":"end","depth":0,"ring":0,"task_window_start":0,"task_window_end":0,"heap_start":0,"heap_end":0,"dep_pool_start":1,"dep_pool_end":1,"tensormap":0,"task_window_peak":0,"heap_peak":0,"heap_largest_alloc":0,"dep_pool_peak":0,"spill_peak":0,"t_us":220.0}
+"#;
+
+    fn st1_advice(headroom: Headroom) -> Advice {
+        advise(&ScopeStats::parse(ST1).unwrap(), headroom)
+    }
+
+    fn parse_err(text: &str) -> ScopeStatsError {
+        ScopeStats::parse(text).unwrap_err()
+    }
+
+    /// ST1 with line `line` (1-based) replaced.
+    fn st1_with_line(line: usize, text: &str) -> String {
+        let mut lines: Vec<&str> = ST1.lines().collect();
+        lines[line - 1] = text;
+        lines.join("\n")
+    }
+
+    #[test]
+    fn st3_advise_on_st1_with_default_headroom() {
+        let advice = st1_advice(Headroom::DEFAULT);
+        let env = advice.runtime_env();
+        assert_eq!(env.ring_task_window[1], 8);
+        assert_eq!(env.ring_heap[1], 327680);
+        assert_eq!(env.ring_dep_pool[1], 4);
+        // The root scope ran no tasks: the minimum legal values.
+        assert_eq!(env.ring_task_window[0], 4);
+        assert_eq!(env.ring_heap[0], 1024);
+        assert_eq!(env.ring_dep_pool[0], 4);
+        // Rings 2 and 3 have no samples: unset.
+        for ring in 2..4 {
+            assert_eq!(env.ring_task_window[ring], 0);
+            assert_eq!(env.ring_heap[ring], 0);
+            assert_eq!(env.ring_dep_pool[ring], 0);
+        }
+        assert!(env.validate().is_ok());
+        assert!(advice.notes.is_empty());
+    }
+
+    #[test]
+    fn parse_st1_collects_peaks_and_provenance() {
+        let stats = ScopeStats::parse(ST1).unwrap();
+        assert_eq!(stats.samples, 4);
+        assert!(!stats.fatal);
+        assert_eq!(stats.rings[1].end_records, 1);
+        assert_eq!(stats.rings[1].demand(Resource::Heap), 262144);
+        assert_eq!(stats.rings[2], RingPeaks::default());
+        assert_eq!(
+            stats.capacity(Resource::DepPool, 0),
+            Resolved {
+                value: 16384,
+                source: SizeSource::Env
+            }
+        );
+        assert_eq!(
+            stats.capacity(Resource::TaskWindow, 1),
+            Resolved {
+                value: 8,
+                source: SizeSource::CallConfig
+            }
+        );
+    }
+
+    #[test]
+    fn peaks_are_maxima_over_end_records() {
+        let extra = r#"{"phase":"end","depth":5,"ring":3,"task_window_peak":9,"heap_peak":10,"heap_largest_alloc":2000,"dep_pool_peak":1,"spill_peak":7}
+{"phase":"end","depth":3,"ring":3,"task_window_peak":3,"heap_peak":5000,"heap_largest_alloc":64,"dep_pool_peak":2,"spill_peak":0}"#;
+        let stats = ScopeStats::parse(&format!("{ST1}{extra}\n")).unwrap();
+        let p = stats.rings[3];
+        assert_eq!(
+            (p.end_records, p.task_window_peak, p.heap_peak),
+            (2, 9, 5000)
+        );
+        assert_eq!(
+            (p.heap_largest_alloc, p.dep_pool_peak, p.spill_peak),
+            (2000, 2, 7)
+        );
+        let advice = advise(&stats, Headroom::DEFAULT);
+        // window: ceil(9·1.25) + 1 = 13 -> 16; heap: ceil(7000·1.25) = 8750 -> 8768;
+        // dep pool: ceil(7·1.25) = 9.
+        assert_eq!(advice.values(Resource::TaskWindow, false)[3], 16);
+        assert_eq!(advice.values(Resource::Heap, false)[3], 8768);
+        assert_eq!(advice.values(Resource::DepPool, false)[3], 9);
+    }
+
+    #[test]
+    fn headroom_variants() {
+        let zero = st1_advice(Headroom::parse("0").unwrap()).runtime_env();
+        // window: 4 + 1 = 5 -> 8; heap exactly 262144; dep pool max(4, 3) = 4.
+        assert_eq!(
+            (
+                zero.ring_task_window[1],
+                zero.ring_heap[1],
+                zero.ring_dep_pool[1]
+            ),
+            (8, 262144, 4)
+        );
+        let double = st1_advice(Headroom::parse("1").unwrap()).runtime_env();
+        // window: 8 + 1 = 9 -> 16; heap 524288; dep pool 6.
+        assert_eq!(
+            (
+                double.ring_task_window[1],
+                double.ring_heap[1],
+                double.ring_dep_pool[1]
+            ),
+            (16, 524288, 6)
+        );
+        let tenth = st1_advice(Headroom::parse("0.1").unwrap()).runtime_env();
+        // Exact decimal: ceil(262144·1.1) = 288359 (288358.4) -> 288384; ceil(3·1.1) = 4.
+        assert_eq!((tenth.ring_heap[1], tenth.ring_dep_pool[1]), (288384, 4));
+    }
+
+    #[test]
+    fn headroom_parsing() {
+        assert_eq!(
+            Headroom::parse("25%").unwrap(),
+            Headroom::parse("0.25").unwrap()
+        );
+        assert_eq!(Headroom::parse("0.25").unwrap().grow(100), 125);
+        assert_eq!(Headroom::parse("25%").unwrap().grow(100), 125);
+        assert_eq!(Headroom::parse(" 12.5% ").unwrap().grow(8), 9);
+        assert_eq!(Headroom::parse(".5").unwrap().grow(10), 15);
+        assert_eq!(Headroom::parse("2.").unwrap().grow(10), 30);
+        assert_eq!(Headroom::parse("0.1").unwrap().grow(10), 11);
+        assert_eq!(Headroom::DEFAULT.grow(u64::MAX), u64::MAX);
+        assert_eq!(Headroom::default().as_f64(), 0.25);
+        for bad in ["-0.1", "-25%", " -1"] {
+            assert!(
+                matches!(Headroom::parse(bad), Err(HeadroomError::Negative(_))),
+                "{bad}"
+            );
+        }
+        for bad in [
+            "",
+            "abc",
+            "%",
+            ".",
+            "1e-1",
+            "0x10",
+            "+1",
+            "1.2.3",
+            "nan",
+            "inf",
+            "1 %%",
+            "1234567890123456789",
+        ] {
+            assert!(
+                matches!(Headroom::parse(bad), Err(HeadroomError::NotNumeric(_))),
+                "{bad:?}"
+            );
+        }
+        let text = Headroom::parse("abc").unwrap_err().to_string();
+        assert!(text.contains("\"abc\"") && text.contains("25%"), "{text}");
+    }
+
+    #[test]
+    fn recommendations_are_clamped_to_legal_values() {
+        let h = Headroom::DEFAULT;
+        assert_eq!(recommend(Resource::TaskWindow, u64::MAX, h), 1 << 30);
+        assert_eq!(recommend(Resource::DepPool, u64::MAX, h), (1 << 31) - 1);
+        assert_eq!(recommend(Resource::Heap, u64::MAX, h), MAX_TOML_HEAP);
+        assert_eq!(recommend(Resource::Heap, 1, h), 1024);
+        assert_eq!(recommend(Resource::Heap, 1000, h), 1280);
+        for resource in Resource::ALL {
+            assert!(resource.check(recommend(resource, 12345, h)).is_ok());
+        }
+    }
+
+    #[test]
+    fn output_formats() {
+        let advice = st1_advice(Headroom::DEFAULT);
+        assert_eq!(
+            advice.render(AdviseFormat::Toml),
+            "[runtime_env]\nring_task_window = [4, 8, 0, 0]\nring_heap = [1024, 327680, 0, 0]\nring_dep_pool = [4, 4, 0, 0]\n"
+        );
+        assert_eq!(
+            advice.render(AdviseFormat::Env),
+            "PTO2_RING_TASK_WINDOW=4,8,16384,16384\nPTO2_RING_HEAP=1024,327680,268435456,268435456\nPTO2_RING_DEP_POOL=4,4,16384,16384\n"
+        );
+        let json: Value = serde_json::from_str(&advice.render(AdviseFormat::Json)).unwrap();
+        assert_eq!(
+            json["runtime_env"]["ring_heap"],
+            json!([1024, 327680, 0, 0])
+        );
+        assert_eq!(json["rings"][1]["heap"]["recommended"], 327680);
+        assert_eq!(json["rings"][1]["heap"]["bytes_delta"], 65536);
+        assert_eq!(json["rings"][1]["task_window"]["source"], "call_config");
+        assert_eq!(json["rings"][2]["peaks"], Value::Null);
+        assert_eq!(json["rings"][2]["heap"]["recommended"], 0);
+        assert_eq!(json["rings"][2]["heap"]["bytes_delta"], 0);
+    }
+
+    #[test]
+    fn table_shows_peak_capacity_advice_and_bytes() {
+        let table = st1_advice(Headroom::DEFAULT).render_table();
+        assert!(table.contains("headroom 0.25"), "{table}");
+        assert!(table.contains("196608 + largest 65536"), "{table}");
+        assert!(table.contains("262144 (call_config)"), "{table}");
+        assert!(table.contains("65536 added"), "{table}");
+        assert!(table.contains("keep (no samples)"), "{table}");
+        assert!(table.contains("268434432 saved"), "{table}");
+        assert!(table.contains("total: "), "{table}");
+    }
+
+    #[test]
+    fn failed_run_raises_the_resource_to_a_lower_bound() {
+        let meta = ST1.lines().next().unwrap().replace(
+            r#""fatal":false"#,
+            r#""fatal":true"#,
+        ).replace(
+            r#""error":null"#,
+            r#""error":{"code":2,"name":"HEAP_RING_DEADLOCK","ring":1,"resource":"heap","requested":65536,"used":262144,"recommended_min":400000}"#,
+        );
+        let advice = advise(
+            &ScopeStats::parse(&st1_with_line(1, &meta)).unwrap(),
+            Headroom::DEFAULT,
+        );
+        let heap = advice.rings[1].get(Resource::Heap);
+        assert_eq!(heap.recommended, 400000_u64.next_multiple_of(64));
+        assert!(heap.lower_bound);
+        assert!(!advice.rings[1].get(Resource::TaskWindow).lower_bound);
+        assert!(advice.render_table().contains(">= 400000 (lower bound)"));
+        assert!(
+            advice.notes[0].contains("HEAP_RING_DEADLOCK (2)"),
+            "{:?}",
+            advice.notes
+        );
+        // A lower bound never lowers the peak-based value, and it sets unsampled rings.
+        let meta = meta
+            .replace(
+                r#""ring":1,"resource":"heap""#,
+                r#""ring":3,"resource":"fanin_spill""#,
+            )
+            .replace("400000", "5");
+        let advice = advise(
+            &ScopeStats::parse(&st1_with_line(1, &meta)).unwrap(),
+            Headroom::DEFAULT,
+        );
+        let dep = advice.rings[3].get(Resource::DepPool);
+        assert_eq!((dep.recommended, dep.lower_bound), (5, true));
+        assert_eq!(advice.runtime_env().ring_dep_pool, [4, 4, 0, 5]);
+    }
+
+    #[test]
+    fn failed_run_on_a_non_ring_resource_is_a_note() {
+        let meta = ST1.lines().next().unwrap().replace(
+            r#""error":null"#,
+            r#""error":{"code":11,"name":"TENSORMAP_OVERFLOW","ring":null,"resource":"tensormap","requested":1,"used":64,"recommended_min":65}"#,
+        );
+        let advice = advise(
+            &ScopeStats::parse(&st1_with_line(1, &meta)).unwrap(),
+            Headroom::DEFAULT,
+        );
+        assert_eq!(
+            advice.runtime_env(),
+            st1_advice(Headroom::DEFAULT).runtime_env()
+        );
+        assert!(
+            advice.notes[0].contains("TensorMap is not sized by runtime_env"),
+            "{:?}",
+            advice.notes
+        );
+    }
+
+    #[test]
+    fn malformed_input_names_line_and_field() {
+        let cases: Vec<(String, usize, Option<&str>, &str)> = vec![
+            (String::new(), 1, None, "empty file"),
+            ("\n\n".into(), 1, None, "empty file"),
+            ("not json".into(), 1, None, "not valid JSON"),
+            ("[1,2]".into(), 1, None, "expected a JSON object"),
+            (
+                st1_with_line(1, r#"{"phase":"begin"}"#),
+                1,
+                Some("schema"),
+                "metadata record",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines()
+                        .next()
+                        .unwrap()
+                        .replace("\"version\":1", "\"version\":2"),
+                ),
+                1,
+                Some("version"),
+                "unsupported version 2",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines()
+                        .next()
+                        .unwrap()
+                        .replace("[16384,8,16384,16384]", "[16384,8,16384]"),
+                ),
+                1,
+                Some("task_window_max"),
+                "expected 4 entries",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines()
+                        .next()
+                        .unwrap()
+                        .replace("[16384,8,16384,16384]", "[16384,6,16384,16384]"),
+                ),
+                1,
+                Some("task_window_max[1]"),
+                "power of two",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines()
+                        .next()
+                        .unwrap()
+                        .replace("\"env\",\"call_config\"", "\"envv\",\"call_config\""),
+                ),
+                1,
+                Some("dep_pool_source[0]"),
+                "\"envv\"",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines().next().unwrap().replace(
+                        "\"error\":null",
+                        "\"error\":{\"code\":1,\"name\":\"X\",\"resource\":\"disk\"}",
+                    ),
+                ),
+                1,
+                Some("error.resource"),
+                "\"disk\"",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines()
+                        .next()
+                        .unwrap()
+                        .replace("\"error\":null", "\"error\":{\"name\":\"X\"}"),
+                ),
+                1,
+                Some("error.code"),
+                "missing field",
+            ),
+            (
+                st1_with_line(
+                    1,
+                    &ST1.lines()
+                        .next()
+                        .unwrap()
+                        .replace("\"fatal\":false", "\"fatal\":0"),
+                ),
+                1,
+                Some("fatal"),
+                "true or false",
+            ),
+            (
+                st1_with_line(
+                    4,
+                    &ST1.lines()
+                        .nth(3)
+                        .unwrap()
+                        .replace("\"heap_peak\":196608", "\"heap_peak\":\"abc\""),
+                ),
+                4,
+                Some("heap_peak"),
+                "non-negative integer, found string \"abc\"",
+            ),
+            (
+                st1_with_line(
+                    4,
+                    &ST1.lines().nth(3).unwrap().replace("\"spill_peak\":0,", ""),
+                ),
+                4,
+                Some("spill_peak"),
+                "missing field",
+            ),
+            (
+                st1_with_line(
+                    4,
+                    &ST1.lines()
+                        .nth(3)
+                        .unwrap()
+                        .replace("\"dep_pool_peak\":3", "\"dep_pool_peak\":-3"),
+                ),
+                4,
+                Some("dep_pool_peak"),
+                "found number -3",
+            ),
+            (
+                st1_with_line(
+                    3,
+                    &ST1.lines()
+                        .nth(2)
+                        .unwrap()
+                        .replace("\"phase\":\"begin\"", "\"phase\":\"middle\""),
+                ),
+                3,
+                Some("phase"),
+                "\"middle\"",
+            ),
+            (
+                st1_with_line(
+                    3,
+                    &ST1.lines()
+                        .nth(2)
+                        .unwrap()
+                        .replace("\"ring\":1", "\"ring\":4"),
+                ),
+                3,
+                Some("ring"),
+                "not a ring",
+            ),
+            (
+                st1_with_line(
+                    3,
+                    &ST1.lines()
+                        .nth(2)
+                        .unwrap()
+                        .replace("\"ring\":1", "\"ring\":2"),
+                ),
+                3,
+                Some("ring"),
+                "does not match depth 1",
+            ),
+            (
+                st1_with_line(3, ST1.lines().next().unwrap()),
+                3,
+                Some("schema"),
+                "second metadata record",
+            ),
+            (
+                st1_with_line(5, "{\"phase\":\"end\""),
+                5,
+                None,
+                "not valid JSON",
+            ),
+        ];
+        for (text, line, field, expect) in cases {
+            let err = parse_err(&text);
+            assert_eq!(err.line, line, "{err}");
+            assert_eq!(err.field.as_deref(), field, "{err}");
+            assert!(
+                err.to_string().contains(expect),
+                "{err} does not contain {expect:?}"
+            );
+            assert!(
+                err.to_string().starts_with(&format!("line {line}: ")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_names_its_line() {
+        let mut bytes = ST1.as_bytes().to_vec();
+        let third = ST1.lines().take(2).map(|l| l.len() + 1).sum::<usize>();
+        bytes[third + 3] = 0xff;
+        let err = ScopeStats::parse_bytes(&bytes).unwrap_err();
+        assert_eq!(err.line, 3);
+        assert!(err.to_string().contains("UTF-8"));
+        assert!(ScopeStats::parse_bytes(ST1.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn blank_lines_are_skipped_but_counted() {
+        let text = ST1.replace('\n', "\n\n");
+        assert_eq!(
+            ScopeStats::parse(&text).unwrap(),
+            ScopeStats::parse(ST1).unwrap()
+        );
+        let bad = st1_with_line(2, "\n{}");
+        assert_eq!(parse_err(&bad).line, 3);
+    }
+
+    proptest! {
+        /// Garbage lines never panic; an error always names a line of the input.
+        #[test]
+        fn garbage_never_panics(lines in proptest::collection::vec(".{0,80}", 0..6), keep_meta in any::<bool>()) {
+            let mut text = if keep_meta { format!("{}\n", ST1.lines().next().unwrap()) } else { String::new() };
+            text.push_str(&lines.join("\n"));
+            let line_count = text.lines().count().max(1);
+            if let Err(e) = ScopeStats::parse(&text) {
+                prop_assert!(e.line >= 1 && e.line <= line_count, "{e}");
+            }
+        }
+
+        /// Truncating or corrupting ST1 at any byte is an error or a valid parse, never a panic.
+        #[test]
+        fn corrupted_st1_never_panics(cut in 0..ST1.len(), byte in any::<u8>(), at in 0..ST1.len()) {
+            let mut bytes = ST1.as_bytes().to_vec();
+            bytes[at] = byte;
+            bytes.truncate(cut.max(at + 1));
+            if let Ok(stats) = ScopeStats::parse_bytes(&bytes) {
+                let advice = advise(&stats, Headroom::DEFAULT);
+                prop_assert!(advice.runtime_env().validate().is_ok());
+                let _ = advice.render(AdviseFormat::Json);
+                let _ = advice.render_table();
+            }
+        }
+
+        /// Arbitrary peaks always give legal values that cover the demand.
+        #[test]
+        fn recommendations_are_legal_and_cover_demand(demand in any::<u64>(), num in 0u32..400) {
+            let h = Headroom::parse(&format!("{num}%")).unwrap();
+            for resource in Resource::ALL {
+                let v = recommend(resource, demand, h);
+                prop_assert!(resource.check(v).is_ok());
+                let cap = match resource {
+                    Resource::TaskWindow => 1 << 30,
+                    Resource::Heap => MAX_TOML_HEAP,
+                    Resource::DepPool => (1 << 31) - 1,
+                };
+                prop_assert!(v >= demand || v == cap, "{resource} {demand} -> {v}");
+            }
+        }
+    }
+}
