@@ -100,8 +100,9 @@ struct ChipState {
     ledger: DeviceLedger,
     tensormap: Option<TensorMap>,
     next_run_id: u64,
-    /// Set when a kernel never returned: later runs fail at once.
-    poisoned: Option<String>,
+    /// Set when a kernel of a failed run did not return: later runs fail at once, naming it,
+    /// until the kernel returns (the run's `running` count drops to 0).
+    poisoned: Option<(String, Arc<RunShared>)>,
 }
 
 /// A simulated chip.
@@ -244,10 +245,14 @@ impl ChipWorker {
         let started = Instant::now();
         let bind = |e: BindError| ChipRunError::Bind(e);
         let mut state = self.state.lock();
-        if let Some(reason) = &state.poisoned {
-            return Err(bind(BindError::Poisoned {
-                reason: reason.clone(),
-            }));
+        if let Some((reason, stuck)) = &state.poisoned {
+            if stuck.running.load(Ordering::Acquire) > 0 {
+                return Err(bind(BindError::Poisoned {
+                    reason: reason.clone(),
+                }));
+            }
+            tracing::info!(target: "pto::chip", "chip {}: the stuck kernel returned; the chip is usable again", ctx.chip);
+            state.poisoned = None;
         }
         // C6: validate again, then the thread count, then resolve and derive.
         cfg.validate()
@@ -375,7 +380,7 @@ impl ChipWorker {
         state.tensormap = Some(core.into_tensormap());
         state.arenas.release(lease, &mut state.ledger);
         if let Some(reason) = poisoned {
-            state.poisoned = Some(reason);
+            state.poisoned = Some((reason, Arc::clone(&run)));
         }
         if let Some(error) = error {
             return Err(ChipRunError::Run(Box::new(error)));
@@ -487,10 +492,12 @@ impl ChipWorker {
             let deadline = if run.is_cancelled() {
                 let since = *cancelled_at.get_or_insert(now);
                 if now - since >= self.spec.scheduler_timeout {
-                    let running = run.running.load(Ordering::Acquire);
+                    let census = run.graph.lock().stall_census();
                     return Some(format!(
-                        "{running} kernel block(s) of run {} never returned after the run failed",
-                        run.id
+                        "{} kernel block(s) of run {} did not return after the run failed ({})",
+                        run.running.load(Ordering::Acquire),
+                        run.id,
+                        census.first.as_deref().unwrap_or("task unknown")
                     ));
                 }
                 Some(since + self.spec.scheduler_timeout)
@@ -511,7 +518,12 @@ impl Drop for ChipWorker {
         for c in &self.shared.cores {
             c.ec.notify_all();
         }
-        let poisoned = self.state.lock().poisoned.is_some();
+        let poisoned = self
+            .state
+            .lock()
+            .poisoned
+            .as_ref()
+            .is_some_and(|(_, run)| run.running.load(Ordering::Acquire) > 0);
         for t in self.threads.drain(..) {
             if poisoned {
                 // A core stuck in a kernel cannot be joined; leave the threads detached.

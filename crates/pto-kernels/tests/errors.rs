@@ -828,3 +828,61 @@ fn t60_bind_log_line_names_every_value_and_source() {
         assert!(line.contains("pto::ring_config"), "{line}");
     });
 }
+
+fn stubborn(_ctx: &mut KernelCtx<'_>) {
+    // Ignores cancellation on purpose.
+    std::thread::sleep(Duration::from_millis(1500));
+}
+pto_chip::register_kernel!(STUBBORN = "test.stubborn", CoreType::Aiv, stubborn);
+
+fn one_stubborn_kernel<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    s.submit_aiv(STUBBORN, KernelArgs::new())?;
+    Ok(())
+}
+
+#[test]
+fn a_kernel_that_does_not_return_poisons_the_chip_until_it_does() {
+    with_timeout(60, || {
+        pto_kernels::link();
+        let spec = ChipSpec {
+            clusters: 1,
+            scheduler_timeout: Some(Duration::from_millis(200)),
+            ..ChipSpec::default()
+        };
+        let chip = ChipWorker::new(spec, EnvSource::empty()).unwrap();
+        let started = std::time::Instant::now();
+        let e = fails(
+            &chip,
+            one_stubborn_kernel,
+            &TaskArgs::new(),
+            RuntimeEnv::default(),
+        );
+        check(
+            &e,
+            ErrorCode::SchedulerTimeout,
+            Detector::Timeout,
+            None,
+            None,
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1400),
+            "the run returns before the kernel"
+        );
+        match chip.run_fn(
+            one_stubborn_kernel,
+            &TaskArgs::new(),
+            &CallConfig::default(),
+            &RunContext::default(),
+        ) {
+            Err(ChipRunError::Bind(pto_chip::BindError::Poisoned { reason })) => {
+                assert!(
+                    reason.contains("test.stubborn") && reason.contains("r0:0"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected a poisoned chip, got {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(1600));
+        still_works(&chip);
+    });
+}
