@@ -49,7 +49,7 @@ use crate::engine::Shape;
 use crate::engine::orchestrator::{ArgTensor, CreateInfo, OrchCore, SubmitRequest};
 use crate::error::{ChipError, Detector};
 pub use crate::error::{Fatal, OrchResult};
-use crate::kernel::{CoreType, KernelRef, Scalar};
+use crate::kernel::{CoreType, Element, KernelRef, Scalar};
 use crate::task_id::TaskId;
 use crate::tensor::{MAX_DIMS, TensorDesc};
 
@@ -502,6 +502,26 @@ impl<'s, 'p> Scope<'s, 'p> {
             tensors,
             _scope: PhantomData,
         })
+    }
+
+    /// Reads one element of `t` once every task that writes it has completed (a blocking read
+    /// for control flow, e.g. a loop bound). Waits at most the chip's `tensor_wait_timeout`
+    /// (TENSOR_WAIT_TIMEOUT, 8). Readers that are plain INPUT tasks are not waited for.
+    pub fn get_tensor_data<T: Element>(&mut self, t: Tensor<'s>, idx: &[u32]) -> OrchResult<T> {
+        self.core.access_element(t.desc, idx, None)
+    }
+
+    /// Writes one element of `t` once every task that writes it has completed and released it.
+    /// As upstream, plain INPUT readers of an external tensor are not waited for.
+    pub fn set_tensor_data<T: Element>(
+        &mut self,
+        t: Tensor<'s>,
+        idx: &[u32],
+        value: T,
+    ) -> OrchResult<()> {
+        self.core
+            .access_element(t.desc, idx, Some(value))
+            .map(|_| ())
     }
 
     /// Clusters of the chip (C).

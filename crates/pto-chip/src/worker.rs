@@ -345,6 +345,7 @@ impl ChipWorker {
                 // Flow arrows of swimlane level 2+ come from the recorded edges.
                 dep_gen: cfg.enable_dep_gen || cfg.enable_chip_swimlane >= 2,
                 alloc_backstop: self.spec.alloc_backstop,
+                tensor_wait_timeout: self.spec.tensor_wait_timeout,
                 spin: self.shared.spin,
                 schedulers,
                 root_site: callable.name.to_string(),

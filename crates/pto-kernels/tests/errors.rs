@@ -886,3 +886,95 @@ fn a_kernel_that_does_not_return_poisons_the_chip_until_it_does() {
         still_works(&chip);
     });
 }
+
+fn wait_on_spinner<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    let out = s
+        .submit_aic(
+            SPIN_AIC_OUT,
+            KernelArgs::new().output(TensorCreateInfo::new(&[4], DType::F32)),
+        )?
+        .tensor(0);
+    let _: f32 = s.get_tensor_data(out, &[0])?;
+    Ok(())
+}
+
+fn spin_with_output(ctx: &mut KernelCtx<'_>) {
+    spin_until_cancelled(ctx);
+}
+pto_chip::register_kernel!(
+    SPIN_AIC_OUT = "test.spin_with_output",
+    CoreType::Aic,
+    spin_with_output
+);
+
+#[test]
+fn code8_tensor_wait_timeout_names_the_producer() {
+    with_timeout(60, || {
+        pto_kernels::link();
+        let spec = ChipSpec {
+            clusters: 1,
+            tensor_wait_timeout: Some(Duration::from_millis(200)),
+            scheduler_timeout: Some(Duration::from_secs(5)),
+            ..ChipSpec::default()
+        };
+        let chip = ChipWorker::new(spec, EnvSource::empty()).unwrap();
+        let started = std::time::Instant::now();
+        let e = fails(
+            &chip,
+            wait_on_spinner,
+            &TaskArgs::new(),
+            RuntimeEnv::default(),
+        );
+        check(
+            &e,
+            ErrorCode::TensorWaitTimeout,
+            Detector::Timeout,
+            None,
+            None,
+        );
+        assert_eq!(e.task, Some(TaskId::new(0, 0)));
+        assert!(e.detail.contains("r0:0"), "{}", e.detail);
+        assert!(started.elapsed() < Duration::from_secs(3));
+        still_works(&chip);
+    });
+}
+
+fn read_write_back<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let x = a.tensor(0);
+    let ci = TensorCreateInfo::new(&[4], DType::F32);
+    let t = s
+        .submit_aiv(pto_kernels::bench::FILL, KernelArgs::new().output(ci))?
+        .tensor(0);
+    let v: f32 = s.get_tensor_data(t, &[2])?;
+    assert_eq!(v, 1.0);
+    s.set_tensor_data(t, &[1], 5.0f32)?;
+    let first: f32 = s.get_tensor_data(x, &[0])?;
+    s.set_tensor_data(x, &[3], first + v)?;
+    s.submit_aiv(
+        pto_kernels::vector::ADD,
+        KernelArgs::new()
+            .input(t)
+            .input(t)
+            .output_existing(x.view(&[4], &[4]).unwrap()),
+    )?;
+    Ok(())
+}
+
+#[test]
+fn get_and_set_tensor_data_order_against_tasks() {
+    with_timeout(60, || {
+        let chip = chip(1, &[]);
+        let (buf, x) = f32_tensor(8, 7.0);
+        chip.run_fn(
+            read_write_back,
+            &TaskArgs::new().inout(&x),
+            &CallConfig::default(),
+            &RunContext::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            buf.read_f32(0, 8),
+            [7.0, 7.0, 7.0, 8.0, 2.0, 10.0, 2.0, 2.0]
+        );
+    });
+}

@@ -200,6 +200,21 @@ impl Graph {
         }
     }
 
+    /// Whether `id` no longer holds anyone back from its outputs: COMPLETED (or gone) and, with
+    /// `released`, every RETAIN pin taken by its consumers released too.
+    pub(crate) fn producer_done(&self, id: TaskId, released: bool) -> bool {
+        match self.producer_state(id) {
+            ProducerState::Gone => true,
+            ProducerState::Pending => false,
+            ProducerState::Completed => {
+                !released || {
+                    let slot = self.slot(id);
+                    slot.pins_released == slot.pins
+                }
+            }
+        }
+    }
+
     /// Publishes a task: records it, pins and wires its producers, and routes it if ready.
     /// The caller checked every producer's state under this same lock hold and reserved the
     /// dep-list entries for the pending ones.

@@ -24,7 +24,7 @@ use crate::diag::deps::{DepGraph, EdgeKind};
 use crate::diag::scope_stats::{Counters, Peaks, ScopeStats};
 use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector, Fatal, OrchResult, ResourceKind};
-use crate::kernel::{BoundTensor, KernelRef};
+use crate::kernel::{BoundTensor, CoreId, Element, KernelCtx, KernelRef};
 use crate::ring::{AllocFailureKind, DepPool, TaskRing};
 use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
@@ -113,6 +113,7 @@ pub(crate) struct OrchSettings {
     pub(crate) scope_stats: bool,
     pub(crate) dep_gen: bool,
     pub(crate) alloc_backstop: Duration,
+    pub(crate) tensor_wait_timeout: Duration,
     pub(crate) spin: SpinPolicy,
     pub(crate) schedulers: usize,
     /// Names the root scope in scope stats (the callable's name).
@@ -819,6 +820,99 @@ impl OrchCore {
             self.run.ring_progress.notify_one();
             self.run.done.notify_all();
         }
+    }
+
+    /// Blocking element access for `get/set_tensor_data` (CHIP_RUNTIME.md §2.3): waits until
+    /// the tensor's creator and every live overlapping TensorMap writer completed (for a write,
+    /// also until their consumers released them), bounded by `tensor_wait_timeout` (code 8),
+    /// then reads or writes one element through a one-tensor kernel context.
+    pub(crate) fn access_element<T: Element>(
+        &mut self,
+        desc: TensorDesc,
+        idx: &[u32],
+        write: Option<T>,
+    ) -> OrchResult<T> {
+        self.check_fatal()?;
+        let what = if write.is_some() {
+            "set_tensor_data"
+        } else {
+            "get_tensor_data"
+        };
+        if !T::accepts(desc.dtype()) {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "{what}: the tensor has dtype {}, not {}",
+                    desc.dtype(),
+                    T::DTYPE
+                ),
+            ));
+        }
+        if idx.len() != desc.ndims() || desc.element_offset(idx).is_none() {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                format!("{what}: index {idx:?} is outside the tensor {desc}"),
+            ));
+        }
+        self.refresh_all();
+        let mut producers: Vec<TaskId> = desc.owner().into_iter().collect();
+        if !desc.manual_dep() {
+            let observed = self.observed;
+            self.tensormap
+                .lookup(&desc, &observed, Want::Writers, |hit| {
+                    producers.push(hit.producer);
+                    Visit::Keep
+                });
+        }
+        let run = Arc::clone(&self.run);
+        let deadline = Instant::now() + self.settings.tensor_wait_timeout;
+        let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
+        loop {
+            let pending = {
+                let graph = run.graph.lock();
+                producers
+                    .iter()
+                    .copied()
+                    .find(|&p| !graph.producer_done(p, write.is_some()))
+            };
+            let Some(blocking) = pending else { break };
+            self.check_fatal()?;
+            if Instant::now() >= deadline {
+                let mut e = ChipError::new(
+                    ErrorCode::TensorWaitTimeout,
+                    Detector::Timeout,
+                    format!(
+                        "{what} waited {} ms for producer {blocking} of tensor {desc}",
+                        self.settings.tensor_wait_timeout.as_millis()
+                    ),
+                );
+                e.task = Some(blocking);
+                return Err(self.fail(e));
+            }
+            let _ = waiter.wait(Some(deadline));
+        }
+        let bound = [BoundTensor {
+            desc,
+            base_ptr: self.memory.buffer_ptr(&desc),
+            writable: write.is_some(),
+        }];
+        let ctx = KernelCtx::new(
+            &bound,
+            &[],
+            0,
+            1,
+            0,
+            CoreId(u32::MAX),
+            TaskId::INVALID,
+            &run.cancelled,
+        );
+        Ok(match write {
+            Some(value) => {
+                ctx.output::<T>(0).set(idx, value);
+                value
+            }
+            None => ctx.input::<T>(0).get(idx),
+        })
     }
 
     /// Opens a nested scope opened at `site`.
