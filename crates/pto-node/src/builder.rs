@@ -1,0 +1,281 @@
+//! `Worker::builder(level)…build()`: the options of NODE_RUNTIME.md §1.1, checked at `build`.
+//!
+//! `build` only checks and records; no thread, mapping or chip exists before `init`. Every
+//! violation is a [`BuildError`] naming the option. Environment tier (RING_CONFIG.md §4.1): the
+//! chips see `chip_env_source` (default: the process environment, copied at `init`) overlaid
+//! with the `ring_env` pairs, later pairs winning; in-process chips snapshot exactly that at
+//! `init`. (We overlay `ring_env` on an explicit `chip_env_source` too, rather than ignoring
+//! the pairs, so a test can start from an empty environment and add pairs.)
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::time::Duration;
+
+use pto_chip::ChipSpec;
+use pto_types::ring_config::env::EnvSource;
+use pto_types::wait::DEFAULT_SPIN;
+
+use crate::error::BuildError;
+use crate::worker::Worker;
+
+/// How children are run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum EndpointMode {
+    /// Child processes talking through shared-memory mailboxes (issue 6; `init` reports it as
+    /// not implemented yet).
+    #[default]
+    ChildProcess,
+    /// Chips and subs are threads of this process; closures allowed.
+    InProcess,
+}
+
+/// The checked options of a Worker.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerOptions {
+    pub(crate) level: u32,
+    pub(crate) chips: usize,
+    pub(crate) chip_specs: Vec<ChipSpec>,
+    pub(crate) sub_workers: usize,
+    pub(crate) mode: EndpointMode,
+    pub(crate) heap_ring_size: u64,
+    pub(crate) max_queued_runs: usize,
+    pub(crate) control_timeout: Duration,
+    pub(crate) heap_alloc_timeout: Duration,
+    pub(crate) close_timeout: Duration,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) scheduler_spin: Duration,
+    pub(crate) lane_spin: Duration,
+    pub(crate) waiter_spin: Duration,
+    pub(crate) ring_env: Vec<(OsString, OsString)>,
+    pub(crate) strict_env: bool,
+    pub(crate) chip_env_source: Option<EnvSource>,
+    pub(crate) track_war: bool,
+}
+
+/// Builds a [`Worker`]; see NODE_RUNTIME.md §1.1 for every option.
+#[derive(Debug)]
+pub struct WorkerBuilder {
+    level: u32,
+    chips: usize,
+    chip_specs: BTreeMap<usize, ChipSpec>,
+    sub_workers: usize,
+    mode: EndpointMode,
+    heap_ring_size: u64,
+    max_queued_runs: usize,
+    control_timeout: Duration,
+    heap_alloc_timeout: Duration,
+    close_timeout: Duration,
+    shutdown_grace: Duration,
+    scheduler_spin: Duration,
+    lane_spin: Duration,
+    waiter_spin: Duration,
+    ring_env: Vec<(OsString, OsString)>,
+    strict_env: bool,
+    chip_env_source: Option<EnvSource>,
+    track_war: bool,
+}
+
+/// Smallest `heap_ring_size`.
+pub const MIN_HEAP_RING_SIZE: u64 = 64 << 10;
+
+impl WorkerBuilder {
+    pub(crate) fn new(level: u32) -> WorkerBuilder {
+        WorkerBuilder {
+            level,
+            chips: 0,
+            chip_specs: BTreeMap::new(),
+            sub_workers: 0,
+            mode: EndpointMode::default(),
+            heap_ring_size: 256 << 20,
+            max_queued_runs: 4,
+            control_timeout: Duration::from_secs(30),
+            heap_alloc_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+            scheduler_spin: DEFAULT_SPIN,
+            lane_spin: DEFAULT_SPIN,
+            waiter_spin: Duration::from_micros(20),
+            ring_env: Vec::new(),
+            strict_env: false,
+            chip_env_source: None,
+            track_war: false,
+        }
+    }
+
+    /// Number of chip workers (level 3 only).
+    pub fn chips(mut self, n: usize) -> Self {
+        self.chips = n;
+        self
+    }
+
+    /// The spec of chip `i` (default `ChipSpec::default()`).
+    pub fn chip_spec(mut self, i: usize, spec: ChipSpec) -> Self {
+        self.chip_specs.insert(i, spec);
+        self
+    }
+
+    pub fn sub_workers(mut self, m: usize) -> Self {
+        self.sub_workers = m;
+        self
+    }
+
+    pub fn endpoint_mode(mut self, mode: EndpointMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Bytes per heap ring (4 rings) for `orch.alloc`; a multiple of 4096, at least 64 KiB.
+    pub fn heap_ring_size(mut self, bytes: u64) -> Self {
+        self.heap_ring_size = bytes;
+        self
+    }
+
+    /// `submit` blocks while this many runs are unfinished (≥ 1).
+    pub fn max_queued_runs(mut self, n: usize) -> Self {
+        self.max_queued_runs = n;
+        self
+    }
+
+    pub fn control_timeout(mut self, d: Duration) -> Self {
+        self.control_timeout = d;
+        self
+    }
+
+    /// How long `alloc` waits for heap-ring space unless exhaustion is provable.
+    pub fn heap_alloc_timeout(mut self, d: Duration) -> Self {
+        self.heap_alloc_timeout = d;
+        self
+    }
+
+    pub fn close_timeout(mut self, d: Duration) -> Self {
+        self.close_timeout = d;
+        self
+    }
+
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.shutdown_grace = d;
+        self
+    }
+
+    /// Spin windows of the scheduler, of the worker lanes and of `RunHandle::wait`.
+    pub fn spin_window(mut self, scheduler: Duration, lane: Duration, waiter: Duration) -> Self {
+        self.scheduler_spin = scheduler;
+        self.lane_spin = lane;
+        self.waiter_spin = waiter;
+        self
+    }
+
+    /// An environment pair for the chips (later pairs win); the process is untouched.
+    pub fn ring_env(mut self, var: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.ring_env.push((var.into(), value.into()));
+        self
+    }
+
+    /// Environment problems fail `init`.
+    pub fn strict_env(mut self, strict: bool) -> Self {
+        self.strict_env = strict;
+        self
+    }
+
+    /// The chips' base environment instead of the process environment (in-process only).
+    pub fn chip_env_source(mut self, source: EnvSource) -> Self {
+        self.chip_env_source = Some(source);
+        self
+    }
+
+    /// Order write-after-read: writers wait for overlapping live readers (§2.3).
+    pub fn track_war(mut self, on: bool) -> Self {
+        self.track_war = on;
+        self
+    }
+
+    /// Checks every option; the Worker is NEW (no threads yet).
+    pub fn build(self) -> Result<Worker, BuildError> {
+        let err = |option: &'static str, reason: String| Err(BuildError { option, reason });
+        if self.level < 3 {
+            return err(
+                "level",
+                format!(
+                    "must be at least 3 (chips run L2 directly through pto_chip::ChipWorker), got {}",
+                    self.level
+                ),
+            );
+        }
+        if self.level > 3 {
+            return err(
+                "level",
+                format!(
+                    "level {} (Worker children, L4 composition) is not implemented yet",
+                    self.level
+                ),
+            );
+        }
+        if self.chips + self.sub_workers == 0 {
+            return err(
+                "chips",
+                "a Worker needs at least one chip or sub worker".to_string(),
+            );
+        }
+        let mut chip_specs = vec![ChipSpec::default(); self.chips];
+        for (i, spec) in self.chip_specs {
+            if i >= self.chips {
+                return err(
+                    "chip_spec",
+                    format!("chip {i} does not exist (chips({}))", self.chips),
+                );
+            }
+            if let Err(e) = spec.validate() {
+                return err("chip_spec", format!("chip {i}: {e}"));
+            }
+            chip_specs[i] = spec;
+        }
+        if !self.heap_ring_size.is_multiple_of(4096) || self.heap_ring_size < MIN_HEAP_RING_SIZE {
+            return err(
+                "heap_ring_size",
+                format!(
+                    "{} must be a multiple of 4096 and at least {MIN_HEAP_RING_SIZE}",
+                    self.heap_ring_size
+                ),
+            );
+        }
+        if self.max_queued_runs == 0 {
+            return err("max_queued_runs", "must be at least 1".to_string());
+        }
+        for (option, d) in [
+            ("control_timeout", self.control_timeout),
+            ("heap_alloc_timeout", self.heap_alloc_timeout),
+            ("close_timeout", self.close_timeout),
+            ("shutdown_grace", self.shutdown_grace),
+        ] {
+            if d.is_zero() {
+                return err(option, "must be greater than zero".to_string());
+            }
+        }
+        if self.chip_env_source.is_some() && self.mode == EndpointMode::ChildProcess {
+            return err(
+                "chip_env_source",
+                "only in EndpointMode::InProcess (child processes read their own environment; use ring_env)".to_string(),
+            );
+        }
+        Ok(Worker::new(WorkerOptions {
+            level: self.level,
+            chips: self.chips,
+            chip_specs,
+            sub_workers: self.sub_workers,
+            mode: self.mode,
+            heap_ring_size: self.heap_ring_size,
+            max_queued_runs: self.max_queued_runs,
+            control_timeout: self.control_timeout,
+            heap_alloc_timeout: self.heap_alloc_timeout,
+            close_timeout: self.close_timeout,
+            shutdown_grace: self.shutdown_grace,
+            scheduler_spin: self.scheduler_spin,
+            lane_spin: self.lane_spin,
+            waiter_spin: self.waiter_spin,
+            ring_env: self.ring_env,
+            strict_env: self.strict_env,
+            chip_env_source: self.chip_env_source,
+            track_war: self.track_war,
+        }))
+    }
+}

@@ -1,0 +1,297 @@
+//! Callables: what children run, registered by name (NODE_RUNTIME.md §1.2).
+//!
+//! Chip callables are `pto_chip::register_chip!` registrations; sub callables are
+//! [`register_sub!`](crate::register_sub) registrations (`fn(&SubContext, &MappedArgs) ->
+//! Result<(), TaskError>`), or closures ([`Callable::sub_closure`], in-process endpoints only).
+//! `Worker::register` turns a [`Callable`] into a [`CallableHandle`]: same kind and name, same
+//! handle. The orchestration function given to `submit` is not registered; it runs on the
+//! caller's thread.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+
+use crate::error::{RegisterError, SubmitError};
+use crate::sub::{MappedArgs, SubContext, TaskError};
+
+/// The kind of worker a callable runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallableKind {
+    /// An L2 orchestration run by a chip (`submit_next_level`).
+    Chip,
+    /// A host function run by a sub worker (`submit_sub`).
+    Sub,
+    /// An L3 orchestration run by an L3 Worker child of an L4 (not yet available).
+    Node,
+}
+
+impl fmt::Display for CallableKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CallableKind::Chip => "chip",
+            CallableKind::Sub => "sub",
+            CallableKind::Node => "node",
+        })
+    }
+}
+
+/// A registered sub function.
+pub type SubFn = fn(&SubContext, &MappedArgs) -> Result<(), TaskError>;
+
+/// A sub closure (in-process endpoints only).
+pub(crate) type SubClosure =
+    Arc<dyn Fn(&SubContext, &MappedArgs) -> Result<(), TaskError> + Send + Sync>;
+
+/// What to register on a Worker.
+#[derive(Clone)]
+pub struct Callable {
+    kind: CallableKind,
+    name: String,
+    closure: Option<SubClosure>,
+}
+
+impl fmt::Debug for Callable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Callable")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("closure", &self.closure.is_some())
+            .finish()
+    }
+}
+
+impl Callable {
+    /// A chip callable registered with `pto_chip::register_chip!`.
+    pub fn chip(name: &str) -> Callable {
+        Callable {
+            kind: CallableKind::Chip,
+            name: name.to_string(),
+            closure: None,
+        }
+    }
+
+    /// A sub callable registered with [`register_sub!`](crate::register_sub).
+    pub fn sub(name: &str) -> Callable {
+        Callable {
+            kind: CallableKind::Sub,
+            name: name.to_string(),
+            closure: None,
+        }
+    }
+
+    /// A sub callable given as a closure; only for `EndpointMode::InProcess`.
+    pub fn sub_closure(
+        name: &str,
+        f: impl Fn(&SubContext, &MappedArgs) -> Result<(), TaskError> + Send + Sync + 'static,
+    ) -> Callable {
+        Callable {
+            kind: CallableKind::Sub,
+            name: name.to_string(),
+            closure: Some(Arc::new(f)),
+        }
+    }
+
+    pub fn kind(&self) -> CallableKind {
+        self.kind
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn is_closure(&self) -> bool {
+        self.closure.is_some()
+    }
+}
+
+/// A callable registered on one Worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallableHandle {
+    worker_uid: u64,
+    id: u32,
+    kind: CallableKind,
+}
+
+impl CallableHandle {
+    pub fn worker_uid(&self) -> u64 {
+        self.worker_uid
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub fn kind(&self) -> CallableKind {
+        self.kind
+    }
+}
+
+#[doc(hidden)]
+pub struct __SubRegistration {
+    pub name: &'static str,
+    pub f: SubFn,
+}
+
+inventory::collect!(__SubRegistration);
+
+#[doc(hidden)]
+pub use inventory as __inventory;
+
+/// Registers a sub function under a name, for `Callable::sub(name)`.
+///
+/// ```
+/// use pto_node::{MappedArgs, SubContext, TaskError};
+/// fn noop(_ctx: &SubContext, _args: &MappedArgs) -> Result<(), TaskError> {
+///     Ok(())
+/// }
+/// pto_node::register_sub!("doc.noop", noop);
+/// assert!(pto_node::callable::find_sub_callable("doc.noop").is_some());
+/// ```
+#[macro_export]
+macro_rules! register_sub {
+    ($name:expr, $f:path $(,)?) => {
+        $crate::callable::__inventory::submit! {
+            $crate::callable::__SubRegistration { name: $name, f: $f }
+        }
+    };
+}
+
+fn sub_index() -> &'static HashMap<&'static str, SubFn> {
+    static INDEX: OnceLock<HashMap<&'static str, SubFn>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut map = HashMap::new();
+        for reg in inventory::iter::<__SubRegistration> {
+            let previous = map.insert(reg.name, reg.f);
+            assert!(
+                previous.is_none(),
+                "two sub callables are registered as {:?}",
+                reg.name
+            );
+        }
+        map
+    })
+}
+
+/// The sub function registered under `name`.
+pub fn find_sub_callable(name: &str) -> Option<SubFn> {
+    sub_index().get(name).copied()
+}
+
+/// One registered callable of a Worker.
+pub(crate) struct CallableEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) kind: CallableKind,
+    /// Sub callables: the function (registered or closure).
+    pub(crate) sub: Option<SubClosure>,
+}
+
+/// A Worker's callables; shared with its in-process sub lanes (registrations after `init` are
+/// visible to them at once).
+pub(crate) struct CallableTable {
+    uid: u64,
+    entries: RwLock<Vec<CallableEntry>>,
+}
+
+impl CallableTable {
+    pub(crate) fn new(uid: u64) -> CallableTable {
+        CallableTable {
+            uid,
+            entries: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Registers `c` (already checked for mode and level).
+    pub(crate) fn register(&self, c: Callable) -> Result<CallableHandle, RegisterError> {
+        if !pto_types::args::is_valid_name(&c.name) {
+            return Err(RegisterError::BadName { name: c.name });
+        }
+        let mut entries = self.entries.write();
+        if let Some(id) = entries
+            .iter()
+            .position(|e| e.kind == c.kind && *e.name == *c.name)
+        {
+            if c.closure.is_some() {
+                return Err(RegisterError::DuplicateName {
+                    kind: c.kind,
+                    name: c.name,
+                });
+            }
+            return Ok(self.handle(id, c.kind));
+        }
+        let sub: Option<SubClosure> = match c.kind {
+            CallableKind::Chip => {
+                if pto_chip::callable::find_chip_callable(&c.name).is_none() {
+                    return Err(RegisterError::UnknownCallable {
+                        kind: c.kind,
+                        name: c.name,
+                    });
+                }
+                None
+            }
+            CallableKind::Sub => match c.closure {
+                Some(f) => Some(f),
+                None => match find_sub_callable(&c.name) {
+                    Some(f) => Some(Arc::new(f)),
+                    None => {
+                        return Err(RegisterError::UnknownCallable {
+                            kind: c.kind,
+                            name: c.name,
+                        });
+                    }
+                },
+            },
+            CallableKind::Node => {
+                return Err(RegisterError::UnknownCallable {
+                    kind: c.kind,
+                    name: c.name,
+                });
+            }
+        };
+        entries.push(CallableEntry {
+            name: Arc::from(c.name.as_str()),
+            kind: c.kind,
+            sub,
+        });
+        Ok(self.handle(entries.len() - 1, c.kind))
+    }
+
+    fn handle(&self, id: usize, kind: CallableKind) -> CallableHandle {
+        CallableHandle {
+            worker_uid: self.uid,
+            id: id as u32,
+            kind,
+        }
+    }
+
+    /// Checks a handle at submit: this Worker's, registered, of the `expected` kind.
+    pub(crate) fn check(
+        &self,
+        h: &CallableHandle,
+        expected: CallableKind,
+    ) -> Result<Arc<str>, SubmitError> {
+        if h.worker_uid != self.uid {
+            return Err(SubmitError::ForeignHandle);
+        }
+        let entries = self.entries.read();
+        let Some(entry) = entries.get(h.id as usize) else {
+            return Err(SubmitError::StaleHandle);
+        };
+        if entry.kind != expected {
+            return Err(SubmitError::WrongCallableKind {
+                expected,
+                got: entry.kind,
+            });
+        }
+        Ok(Arc::clone(&entry.name))
+    }
+
+    /// The sub function of callable `id`.
+    pub(crate) fn sub_fn(&self, id: u32) -> Option<SubClosure> {
+        self.entries
+            .read()
+            .get(id as usize)
+            .and_then(|e| e.sub.clone())
+    }
+}

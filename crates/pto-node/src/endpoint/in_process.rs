@@ -1,0 +1,394 @@
+//! In-process endpoints: each chip and sub worker is one thread of this process
+//! (NODE_RUNTIME.md §4.1, `InProcess{Chip,Sub}`).
+//!
+//! Hand-off protocol, the mailbox's states as Rust values in one slot:
+//!
+//! 1. The scheduler (only caller of the [`Endpoint`] methods) stores a request into the empty
+//!    slot under its mutex and notifies the lane's event count (`wake`).
+//! 2. The lane thread waits on `wake` (spin, then park; `pto_types::wait`) until the slot holds
+//!    a request or `shutdown`, takes it, runs it without holding the mutex, stores the reply,
+//!    and notifies the scheduler's doorbell.
+//! 3. The scheduler's `poll` takes the reply; the lane is idle again.
+//!
+//! Every change to the slot happens under its mutex before the matching notify, so by the
+//! event-count protocol no wake-up is lost. A chip lane owns its `ChipWorker` (created at
+//! `init` from the Worker's environment source, so the snapshot is taken then); a bind failure
+//! is an ordinary task failure and leaves the lane usable (RING_CONFIG.md T88).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pto_chip::{BindError, ChipRunError, ChipWorker, RunContext};
+use pto_types::ring_config::resolve::SizingError;
+use pto_types::wait::{EventCount, SpinPolicy, wait_until};
+use pto_types::{CallConfig, ErrorCode};
+
+use super::{
+    Completion, ControlCmd, ControlReply, Endpoint, EndpointError, Failure, Health,
+    ShutdownOutcome, TaskRequest,
+};
+use crate::callable::{CallableKind, CallableTable};
+use crate::error::FailureKind;
+use crate::sub::{MappedArgs, SubContext};
+
+enum LaneRequest {
+    Task(Box<TaskRequest>),
+    Control(ControlCmd),
+}
+
+enum LaneReply {
+    Task(Box<Completion>),
+    Control(Result<ControlReply, EndpointError>),
+}
+
+#[derive(Default)]
+struct Slot {
+    request: Option<LaneRequest>,
+    reply: Option<LaneReply>,
+    shutdown: bool,
+}
+
+struct LaneShared {
+    slot: Mutex<Slot>,
+    /// The lane waits here for a request.
+    wake: EventCount,
+    /// The scheduler's doorbell, notified with every reply.
+    doorbell: Arc<EventCount>,
+}
+
+/// What a lane runs.
+pub(crate) enum LaneWork {
+    Chip {
+        index: usize,
+        chip: Box<ChipWorker>,
+    },
+    Sub {
+        index: usize,
+        callables: Arc<CallableTable>,
+    },
+}
+
+/// The scheduler's side of one in-process lane.
+pub(crate) struct InProcessEndpoint {
+    name: String,
+    shared: Arc<LaneShared>,
+    thread: Option<JoinHandle<()>>,
+    /// A task in flight.
+    task_in_flight: bool,
+    /// A control command in flight.
+    control_in_flight: bool,
+    shutting_down: bool,
+}
+
+impl InProcessEndpoint {
+    /// Starts the lane thread.
+    pub(crate) fn start(
+        name: String,
+        work: LaneWork,
+        doorbell: Arc<EventCount>,
+        spin: SpinPolicy,
+    ) -> std::io::Result<InProcessEndpoint> {
+        let shared = Arc::new(LaneShared {
+            slot: Mutex::new(Slot::default()),
+            wake: EventCount::new(),
+            doorbell,
+        });
+        let lane = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("pto-{name}"))
+            .spawn(move || lane_main(lane, work, spin))?;
+        Ok(InProcessEndpoint {
+            name,
+            shared,
+            thread: Some(thread),
+            task_in_flight: false,
+            control_in_flight: false,
+            shutting_down: false,
+        })
+    }
+
+    fn hand_over(&mut self, request: LaneRequest) -> Result<(), EndpointError> {
+        if let Health::Dead { cause } = self.health() {
+            return Err(EndpointError::Dead(cause));
+        }
+        {
+            let mut slot = self.shared.slot.lock();
+            if slot.request.is_some() || slot.reply.is_some() {
+                return Err(EndpointError::Busy);
+            }
+            slot.request = Some(request);
+        }
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+}
+
+impl Endpoint for InProcessEndpoint {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_idle(&self) -> bool {
+        !self.task_in_flight && !self.control_in_flight
+    }
+
+    fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError> {
+        if !self.is_idle() {
+            return Err(EndpointError::Busy);
+        }
+        self.hand_over(LaneRequest::Task(Box::new(req.clone())))?;
+        self.task_in_flight = true;
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Option<Completion> {
+        if !self.task_in_flight {
+            return None;
+        }
+        let mut slot = self.shared.slot.lock();
+        match slot.reply.take() {
+            Some(LaneReply::Task(c)) => {
+                self.task_in_flight = false;
+                Some(*c)
+            }
+            other => {
+                slot.reply = other;
+                None
+            }
+        }
+    }
+
+    fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError> {
+        if !self.is_idle() {
+            return Err(EndpointError::Busy);
+        }
+        self.hand_over(LaneRequest::Control(cmd))?;
+        self.control_in_flight = true;
+        Ok(())
+    }
+
+    fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>> {
+        if !self.control_in_flight {
+            return None;
+        }
+        let mut slot = self.shared.slot.lock();
+        match slot.reply.take() {
+            Some(LaneReply::Control(r)) => {
+                self.control_in_flight = false;
+                Some(r)
+            }
+            other => {
+                slot.reply = other;
+                None
+            }
+        }
+    }
+
+    fn health(&self) -> Health {
+        match &self.thread {
+            Some(t) if t.is_finished() && !self.shutting_down => Health::Dead {
+                cause: format!("{} thread exited", self.name),
+            },
+            _ => Health::Alive,
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        self.shared.slot.lock().shutdown = true;
+        self.shared.wake.notify_all();
+    }
+
+    fn finish_shutdown(&mut self, deadline: Instant) -> ShutdownOutcome {
+        let Some(thread) = self.thread.take() else {
+            return ShutdownOutcome::Graceful;
+        };
+        // The lane exits between requests; a kernel or sub function that never returns keeps
+        // it busy, and then the thread is left detached at the deadline.
+        let mut pause = Duration::from_micros(50);
+        while !thread.is_finished() {
+            let now = Instant::now();
+            if now >= deadline {
+                return ShutdownOutcome::Detached;
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        let _ = thread.join();
+        ShutdownOutcome::Graceful
+    }
+}
+
+fn lane_main(lane: Arc<LaneShared>, work: LaneWork, spin: SpinPolicy) {
+    loop {
+        let next = wait_until(&lane.wake, spin, None, || {
+            let mut slot = lane.slot.lock();
+            if let Some(request) = slot.request.take() {
+                return Some(Some(request));
+            }
+            slot.shutdown.then_some(None)
+        });
+        let Ok(Some(request)) = next else {
+            return;
+        };
+        let reply = match request {
+            LaneRequest::Task(req) => LaneReply::Task(Box::new(run_task(&work, &req))),
+            LaneRequest::Control(cmd) => LaneReply::Control(run_control(&work, cmd)),
+        };
+        lane.slot.lock().reply = Some(reply);
+        lane.doorbell.notify_one();
+    }
+}
+
+fn run_control(work: &LaneWork, cmd: ControlCmd) -> Result<ControlReply, EndpointError> {
+    match (cmd, work) {
+        (ControlCmd::CommittedDeviceMemory, LaneWork::Chip { chip, .. }) => {
+            Ok(ControlReply::Bytes(chip.committed_device_memory()))
+        }
+        (ControlCmd::CommittedDeviceMemory, LaneWork::Sub { .. }) => {
+            Err(EndpointError::Unsupported("COMMITTED_DEVICE_MEMORY"))
+        }
+    }
+}
+
+fn run_task(work: &LaneWork, req: &TaskRequest) -> Completion {
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| match (work, req.kind) {
+        (LaneWork::Chip { index, chip }, CallableKind::Chip) => run_chip(*index, chip, req),
+        (LaneWork::Sub { index, callables }, CallableKind::Sub) => run_sub(*index, callables, req),
+        (_, kind) => Err(Failure {
+            kind: FailureKind::Endpoint,
+            code: Some(ErrorCode::UnsupportedOp),
+            message: format!("a {kind} task cannot run on this worker"),
+        }),
+    }));
+    let result = match outcome {
+        Ok(result) => result,
+        Err(panic) => Err(Failure {
+            kind: FailureKind::Endpoint,
+            code: None,
+            message: format!("worker thread panicked: {}", panic_message(panic.as_ref())),
+        }),
+    };
+    Completion {
+        slot: req.slot,
+        member: req.member,
+        result,
+        exec_time: started.elapsed(),
+    }
+}
+
+fn run_chip(
+    index: usize,
+    chip: &ChipWorker,
+    req: &TaskRequest,
+) -> Result<Option<pto_chip::ChipRunReport>, Failure> {
+    let ctx = RunContext {
+        chip: index as u32,
+        label: req.label.clone(),
+        l3: Some((req.task.run_id, u64::from(req.task.index))),
+    };
+    let default = CallConfig::default();
+    let cfg = req.config.as_ref().unwrap_or(&default);
+    chip.run(&req.callable, &req.args, cfg, &ctx)
+        .map(Some)
+        .map_err(|e| chip_failure(&e))
+}
+
+/// Maps a chip error to a failure with the reply code of NODE_RUNTIME.md §4.8.
+pub(crate) fn chip_failure(e: &ChipRunError) -> Failure {
+    match e {
+        ChipRunError::Run(err) => Failure {
+            kind: FailureKind::Task,
+            code: Some(err.code),
+            message: format!(
+                "L2 run failed: {}: {}; hint: {}",
+                err.code,
+                err.detail,
+                err.hint()
+            ),
+        },
+        ChipRunError::Bind(bind) => {
+            let code = match bind {
+                BindError::InvalidConfig(_) | BindError::AicpuThreads { .. } => {
+                    ErrorCode::InvalidConfig
+                }
+                BindError::Sizing(SizingError::DeviceMemoryExhausted { .. })
+                | BindError::DeviceMemory { .. } => ErrorCode::DeviceMemoryExhausted,
+                BindError::Sizing(_) => ErrorCode::InvalidConfig,
+                BindError::UnknownCallable { .. } => ErrorCode::UnknownCallable,
+                BindError::InvalidArgs { .. } => ErrorCode::BufferUnavailable,
+                BindError::Poisoned { .. } => ErrorCode::SchedulerTimeout,
+            };
+            Failure {
+                kind: FailureKind::Bind,
+                code: Some(code),
+                message: format!("L2 bind failed: {code}: {bind}"),
+            }
+        }
+    }
+}
+
+fn run_sub(
+    index: usize,
+    callables: &CallableTable,
+    req: &TaskRequest,
+) -> Result<Option<pto_chip::ChipRunReport>, Failure> {
+    let Some(f) = callables.sub_fn(req.callable_id) else {
+        return Err(Failure {
+            kind: FailureKind::Task,
+            code: Some(ErrorCode::UnknownCallable),
+            message: format!("no sub callable {:?} on this worker", req.callable),
+        });
+    };
+    let tensors = req
+        .args
+        .tensors()
+        .iter()
+        .zip(&req.buffers)
+        .map(|((tag, t), b)| (*tag, t.clone(), Arc::clone(b)))
+        .collect();
+    let mapped = MappedArgs::new(tensors, req.args.scalars().to_vec());
+    let ctx = SubContext {
+        worker: index,
+        task: req.task,
+        label: req.label.clone(),
+        member: (req.member, req.group_size),
+    };
+    match catch_unwind(AssertUnwindSafe(|| f(&ctx, &mapped))) {
+        Ok(Ok(())) => Ok(None),
+        Ok(Err(e)) => Err(Failure {
+            kind: FailureKind::Task,
+            code: Some(ErrorCode::CallableFailed),
+            message: e.to_string(),
+        }),
+        Err(panic) => Err(Failure {
+            kind: FailureKind::Task,
+            code: Some(ErrorCode::CallablePanicked),
+            message: format!("panicked: {}", panic_message(panic.as_ref())),
+        }),
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        return (*s).to_string();
+    }
+    if let Some(s) = payload.downcast_ref::<String>() {
+        return s.clone();
+    }
+    "non-string panic payload".to_string()
+}
+
+impl Drop for InProcessEndpoint {
+    /// An endpoint dropped without a shutdown (e.g. a failed `init`) still stops its thread.
+    fn drop(&mut self) {
+        if !self.shutting_down {
+            self.begin_shutdown();
+        }
+    }
+}

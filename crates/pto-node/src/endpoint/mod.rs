@@ -1,0 +1,125 @@
+//! Endpoints: the scheduler's connection to one child (NODE_RUNTIME.md §4.1).
+//!
+//! One trait for every transport, called only by the scheduler thread, never blocking:
+//! `dispatch` hands over one request (one task or one control command in flight per lane,
+//! like the mailbox's single frame), `poll` / `poll_control` collect the reply, `health`
+//! reports a dead child, and shutdown is two-phase (`begin_shutdown` for every lane, then
+//! `finish_shutdown` with one deadline for all).
+//!
+//! Implementations:
+//! - [`in_process`]: chips and subs on threads of this process, a one-slot hand-off per lane
+//!   passing Rust values (this issue);
+//! - child process (mailbox in a `memfd` segment, issue 6): `dispatch` encodes the request into
+//!   the frame (the `CallConfig` record, the args blob) and stores TASK_READY; `poll` reads the
+//!   state word of busy lanes; `health` comes from the monitor thread's pidfds;
+//! - remote (gRPC, later): `dispatch` queues to a tokio runtime thread, completions arrive on a
+//!   channel and ring the scheduler's doorbell.
+//!
+//! Requests are plain data (`TaskRequest` owns cloned args and config), so each
+//! implementation can encode them or pass them on. The trait is crate-private for now; the
+//! remote endpoint crate will need it `pub` (a reviewed API change).
+
+pub(crate) mod in_process;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pto_chip::ChipRunReport;
+use pto_types::{CallConfig, ErrorCode, TaskArgs};
+
+use crate::buffer::BufferInner;
+use crate::callable::CallableKind;
+use crate::engine::SlotId;
+use crate::error::FailureKind;
+use crate::report::TaskId;
+
+/// One task (or one group member) for one lane.
+#[derive(Clone, Debug)]
+pub(crate) struct TaskRequest {
+    pub(crate) slot: SlotId,
+    pub(crate) task: TaskId,
+    /// Group member index and group size (0 and 1 for a single task).
+    pub(crate) member: u32,
+    pub(crate) group_size: u32,
+    pub(crate) callable_id: u32,
+    pub(crate) callable: Arc<str>,
+    pub(crate) kind: CallableKind,
+    pub(crate) label: Option<String>,
+    /// Chip tasks: the task's own config, by value. Sub tasks: `None`.
+    pub(crate) config: Option<CallConfig>,
+    pub(crate) args: TaskArgs,
+    /// The buffer behind each tensor of `args`, in order.
+    pub(crate) buffers: Vec<Arc<BufferInner>>,
+}
+
+/// Why a task did not succeed, as the child reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub(crate) kind: FailureKind,
+    pub(crate) code: Option<ErrorCode>,
+    /// Below the worker name: `L2 run failed: …`, `boom`.
+    pub(crate) message: String,
+}
+
+/// A lane's reply to a task.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub(crate) slot: SlotId,
+    pub(crate) member: u32,
+    pub(crate) result: Result<Option<ChipRunReport>, Failure>,
+    pub(crate) exec_time: Duration,
+}
+
+/// Control commands (NODE_RUNTIME.md §4.7); the subset this issue needs (PING, MALLOC, COPY_*
+/// and the rest arrive with chip memory control).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ControlCmd {
+    CommittedDeviceMemory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ControlReply {
+    Bytes(u64),
+}
+
+/// A transport-level failure.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EndpointError {
+    #[error("the lane is busy")]
+    Busy,
+    #[error("the lane is dead: {0}")]
+    Dead(String),
+    #[error("{0} is not supported by this worker")]
+    Unsupported(&'static str),
+}
+
+/// Whether a lane can still serve requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    Alive,
+    Dead { cause: String },
+}
+
+/// How a lane ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ShutdownOutcome {
+    Graceful,
+    /// The lane's thread was still busy at the deadline and was left detached.
+    Detached,
+}
+
+/// The scheduler's view of one child (NODE_RUNTIME.md §4.1).
+pub(crate) trait Endpoint: Send {
+    /// `chip[0]`, `sub[1]` (child processes: `chip_child[0]`).
+    fn name(&self) -> &str;
+    /// No task or control command in flight.
+    fn is_idle(&self) -> bool;
+    fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError>;
+    /// The reply to the task in flight, if it has arrived. Never blocks.
+    fn poll(&mut self) -> Option<Completion>;
+    fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError>;
+    fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>>;
+    fn health(&self) -> Health;
+    fn begin_shutdown(&mut self);
+    fn finish_shutdown(&mut self, deadline: Instant) -> ShutdownOutcome;
+}

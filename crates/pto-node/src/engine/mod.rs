@@ -1,0 +1,1130 @@
+//! The engine: task slots, per-run TensorMaps, the run FIFO and the ready queues, all behind
+//! **one** mutex (NODE_RUNTIME.md §2).
+//!
+//! Every method of [`EngineState`] runs with the engine lock held, taken once per submit (after
+//! validation), once per batch of completions and dispatches, and once per scope end. That is
+//! what makes these invariants easy to keep:
+//!
+//! 1. **Exactly-once readiness.** A task's `fanin_count` (live producers at publication) and
+//!    every producer's `fanin_done += 1` are written under the lock, so a producer finishing
+//!    mid-submit is counted once — as not live, or as done (§2.5 step 8).
+//! 2. **State machine** (§2.6): `Free → Building → Pending | Ready → Running → Completed |
+//!    Failed → (consumed) Free`; `Failed` also from `Building` (producer already failed),
+//!    `Pending`/`Ready` (poisoned or cancelled). A running task is never cancelled.
+//! 3. **References** (§2.7): one scope reference, one per consumer, plus the task's own terminal
+//!    self-release; a task is consumed when terminal and `refs_released == refs_total + 1`:
+//!    its TensorMap entries are erased, its buffers dropped, its run's `active` decremented,
+//!    its slot recycled with `generation + 1`. Poisoning uses a work list, never recursion.
+//! 4. **Runs** (§2.9): a FIFO; only the head run's ready tasks are queued, later runs' wait in
+//!    `deferred_ready`; a run completes when its submission is closed and `active == 0`, and
+//!    only at the head, so runs complete in order and an empty run completes at close.
+//!
+//! Queues for the head run (§3.1): `directed[w]` per chip, `groups`, `subs`; the scheduler
+//! thread drains them in [`EngineState::dispatch_pass`].
+
+pub(crate) mod tensormap;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pto_chip::ChipRunReport;
+use pto_types::wait::EventCount;
+use pto_types::{CallConfig, TaskArgs, TensorTag};
+
+use crate::buffer::BufferInner;
+use crate::callable::CallableKind;
+use crate::endpoint::{Completion, ControlCmd, ControlReply, EndpointError, Failure, TaskRequest};
+use crate::error::{FailureKind, RunError, SubmitError, TaskFailure};
+use crate::report::{MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport};
+use tensormap::{BufferKey, Footprint, TensorMap};
+
+/// A task slot: index into the slab and the generation it was claimed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SlotId {
+    index: u32,
+    generation: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Free,
+    Building,
+    Pending,
+    Ready,
+    Running,
+    Completed,
+    Failed,
+}
+
+impl State {
+    fn is_terminal(self) -> bool {
+        matches!(self, State::Completed | State::Failed)
+    }
+}
+
+/// A lane of the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    Chip(usize),
+    Sub(usize),
+}
+
+/// Where a task runs.
+#[derive(Clone, Debug)]
+pub(crate) enum Placement {
+    /// Member i on chip `workers[i]`.
+    Chips(Vec<usize>),
+    /// `size` distinct sub lanes, chosen at dispatch.
+    Subs(usize),
+}
+
+/// One tensor access of a task, computed at validation.
+#[derive(Clone, Debug)]
+pub(crate) struct Access {
+    pub(crate) tag: TensorTag,
+    pub(crate) key: BufferKey,
+    pub(crate) footprint: Footprint,
+}
+
+/// A validated task, ready for the engine.
+pub(crate) struct NewTask {
+    pub(crate) kind: TaskKind,
+    pub(crate) callable_id: u32,
+    pub(crate) callable: Arc<str>,
+    pub(crate) label: Option<String>,
+    pub(crate) config: Option<CallConfig>,
+    /// Per member: the args and the buffer behind each tensor.
+    pub(crate) members: Vec<(TaskArgs, Vec<Arc<BufferInner>>)>,
+    pub(crate) placement: Placement,
+    /// Every member's accesses (non-empty tensors only).
+    pub(crate) accesses: Vec<Access>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MemberState {
+    NotDispatched,
+    Running,
+    Success,
+    Failed,
+}
+
+struct Member {
+    args: TaskArgs,
+    buffers: Vec<Arc<BufferInner>>,
+    lane: Option<Lane>,
+    state: MemberState,
+    exec_time: Duration,
+    chip: Option<ChipRunReport>,
+    failure: Option<Failure>,
+}
+
+struct Slot {
+    generation: u32,
+    state: State,
+    run_id: u64,
+    index: u32,
+    label: Option<String>,
+    kind: TaskKind,
+    callable_id: u32,
+    callable: Arc<str>,
+    config: Option<CallConfig>,
+    members: Vec<Member>,
+    placement: Placement,
+    fanin_count: u32,
+    fanin_done: u32,
+    producers: Vec<SlotId>,
+    producer_ids: Vec<TaskId>,
+    consumers: Vec<SlotId>,
+    refs_total: u32,
+    refs_released: u32,
+    output_keys: Vec<BufferKey>,
+    /// Distinct buffers, each holding one task use until the task is terminal.
+    buffers: Vec<Arc<BufferInner>>,
+    failure: Option<TaskFailure>,
+    submitted: Instant,
+    ready: Option<Instant>,
+    dispatched: Option<Instant>,
+    finished: Option<Instant>,
+}
+
+impl Slot {
+    fn free() -> Slot {
+        Slot {
+            generation: 0,
+            state: State::Free,
+            run_id: 0,
+            index: 0,
+            label: None,
+            kind: TaskKind::Sub,
+            callable_id: 0,
+            callable: Arc::from(""),
+            config: None,
+            members: Vec::new(),
+            placement: Placement::Subs(0),
+            fanin_count: 0,
+            fanin_done: 0,
+            producers: Vec::new(),
+            producer_ids: Vec::new(),
+            consumers: Vec::new(),
+            refs_total: 0,
+            refs_released: 0,
+            output_keys: Vec::new(),
+            buffers: Vec::new(),
+            failure: None,
+            submitted: Instant::now(),
+            ready: None,
+            dispatched: None,
+            finished: None,
+        }
+    }
+
+    fn task_id(&self) -> TaskId {
+        TaskId {
+            run_id: self.run_id,
+            index: self.index,
+        }
+    }
+}
+
+/// Where a run's result is published; `RunHandle`s wait on it.
+pub(crate) struct RunFence {
+    pub(crate) run_id: u64,
+    pub(crate) result: Mutex<Option<Result<RunReport, RunError>>>,
+    pub(crate) done: EventCount,
+}
+
+struct RunState {
+    id: u64,
+    started: Instant,
+    /// Submission still open (the orchestration function is running).
+    building: bool,
+    /// Tasks not yet consumed.
+    active: u32,
+    next_index: u32,
+    first_error: Option<TaskFailure>,
+    failed: u32,
+    skipped: u32,
+    tensormap: TensorMap,
+    deferred_ready: Vec<SlotId>,
+    reports: Vec<Option<TaskReport>>,
+    fence: Arc<RunFence>,
+}
+
+impl RunState {
+    fn record_failure(&mut self, f: &TaskFailure) {
+        if f.kind == FailureKind::Skipped {
+            self.skipped += 1;
+        } else {
+            self.failed += 1;
+        }
+        let replace = match &self.first_error {
+            None => true,
+            // A real failure outranks the skips it caused (cancellation records a skip first).
+            Some(first) => first.kind == FailureKind::Skipped && f.kind != FailureKind::Skipped,
+        };
+        if replace {
+            self.first_error = Some(f.clone());
+        }
+    }
+
+    fn report(&self) -> RunReport {
+        RunReport {
+            run_id: self.id,
+            tasks: self.reports.iter().flatten().cloned().collect(),
+            wall: self.started.elapsed(),
+        }
+    }
+
+    fn error(&self) -> Option<RunError> {
+        let first = self.first_error.clone()?;
+        Some(RunError {
+            run_id: self.id,
+            first,
+            failed: self.failed,
+            skipped: self.skipped,
+            report: Box::new(self.report()),
+        })
+    }
+}
+
+/// A control command for one lane, queued by an API thread (NODE_RUNTIME.md §1.6).
+pub(crate) struct ControlJob {
+    pub(crate) lane: Lane,
+    pub(crate) cmd: ControlCmd,
+    pub(crate) reply: Arc<ControlSlot>,
+}
+
+/// The one-shot reply of a [`ControlJob`].
+#[derive(Default)]
+pub(crate) struct ControlSlot {
+    pub(crate) value: Mutex<Option<Result<ControlReply, EndpointError>>>,
+    pub(crate) done: EventCount,
+}
+
+impl ControlSlot {
+    pub(crate) fn set(&self, r: Result<ControlReply, EndpointError>) {
+        *self.value.lock() = Some(r);
+        self.done.notify_all();
+    }
+}
+
+/// One task (member) to hand to a lane.
+pub(crate) struct Dispatch {
+    pub(crate) lane: Lane,
+    pub(crate) req: TaskRequest,
+}
+
+/// Options the engine needs.
+pub(crate) struct EngineConfig {
+    pub(crate) chip_names: Vec<String>,
+    pub(crate) sub_names: Vec<String>,
+    pub(crate) track_war: bool,
+}
+
+/// All graph state (§2.1).
+pub(crate) struct EngineState {
+    config: EngineConfig,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    runs: VecDeque<RunState>,
+    next_run_id: u64,
+    directed: Vec<VecDeque<SlotId>>,
+    groups: VecDeque<SlotId>,
+    subs: VecDeque<SlotId>,
+    dead_chips: Vec<Option<String>>,
+    dead_subs: Vec<Option<String>>,
+    pub(crate) controls: VecDeque<ControlJob>,
+    /// Set by `close`: the scheduler stops once no lane is busy.
+    pub(crate) stop: bool,
+    doorbell: Arc<EventCount>,
+    runs_changed: Arc<EventCount>,
+}
+
+/// The engine lock and the two event counts around it.
+pub(crate) struct Engine {
+    pub(crate) state: Mutex<EngineState>,
+    /// The scheduler's doorbell: new ready work, completions, control, stop.
+    pub(crate) doorbell: Arc<EventCount>,
+    /// Bumped when a run completes (submit back-pressure, close).
+    pub(crate) runs_changed: Arc<EventCount>,
+}
+
+impl Engine {
+    pub(crate) fn new(config: EngineConfig) -> Engine {
+        let doorbell = Arc::new(EventCount::new());
+        let runs_changed = Arc::new(EventCount::new());
+        let chips = config.chip_names.len();
+        let subs = config.sub_names.len();
+        Engine {
+            state: Mutex::new(EngineState {
+                config,
+                slots: Vec::new(),
+                free: Vec::new(),
+                runs: VecDeque::new(),
+                next_run_id: 1,
+                directed: (0..chips).map(|_| VecDeque::new()).collect(),
+                groups: VecDeque::new(),
+                subs: VecDeque::new(),
+                dead_chips: vec![None; chips],
+                dead_subs: vec![None; subs],
+                controls: VecDeque::new(),
+                stop: false,
+                doorbell: Arc::clone(&doorbell),
+                runs_changed: Arc::clone(&runs_changed),
+            }),
+            doorbell,
+            runs_changed,
+        }
+    }
+}
+
+impl EngineState {
+    fn lane_name(&self, lane: Lane) -> String {
+        match lane {
+            Lane::Chip(w) => self.config.chip_names[w].clone(),
+            Lane::Sub(s) => self.config.sub_names[s].clone(),
+        }
+    }
+
+    fn slot(&self, id: SlotId) -> Option<&Slot> {
+        self.slots
+            .get(id.index as usize)
+            .filter(|s| s.generation == id.generation && s.state != State::Free)
+    }
+
+    fn slot_mut(&mut self, id: SlotId) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(id.index as usize)
+            .filter(|s| s.generation == id.generation && s.state != State::Free)
+    }
+
+    fn run_mut(&mut self, run_id: u64) -> Option<&mut RunState> {
+        self.runs.iter_mut().find(|r| r.id == run_id)
+    }
+
+    fn is_head(&self, run_id: u64) -> bool {
+        self.runs.front().is_some_and(|r| r.id == run_id)
+    }
+
+    /// Runs submitted and not yet completed.
+    pub(crate) fn unfinished_runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Slots in use.
+    pub(crate) fn live_tasks(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Opens a run at the tail of the FIFO.
+    pub(crate) fn open_run(&mut self) -> Arc<RunFence> {
+        let id = self.next_run_id;
+        self.next_run_id += 1;
+        let fence = Arc::new(RunFence {
+            run_id: id,
+            result: Mutex::new(None),
+            done: EventCount::new(),
+        });
+        self.runs.push_back(RunState {
+            id,
+            started: Instant::now(),
+            building: true,
+            active: 0,
+            next_index: 0,
+            first_error: None,
+            failed: 0,
+            skipped: 0,
+            tensormap: TensorMap::default(),
+            deferred_ready: Vec::new(),
+            reports: Vec::new(),
+            fence: Arc::clone(&fence),
+        });
+        fence
+    }
+
+    /// The run's error so far (fail-fast), if a task failed.
+    pub(crate) fn run_error(&mut self, run_id: u64) -> Option<RunError> {
+        self.runs.iter().find(|r| r.id == run_id)?.error()
+    }
+
+    /// Entries of a run's TensorMap (diagnostics and tests).
+    pub(crate) fn tensormap_len(&self, run_id: u64) -> usize {
+        self.runs
+            .iter()
+            .find(|r| r.id == run_id)
+            .map_or(0, |r| r.tensormap.len())
+    }
+
+    /// Closes a run's submission (its function returned).
+    pub(crate) fn close_submission(&mut self, run_id: u64) {
+        if let Some(run) = self.run_mut(run_id) {
+            run.building = false;
+        }
+        self.complete_runs();
+    }
+
+    /// Orchestration error or panic (§2.10): every task of the run that has not started is
+    /// failed as skipped ("cancelled"); running tasks finish. Submission stays open until
+    /// `close_submission`.
+    pub(crate) fn cancel_run(&mut self, run_id: u64, message: &str) {
+        let failure = TaskFailure {
+            task: None,
+            label: None,
+            worker: String::new(),
+            kind: FailureKind::Orchestration,
+            code: None,
+            message: message.to_string(),
+        };
+        if let Some(run) = self.run_mut(run_id) {
+            run.record_failure(&failure);
+            run.failed = run.failed.saturating_sub(1);
+        }
+        let victims: Vec<SlotId> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.run_id == run_id && matches!(s.state, State::Pending | State::Ready))
+            .map(|(i, s)| SlotId {
+                index: i as u32,
+                generation: s.generation,
+            })
+            .collect();
+        for id in victims {
+            let Some(s) = self.slot(id) else { continue };
+            if !matches!(s.state, State::Pending | State::Ready) {
+                continue; // poisoned by an earlier victim
+            }
+            let f = skipped(
+                s,
+                "cancelled: the orchestration function failed".to_string(),
+            );
+            self.finish(id, Some(f));
+        }
+    }
+
+    /// Fails every unfinished run (close timed out); running tasks are abandoned.
+    pub(crate) fn abandon_runs(&mut self, message: &str) -> usize {
+        let ids: Vec<u64> = self.runs.iter().map(|r| r.id).collect();
+        for &run_id in &ids {
+            self.cancel_run(run_id, message);
+            let running: Vec<SlotId> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.run_id == run_id && s.state == State::Running)
+                .map(|(i, s)| SlotId {
+                    index: i as u32,
+                    generation: s.generation,
+                })
+                .collect();
+            for id in running {
+                let Some(s) = self.slot(id) else { continue };
+                let f = TaskFailure {
+                    task: Some(s.task_id()),
+                    label: s.label.clone(),
+                    worker: String::new(),
+                    kind: FailureKind::Endpoint,
+                    code: None,
+                    message: message.to_string(),
+                };
+                self.finish(id, Some(f));
+            }
+            // Drop every remaining reference so the run's tasks are consumed.
+            let held: Vec<SlotId> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.run_id == run_id && s.state.is_terminal())
+                .map(|(i, s)| SlotId {
+                    index: i as u32,
+                    generation: s.generation,
+                })
+                .collect();
+            for id in held {
+                if let Some(s) = self.slot_mut(id) {
+                    s.refs_released = s.refs_total + 1;
+                }
+                self.try_consume(id);
+            }
+            if let Some(run) = self.run_mut(run_id) {
+                run.building = false;
+                run.active = 0;
+            }
+        }
+        self.complete_runs();
+        ids.len()
+    }
+
+    /// Submit steps 2–8 of §2.5 for a validated task; returns its id.
+    pub(crate) fn submit(
+        &mut self,
+        run_id: u64,
+        new: NewTask,
+    ) -> Result<(TaskId, SlotId), SubmitError> {
+        // Fail-fast.
+        if let Some(e) = self.run_error(run_id) {
+            return Err(SubmitError::RunFailed(Box::new(e)));
+        }
+        if let Placement::Chips(workers) = &new.placement {
+            for &w in workers {
+                if let Some(cause) = &self.dead_chips[w] {
+                    return Err(SubmitError::WorkerUnavailable {
+                        worker: self.config.chip_names[w].clone(),
+                        cause: cause.clone(),
+                    });
+                }
+            }
+        }
+        if matches!(new.placement, Placement::Subs(_)) && self.dead_subs.iter().all(Option::is_some)
+        {
+            return Err(SubmitError::WorkerUnavailable {
+                worker: "sub workers".to_string(),
+                cause: "every sub worker is dead".to_string(),
+            });
+        }
+        // Take one use of every distinct buffer (a slab whose scope ended may be gone).
+        let mut buffers: Vec<Arc<BufferInner>> = Vec::new();
+        for (_, bufs) in &new.members {
+            for (i, b) in bufs.iter().enumerate() {
+                if buffers.iter().any(|x| Arc::ptr_eq(x, b)) {
+                    continue;
+                }
+                if b.acquire_task().is_err() {
+                    for x in &buffers {
+                        x.release_task();
+                    }
+                    return Err(SubmitError::InvalidArgs {
+                        index: Some(i),
+                        reason: format!(
+                            "buffer {:?} was released (the scope of its alloc ended)",
+                            b.id()
+                        ),
+                    });
+                }
+                buffers.push(Arc::clone(b));
+            }
+        }
+        // Claim (FREE → BUILDING).
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot::free());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let track_war = self.config.track_war;
+        let generation = self.slots[index as usize].generation;
+        let me = SlotId { index, generation };
+        let Some(run) = self.runs.iter_mut().find(|r| r.id == run_id && r.building) else {
+            for x in &buffers {
+                x.release_task();
+            }
+            self.free.push(index);
+            return Err(SubmitError::WorkerUnavailable {
+                worker: "this Worker".to_string(),
+                cause: "the run was abandoned (the Worker is closing)".to_string(),
+            });
+        };
+        let task_index = run.next_index;
+        run.next_index += 1;
+        run.active += 1;
+        run.reports.push(None);
+        // Dependencies: look up producers, then insert outputs.
+        let mut producers: Vec<SlotId> = Vec::new();
+        for a in &new.accesses {
+            match a.tag {
+                TensorTag::Input => {
+                    run.tensormap
+                        .lookup(&a.key, &a.footprint, false, &mut producers)
+                }
+                TensorTag::InOut => {
+                    run.tensormap
+                        .lookup(&a.key, &a.footprint, track_war, &mut producers)
+                }
+                TensorTag::Output | TensorTag::OutputExisting => {
+                    if track_war {
+                        // Write-after-read only: readers since the last covering write.
+                        let mut all = Vec::new();
+                        run.tensormap.lookup(&a.key, &a.footprint, true, &mut all);
+                        let mut writers = Vec::new();
+                        run.tensormap
+                            .lookup(&a.key, &a.footprint, false, &mut writers);
+                        producers.extend(all.into_iter().filter(|t| !writers.contains(t)));
+                    }
+                }
+                TensorTag::NoDep => {}
+            }
+        }
+        let mut output_keys = Vec::new();
+        for a in &new.accesses {
+            if a.tag.writes() {
+                run.tensormap.insert_writer(a.key, a.footprint.clone(), me);
+                output_keys.push(a.key);
+            } else if track_war && a.tag == TensorTag::Input {
+                run.tensormap.insert_reader(a.key, a.footprint.clone(), me);
+                output_keys.push(a.key);
+            }
+        }
+        producers.sort_by_key(|p| (p.index, p.generation));
+        producers.dedup();
+        producers.retain(|p| *p != me);
+        // Store.
+        let now = Instant::now();
+        let members = new
+            .members
+            .into_iter()
+            .map(|(args, bufs)| Member {
+                args,
+                buffers: bufs,
+                lane: None,
+                state: MemberState::NotDispatched,
+                exec_time: Duration::ZERO,
+                chip: None,
+                failure: None,
+            })
+            .collect();
+        {
+            let slot = &mut self.slots[index as usize];
+            *slot = Slot {
+                generation,
+                state: State::Building,
+                run_id,
+                index: task_index,
+                label: new.label,
+                kind: new.kind,
+                callable_id: new.callable_id,
+                callable: new.callable,
+                config: new.config,
+                members,
+                placement: new.placement,
+                fanin_count: 0,
+                fanin_done: 0,
+                producers: Vec::new(),
+                producer_ids: Vec::new(),
+                consumers: Vec::new(),
+                refs_total: 1,
+                refs_released: 0,
+                output_keys,
+                buffers,
+                failure: None,
+                submitted: now,
+                ready: None,
+                dispatched: None,
+                finished: None,
+            };
+        }
+        // Wire fan-in.
+        let mut live = 0u32;
+        let mut poisoned: Option<(TaskId, Option<String>)> = None;
+        let mut wired = Vec::new();
+        let mut wired_ids = Vec::new();
+        for p in producers {
+            let Some(ps) = self.slot_mut(p) else {
+                continue; // consumed
+            };
+            ps.consumers.push(me);
+            ps.refs_total += 1;
+            wired.push(p);
+            wired_ids.push(ps.task_id());
+            match ps.state {
+                State::Failed => {
+                    poisoned.get_or_insert((ps.task_id(), ps.label.clone()));
+                }
+                State::Completed => {}
+                _ => live += 1,
+            }
+        }
+        let slot = &mut self.slots[index as usize];
+        slot.producers = wired;
+        slot.producer_ids = wired_ids;
+        slot.fanin_count = live;
+        let id = slot.task_id();
+        // Publish.
+        if let Some((task, label)) = poisoned {
+            let f = skipped(slot, producer_failed(task, label.as_deref()));
+            self.finish(me, Some(f));
+        } else if live == 0 {
+            slot.state = State::Ready;
+            slot.ready = Some(now);
+            self.route(me);
+        } else {
+            slot.state = State::Pending;
+        }
+        Ok((id, me))
+    }
+
+    /// Queues a READY task: the head run's go to the scheduler's queues, later runs' wait.
+    fn route(&mut self, id: SlotId) {
+        let Some(slot) = self.slot(id) else { return };
+        let run_id = slot.run_id;
+        if !self.is_head(run_id) {
+            if let Some(run) = self.run_mut(run_id) {
+                run.deferred_ready.push(id);
+            }
+            return;
+        }
+        match &slot.placement {
+            Placement::Chips(workers) if workers.len() == 1 => {
+                let w = workers[0];
+                self.directed[w].push_back(id);
+            }
+            Placement::Chips(_) => self.groups.push_back(id),
+            Placement::Subs(_) => self.subs.push_back(id),
+        }
+        self.doorbell.notify_one();
+    }
+
+    /// Drops one scope reference of each task (a scope ended).
+    pub(crate) fn release_scope(&mut self, ids: &[SlotId]) {
+        for &id in ids {
+            self.release(id);
+        }
+        self.complete_runs();
+    }
+
+    fn release(&mut self, id: SlotId) {
+        if let Some(s) = self.slot_mut(id) {
+            s.refs_released += 1;
+        }
+        self.try_consume(id);
+    }
+
+    fn try_consume(&mut self, id: SlotId) {
+        let Some(s) = self.slot(id) else { return };
+        if !s.state.is_terminal() || s.refs_released < s.refs_total + 1 {
+            return;
+        }
+        let slot = std::mem::replace(&mut self.slots[id.index as usize], Slot::free());
+        self.slots[id.index as usize].generation = slot.generation.wrapping_add(1);
+        self.free.push(id.index);
+        if let Some(run) = self.run_mut(slot.run_id) {
+            for key in &slot.output_keys {
+                run.tensormap.erase(key, id);
+            }
+            run.active -= 1;
+        }
+        // `slot` (its buffers and args) drops here.
+    }
+
+    /// Marks a task terminal and propagates: consumers get `fanin_done` (success) or are
+    /// poisoned (failure, through a work list); the task and its producers are released.
+    fn finish(&mut self, start: SlotId, failure: Option<TaskFailure>) {
+        let mut work = vec![(start, failure)];
+        while let Some((id, failure)) = work.pop() {
+            let now = Instant::now();
+            let Some(slot) = self.slot_mut(id) else {
+                continue;
+            };
+            if slot.state.is_terminal() {
+                continue;
+            }
+            slot.state = if failure.is_some() {
+                State::Failed
+            } else {
+                State::Completed
+            };
+            slot.finished = Some(now);
+            slot.failure = failure.clone();
+            for b in &slot.buffers {
+                b.release_task();
+            }
+            let run_id = slot.run_id;
+            let task = slot.task_id();
+            let label = slot.label.clone();
+            let consumers = slot.consumers.clone();
+            let producers = slot.producers.clone();
+            let report = self.task_report(id);
+            if let Some(run) = self.run_mut(run_id) {
+                if let Some(f) = &failure {
+                    run.record_failure(f);
+                }
+                if let Some(r) = report {
+                    run.reports[task.index as usize] = Some(r);
+                }
+            }
+            for c in consumers {
+                let Some(cs) = self.slot_mut(c) else { continue };
+                match &failure {
+                    None => {
+                        cs.fanin_done += 1;
+                        if cs.state == State::Pending && cs.fanin_done == cs.fanin_count {
+                            cs.state = State::Ready;
+                            cs.ready = Some(now);
+                            self.route(c);
+                        }
+                    }
+                    Some(_) => {
+                        if matches!(cs.state, State::Pending | State::Ready) {
+                            let f = skipped(cs, producer_failed(task, label.as_deref()));
+                            work.push((c, Some(f)));
+                        }
+                    }
+                }
+            }
+            self.release(id);
+            for p in producers {
+                self.release(p);
+            }
+        }
+        self.complete_runs();
+    }
+
+    fn task_report(&self, id: SlotId) -> Option<TaskReport> {
+        let s = self.slot(id)?;
+        let run = self.runs.iter().find(|r| r.id == s.run_id)?;
+        let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(run.started));
+        Some(TaskReport {
+            id: s.task_id(),
+            label: s.label.clone(),
+            kind: s.kind,
+            callable: s.callable.to_string(),
+            outcome: match &s.failure {
+                None => TaskOutcome::Success,
+                Some(f) => TaskOutcome::Failed(f.clone()),
+            },
+            producers: s.producer_ids.clone(),
+            members: s
+                .members
+                .iter()
+                .map(|m| MemberReport {
+                    worker: m.lane.map(|l| self.lane_name(l)).unwrap_or_default(),
+                    exec_time: m.exec_time,
+                    chip: m.chip.clone(),
+                })
+                .collect(),
+            submitted: s.submitted.saturating_duration_since(run.started),
+            ready: since(s.ready),
+            dispatched: since(s.dispatched),
+            finished: since(s.finished),
+        })
+    }
+
+    /// Completes finished runs at the head of the FIFO and promotes the next head.
+    fn complete_runs(&mut self) {
+        let mut changed = false;
+        while let Some(head) = self.runs.front() {
+            if head.building || head.active > 0 {
+                break;
+            }
+            let run = self.runs.pop_front().expect("head exists");
+            let result = match run.error() {
+                Some(e) => Err(e),
+                None => Ok(run.report()),
+            };
+            *run.fence.result.lock() = Some(result);
+            run.fence.done.notify_all();
+            changed = true;
+            // Promote the next head: its deferred READY tasks enter the queues.
+            let deferred = match self.runs.front_mut() {
+                Some(next) => std::mem::take(&mut next.deferred_ready),
+                None => Vec::new(),
+            };
+            for id in deferred {
+                if self.slot(id).is_some_and(|s| s.state == State::Ready) {
+                    self.route(id);
+                }
+            }
+        }
+        if changed {
+            self.runs_changed.notify_all();
+            self.doorbell.notify_one();
+        }
+    }
+
+    /// One dispatch pass (§3.2) over the lanes that are idle; marks them busy in the slices.
+    pub(crate) fn dispatch_pass(
+        &mut self,
+        chip_idle: &mut [bool],
+        sub_idle: &mut [bool],
+    ) -> Vec<Dispatch> {
+        let mut out = Vec::new();
+        let mut reserved = vec![false; chip_idle.len()];
+        // 1. Group head: all targets idle, or it reserves them and blocks the groups behind it.
+        while let Some(&id) = self.groups.front() {
+            let Some(slot) = self.slot(id).filter(|s| s.state == State::Ready) else {
+                self.groups.pop_front();
+                continue;
+            };
+            let Placement::Chips(targets) = &slot.placement else {
+                unreachable!("groups hold chip groups")
+            };
+            let targets = targets.clone();
+            if targets.iter().all(|&w| chip_idle[w]) {
+                self.groups.pop_front();
+                for &w in &targets {
+                    chip_idle[w] = false;
+                }
+                let lanes: Vec<Lane> = targets.into_iter().map(Lane::Chip).collect();
+                self.start(id, &lanes, &mut out);
+            } else {
+                for &w in &targets {
+                    reserved[w] = true;
+                }
+                break;
+            }
+        }
+        // 2. Singles, per chip in id order.
+        for w in 0..chip_idle.len() {
+            if !chip_idle[w] || reserved[w] {
+                continue;
+            }
+            while let Some(id) = self.directed[w].pop_front() {
+                if self.slot(id).is_some_and(|s| s.state == State::Ready) {
+                    chip_idle[w] = false;
+                    self.start(id, &[Lane::Chip(w)], &mut out);
+                    break;
+                }
+            }
+        }
+        // 3. Sub queue: the head takes idle lanes or waits; no overtaking.
+        while let Some(&id) = self.subs.front() {
+            let Some(slot) = self.slot(id).filter(|s| s.state == State::Ready) else {
+                self.subs.pop_front();
+                continue;
+            };
+            let Placement::Subs(size) = slot.placement else {
+                unreachable!("the sub queue holds sub tasks")
+            };
+            let idle: Vec<usize> = (0..sub_idle.len())
+                .filter(|&i| sub_idle[i])
+                .take(size)
+                .collect();
+            if idle.len() < size {
+                break;
+            }
+            self.subs.pop_front();
+            for &i in &idle {
+                sub_idle[i] = false;
+            }
+            let lanes: Vec<Lane> = idle.into_iter().map(Lane::Sub).collect();
+            self.start(id, &lanes, &mut out);
+        }
+        out
+    }
+
+    /// READY → RUNNING: one request per member.
+    fn start(&mut self, id: SlotId, lanes: &[Lane], out: &mut Vec<Dispatch>) {
+        let Some(slot) = self.slot_mut(id) else {
+            return;
+        };
+        slot.state = State::Running;
+        slot.dispatched = Some(Instant::now());
+        let size = slot.members.len() as u32;
+        let task = slot.task_id();
+        for (i, (m, &lane)) in slot.members.iter_mut().zip(lanes).enumerate() {
+            m.lane = Some(lane);
+            m.state = MemberState::Running;
+            out.push(Dispatch {
+                lane,
+                req: TaskRequest {
+                    slot: id,
+                    task,
+                    member: i as u32,
+                    group_size: size,
+                    callable_id: slot.callable_id,
+                    callable: Arc::clone(&slot.callable),
+                    kind: match slot.kind {
+                        TaskKind::NextLevel => CallableKind::Chip,
+                        TaskKind::Sub => CallableKind::Sub,
+                    },
+                    label: slot.label.clone(),
+                    config: slot.config.clone(),
+                    args: m.args.clone(),
+                    buffers: m.buffers.clone(),
+                },
+            });
+        }
+    }
+
+    /// A lane's reply (§3.3): record the member; aggregate when every member is terminal.
+    pub(crate) fn complete(&mut self, lane: Lane, c: Completion) {
+        let Some(slot) = self.slot_mut(c.slot) else {
+            return;
+        };
+        if slot.state != State::Running {
+            return;
+        }
+        let Some(m) = slot.members.get_mut(c.member as usize) else {
+            return;
+        };
+        m.exec_time = c.exec_time;
+        match c.result {
+            Ok(report) => {
+                m.state = MemberState::Success;
+                m.chip = report;
+            }
+            Err(f) => {
+                m.state = MemberState::Failed;
+                m.failure = Some(f);
+            }
+        }
+        if slot
+            .members
+            .iter()
+            .any(|m| matches!(m.state, MemberState::Running | MemberState::NotDispatched))
+        {
+            return;
+        }
+        let size = slot.members.len();
+        let task = slot.task_id();
+        let label = slot.label.clone();
+        let first = slot
+            .members
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| m.failure.clone().map(|f| (i, m.lane.unwrap_or(lane), f)));
+        let failure = first.map(|(i, member_lane, f)| TaskFailure {
+            task: Some(task),
+            label,
+            worker: self.lane_name(member_lane),
+            kind: f.kind,
+            code: f.code,
+            message: if size > 1 {
+                format!("group member {i} of {size}: {}", f.message)
+            } else {
+                f.message
+            },
+        });
+        self.finish(c.slot, failure);
+    }
+
+    /// A lane died: later submits to it fail, its queued work fails at once.
+    pub(crate) fn lane_died(&mut self, lane: Lane, cause: &str) {
+        let name = self.lane_name(lane);
+        let fail = |s: &Slot| TaskFailure {
+            task: Some(s.task_id()),
+            label: s.label.clone(),
+            worker: name.clone(),
+            kind: FailureKind::Endpoint,
+            code: None,
+            message: format!("EndpointFailure: {cause}"),
+        };
+        let mut victims = Vec::new();
+        match lane {
+            Lane::Chip(w) => {
+                self.dead_chips[w] = Some(cause.to_string());
+                victims.extend(self.directed[w].drain(..));
+                let dead = &self.dead_chips;
+                let slots = &self.slots;
+                self.groups.retain(|id| {
+                    let names_dead = slots.get(id.index as usize).is_some_and(|s| {
+                        matches!(&s.placement, Placement::Chips(ws) if ws.iter().any(|&x| dead[x].is_some()))
+                    });
+                    if names_dead {
+                        victims.push(*id);
+                    }
+                    !names_dead
+                });
+            }
+            Lane::Sub(s) => {
+                self.dead_subs[s] = Some(cause.to_string());
+                let alive = self.dead_subs.iter().filter(|d| d.is_none()).count();
+                let slots = &self.slots;
+                self.subs.retain(|id| {
+                    let too_big = slots
+                        .get(id.index as usize)
+                        .is_some_and(|s| matches!(s.placement, Placement::Subs(n) if n > alive));
+                    if too_big {
+                        victims.push(*id);
+                    }
+                    !too_big
+                });
+            }
+        }
+        for id in victims {
+            if let Some(s) = self.slot(id).filter(|s| s.state == State::Ready) {
+                let f = fail(s);
+                self.finish(id, Some(f));
+            }
+        }
+    }
+
+    /// Whether a lane is marked dead.
+    pub(crate) fn is_dead(&self, lane: Lane) -> bool {
+        match lane {
+            Lane::Chip(w) => self.dead_chips[w].is_some(),
+            Lane::Sub(s) => self.dead_subs[s].is_some(),
+        }
+    }
+}
+
+/// A skipped-task failure for `s`.
+fn skipped(s: &Slot, message: String) -> TaskFailure {
+    TaskFailure {
+        task: Some(s.task_id()),
+        label: s.label.clone(),
+        worker: String::new(),
+        kind: FailureKind::Skipped,
+        code: None,
+        message,
+    }
+}
+
+fn producer_failed(task: TaskId, label: Option<&str>) -> String {
+    match label {
+        Some(l) => format!("skipped: producer {task} ('{l}') failed"),
+        None => format!("skipped: producer {task} failed"),
+    }
+}

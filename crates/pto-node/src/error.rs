@@ -1,0 +1,307 @@
+//! The typed errors of the node runtime (NODE_RUNTIME.md §1.7, RING_CONFIG.md §3.1 C2/C3).
+//!
+//! Where each error surfaces: [`BuildError`] at `build()`, [`InitError`] at `init()`,
+//! [`RegisterError`] at `register`, [`SubmitRunError`] at `Worker::submit` before or after the
+//! orchestration function, [`SubmitError`] synchronously at every `submit_*` of the
+//! [`crate::Orchestrator`] (no task is created), [`AllocError`] at `alloc`, [`WaitError`] /
+//! [`RunError`] at `RunHandle::wait`. A [`RunError`] prints its chain outermost first:
+//! `run 3: task 5 'attn' on chip[0]: L2 run failed: SCOPE_DEADLOCK (1): …`.
+
+use std::fmt;
+
+use pto_types::{BufferId, ConfigError, ErrorCode};
+
+use crate::callable::CallableKind;
+use crate::report::{RunReport, TaskId};
+
+/// A builder option with an illegal value (`Worker::builder(..).build()`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Worker option {option}: {reason}")]
+pub struct BuildError {
+    /// The option's builder method name, e.g. `"level"`, `"heap_ring_size"`.
+    pub option: &'static str,
+    pub reason: String,
+}
+
+/// Why `Worker::init` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InitError {
+    #[error("init() was already called on this Worker")]
+    AlreadyInitialized,
+    #[error("the Worker is closed")]
+    Closed,
+    /// A chip or sub worker could not start; `child` names it (`chip[1]`).
+    #[error("{child} failed to start: {message}")]
+    ChildFailed { child: String, message: String },
+    /// The requested endpoint mode or level is not available in this build.
+    #[error("{what} is not implemented yet ({issue})")]
+    NotImplemented {
+        what: &'static str,
+        issue: &'static str,
+    },
+    #[error("cannot start a Worker thread: {0}")]
+    Thread(String),
+}
+
+/// Why a callable could not be registered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    #[error("callable name {name:?} must be 1-64 characters of [A-Za-z0-9_.-]")]
+    BadName { name: String },
+    #[error("no {kind} callable named {name:?} is registered in this image")]
+    UnknownCallable { kind: CallableKind, name: String },
+    #[error("closure callables need EndpointMode::InProcess (children resolve callables by name)")]
+    ClosureRequiresInProcess,
+    #[error("a {kind} callable named {name:?} is already registered on this Worker")]
+    DuplicateName { kind: CallableKind, name: String },
+    #[error("a level-{level} Worker has no {kind} workers")]
+    WrongLevel { level: u32, kind: CallableKind },
+    #[error("the Worker is closed")]
+    Closed,
+}
+
+/// A synchronous rejection of one `submit_*` call: nothing was created, nothing dispatched.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// Checkpoint C3: the task's `CallConfig` fails validation. Names field, ring and value.
+    #[error("invalid CallConfig: {0}")]
+    InvalidConfig(ConfigError),
+    /// A tensor or the argument list is unusable; `index` is the tensor's position when one
+    /// tensor is at fault.
+    #[error("invalid arguments{}: {reason}", index.map(|i| format!(" (tensor {i})")).unwrap_or_default())]
+    InvalidArgs {
+        index: Option<usize>,
+        reason: String,
+    },
+    /// Two write-tagged tensors of one task overlap.
+    #[error("write-tagged tensors {a} and {b} of one task overlap")]
+    WriteOverlap { a: usize, b: usize },
+    #[error("no worker {worker} (this Worker has {workers} next-level workers)")]
+    UnknownWorker { worker: usize, workers: usize },
+    #[error("worker {worker} appears twice in one group")]
+    DuplicateWorker { worker: usize },
+    #[error("a group has {args} argument lists but {workers} workers")]
+    GroupSizeMismatch { args: usize, workers: usize },
+    #[error("a sub group of {size} needs {size} sub workers; this Worker has {sub_workers}")]
+    GroupTooLarge { size: usize, sub_workers: usize },
+    #[error("expected a {expected} callable, got a {got} callable")]
+    WrongCallableKind {
+        expected: CallableKind,
+        got: CallableKind,
+    },
+    #[error("the callable handle belongs to another Worker")]
+    ForeignHandle,
+    #[error("the callable handle is not registered on this Worker")]
+    StaleHandle,
+    #[error("{worker} is unavailable: {cause}")]
+    WorkerUnavailable { worker: String, cause: String },
+    /// Fail-fast: the run already has a failed task.
+    #[error("the run has failed: {0}")]
+    RunFailed(Box<RunError>),
+}
+
+/// Why `Worker::submit` / `Worker::run` did not produce a run, or why its orchestration failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SubmitRunError {
+    /// Checkpoint C2: the run's base config fails validation; nothing ran.
+    #[error("invalid base CallConfig: {0}")]
+    InvalidConfig(ConfigError),
+    #[error("the Worker is not initialised (call init() first)")]
+    NotReady,
+    #[error("the Worker is closed")]
+    Closed,
+    /// `submit` was called from inside an orchestration function of the same Worker.
+    #[error("submit() called from inside an orchestration function of the same Worker")]
+    Reentrant,
+    /// The orchestration function returned an error or panicked. Returned once the tasks it
+    /// had started finished; tasks not yet started were cancelled.
+    #[error("run {run_id}: orchestration failed: {source}")]
+    Orchestration { run_id: u64, source: OrchError },
+}
+
+/// What an orchestration function returns on failure; `?` converts the runtime's errors.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum OrchError {
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
+    /// A per-task config could not be derived (`CallConfig::derive`).
+    #[error("invalid CallConfig: {0}")]
+    Config(#[from] ConfigError),
+    #[error("orchestration panicked: {0}")]
+    Panic(String),
+    #[error("{0}")]
+    Message(String),
+}
+
+impl OrchError {
+    /// An error with a free-form message.
+    pub fn msg(message: impl Into<String>) -> OrchError {
+        OrchError::Message(message.into())
+    }
+}
+
+/// Scope misuse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    #[error("scope nesting deeper than {max} (including the run's outer scope)")]
+    TooDeep { max: usize },
+}
+
+/// Why `orch.alloc` failed (NODE_RUNTIME.md §2.8).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error(
+        "alloc of {requested} bytes is larger than heap ring {ring} ({capacity} bytes); raise heap_ring_size"
+    )]
+    TooLarge {
+        ring: usize,
+        requested: u64,
+        capacity: u64,
+    },
+    /// `provable`: the oldest slab is held by a scope open on this thread, so waiting could
+    /// never succeed (returned at once); otherwise the wait hit `heap_alloc_timeout`.
+    #[error(
+        "heap ring {ring} exhausted: requested {requested} bytes, capacity {capacity}, in use {in_use}{}; raise heap_ring_size or use a narrower scope",
+        if *provable { " (its oldest slab is held by a scope still open on this thread, so waiting cannot help)" } else { " (timed out waiting for slabs to be released)" }
+    )]
+    HeapExhausted {
+        ring: usize,
+        requested: u64,
+        capacity: u64,
+        in_use: u64,
+        provable: bool,
+    },
+    #[error("invalid shape: {reason}")]
+    BadShape { reason: String },
+}
+
+/// Host access to a buffer failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BufferError {
+    #[error("buffer {buffer:?} is used by {tasks} unfinished task(s)")]
+    InUse { buffer: BufferId, tasks: u32 },
+    #[error("elements [{offset}, {end}) are outside the {len}-element buffer")]
+    OutOfBounds {
+        offset: usize,
+        end: usize,
+        len: usize,
+    },
+    #[error("cannot allocate a {bytes}-byte buffer: {reason}")]
+    Create { bytes: usize, reason: String },
+    #[error("the buffer was released")]
+    Released,
+}
+
+/// Why a control request (outside runs) failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("{count} run(s) are unfinished; chip control runs only between runs")]
+    RunsInFlight { count: usize },
+    #[error("no worker {worker}")]
+    UnknownWorker { worker: usize },
+    #[error("the Worker is not initialised")]
+    NotReady,
+    #[error("{worker}: {message}")]
+    Endpoint { worker: String, message: String },
+    #[error("timed out waiting for {worker}")]
+    Timeout { worker: String },
+}
+
+/// How a task failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The callable or the chip run failed (an L2 code, `CALLABLE_FAILED`, …).
+    Task,
+    /// The chip could not bind the run (invalid config, sizing, device memory); no task of the
+    /// L2 graph ran. Does not poison the endpoint (RING_CONFIG.md T88).
+    Bind,
+    /// The endpoint died or timed out while running the task.
+    Endpoint,
+    /// Not run: a producer failed or the run was cancelled.
+    Skipped,
+    /// The orchestration function failed; not a task.
+    Orchestration,
+}
+
+/// One task's failure with its message chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskFailure {
+    /// `None` for a run-level failure (orchestration).
+    pub task: Option<TaskId>,
+    pub label: Option<String>,
+    /// The worker that ran it (`chip[0]`, `sub[1]`); empty when it never ran.
+    pub worker: String,
+    pub kind: FailureKind,
+    /// The numbered code, when there is one (`SCOPE_DEADLOCK`, `DEVICE_MEMORY_EXHAUSTED`, …).
+    pub code: Option<ErrorCode>,
+    /// The chain below the worker, e.g. `L2 run failed: SCOPE_DEADLOCK (1): …`.
+    pub message: String,
+}
+
+impl fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.task {
+            Some(task) => write!(f, "{task}")?,
+            None => f.write_str("orchestration")?,
+        }
+        if let Some(label) = &self.label {
+            write!(f, " '{label}'")?;
+        }
+        if !self.worker.is_empty() {
+            write!(f, " on {}", self.worker)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// A failed run: the first failure, counts and the full report (NODE_RUNTIME.md §1.7).
+#[derive(Clone, Debug)]
+pub struct RunError {
+    pub run_id: u64,
+    pub first: TaskFailure,
+    /// Tasks that failed themselves (not counting skipped ones).
+    pub failed: u32,
+    /// Tasks never run because a producer failed or the run was cancelled.
+    pub skipped: u32,
+    /// Every task of the run, including the ones that completed.
+    pub report: Box<RunReport>,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "run {}: {}", self.run_id, self.first)?;
+        if self.failed > 1 || self.skipped > 0 {
+            write!(
+                f,
+                " ({} task(s) failed, {} skipped)",
+                self.failed, self.skipped
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// What `RunHandle::wait` returns instead of a report.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum WaitError {
+    /// The timeout passed; the run is not cancelled and can be waited for again.
+    #[error("the run did not finish within the timeout")]
+    Timeout,
+    #[error("{0}")]
+    Failed(Box<RunError>),
+}
+
+/// What `Worker::run` returns on failure.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum WorkerRunError {
+    #[error(transparent)]
+    Submit(#[from] SubmitRunError),
+    #[error("{0}")]
+    Failed(Box<RunError>),
+}

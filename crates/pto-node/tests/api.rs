@@ -1,0 +1,440 @@
+//! Builder, lifecycle, registration and synchronous submit validation (NODE_RUNTIME.md §9 rows
+//! 1, 3, 4, 5, 14–19, 29, 34, 52, 54; §1.7).
+
+use std::time::{Duration, Instant};
+
+use pto_node::{
+    BufferError, BuildError, Callable, CallableKind, EndpointMode, InitError, OrchError,
+    RegisterError, SubmitError, SubmitRunError, WaitError, Worker,
+};
+use pto_types::{CallConfig, DType, TaskArgs};
+
+use crate::common::*;
+
+#[test]
+fn n01_level_2_is_a_build_error() {
+    let err = Worker::builder(2).chips(1).build().unwrap_err();
+    assert_eq!(err.option, "level");
+    assert!(err.to_string().contains("at least 3"), "{err}");
+}
+
+#[test]
+fn build_errors_name_the_option() {
+    let cases: Vec<(Result<Worker, BuildError>, &str)> = vec![
+        (Worker::builder(3).build(), "chips"),
+        (
+            Worker::builder(3).chips(1).heap_ring_size(1000).build(),
+            "heap_ring_size",
+        ),
+        (
+            Worker::builder(3).chips(1).heap_ring_size(32 << 10).build(),
+            "heap_ring_size",
+        ),
+        (
+            Worker::builder(3).chips(1).max_queued_runs(0).build(),
+            "max_queued_runs",
+        ),
+        (
+            Worker::builder(3)
+                .chips(1)
+                .heap_alloc_timeout(Duration::ZERO)
+                .build(),
+            "heap_alloc_timeout",
+        ),
+        (
+            Worker::builder(3)
+                .chips(1)
+                .chip_spec(1, small_chip(1 << 30))
+                .build(),
+            "chip_spec",
+        ),
+        (
+            Worker::builder(3)
+                .chips(1)
+                .chip_env_source(pto_types::ring_config::env::EnvSource::empty())
+                .build(),
+            "chip_env_source",
+        ),
+        (Worker::builder(4).sub_workers(1).build(), "level"),
+    ];
+    for (result, option) in cases {
+        assert_eq!(result.unwrap_err().option, option);
+    }
+}
+
+#[test]
+fn n03_init_twice_and_after_close() {
+    with_timeout(20, || {
+        let w = builder(1, 0).build().unwrap();
+        w.init().unwrap();
+        assert_eq!(w.init(), Err(InitError::AlreadyInitialized));
+        assert!(w.close().graceful);
+        assert!(w.close().graceful, "close is idempotent");
+        let w = builder(0, 1).build().unwrap();
+        w.close();
+        assert_eq!(w.init(), Err(InitError::Closed));
+    });
+}
+
+#[test]
+fn child_process_mode_is_not_implemented_yet() {
+    with_timeout(20, || {
+        let w = Worker::builder(3).sub_workers(1).build().unwrap();
+        let err = w.init().unwrap_err();
+        assert!(matches!(err, InitError::NotImplemented { .. }), "{err:?}");
+        assert!(err.to_string().contains("not implemented yet"), "{err}");
+        // FAILED accepts only close.
+        assert_eq!(w.init(), Err(InitError::AlreadyInitialized));
+        let submitted = w.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default());
+        assert!(matches!(submitted, Err(SubmitRunError::NotReady)));
+        w.close();
+    });
+}
+
+#[test]
+fn n04_unknown_callable() {
+    let w = builder(1, 1).build().unwrap();
+    assert_eq!(
+        w.register(Callable::chip("nope")),
+        Err(RegisterError::UnknownCallable {
+            kind: CallableKind::Chip,
+            name: "nope".to_string()
+        })
+    );
+    assert!(matches!(
+        w.register(Callable::sub("nope")),
+        Err(RegisterError::UnknownCallable { .. })
+    ));
+    assert!(matches!(
+        w.register(Callable::chip("bad name")),
+        Err(RegisterError::BadName { .. })
+    ));
+    // Same name, same handle.
+    let a = w.register(Callable::chip("vector_add")).unwrap();
+    assert_eq!(w.register(Callable::chip("vector_add")).unwrap(), a);
+    assert_eq!(a.kind(), CallableKind::Chip);
+    let s = w.register(Callable::sub("sum_outputs")).unwrap();
+    assert_ne!(s, a);
+}
+
+#[test]
+fn n05_closure_requires_in_process() {
+    let w = Worker::builder(3)
+        .sub_workers(1)
+        .endpoint_mode(EndpointMode::ChildProcess)
+        .build()
+        .unwrap();
+    assert_eq!(
+        w.register(Callable::sub_closure("c", |_, _| Ok(()))),
+        Err(RegisterError::ClosureRequiresInProcess)
+    );
+    assert!(w.register(Callable::sub("sum_outputs")).is_ok());
+}
+
+/// Submits one task with `submit` inside a fresh run and returns the synchronous error, after
+/// checking that nothing was created.
+fn rejected(
+    w: &Worker,
+    submit: impl FnOnce(&mut pto_node::Orchestrator<'_>) -> Result<pto_node::TaskId, SubmitError>
+    + Send
+    + 'static,
+) -> SubmitError {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let run = w
+        .submit(
+            move |orch, _, _| {
+                let err = submit(orch).expect_err("the submit is rejected");
+                assert_eq!(orch.submitted_tasks(), 0, "no task was created");
+                assert_eq!(orch.tensormap_entries(), 0, "the TensorMap is unchanged");
+                tx.send(err).unwrap();
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .expect("the rejection does not fail the run");
+    let report = run
+        .wait(Some(Duration::from_secs(10)))
+        .expect("the run succeeds");
+    assert!(report.tasks.is_empty());
+    rx.recv().unwrap()
+}
+
+#[test]
+fn n14_to_n19_synchronous_rejections() {
+    with_timeout(30, || {
+        let w = start(builder(2, 1));
+        let add = chip(&w, "vector_add");
+        let s = sleeper(&w);
+        let (_a, a) = buf(&w, 64, 1.0);
+        let (_o, o) = buf(&w, 64, 0.0);
+        let args = move || TaskArgs::new().input(&a).input(&a).output_existing(&o);
+
+        let a1 = args.clone();
+        let err = rejected(&w, move |orch| {
+            orch.submit_next_level(&add, a1(), &CallConfig::default(), 5)
+        });
+        assert!(
+            matches!(
+                err,
+                SubmitError::UnknownWorker {
+                    worker: 5,
+                    workers: 2
+                }
+            ),
+            "{err:?}"
+        );
+
+        let a2 = args.clone();
+        let err = rejected(&w, move |orch| {
+            orch.submit_next_level_group(&add, vec![a2(), a2()], &CallConfig::default(), &[0, 0])
+        });
+        assert!(
+            matches!(err, SubmitError::DuplicateWorker { worker: 0 }),
+            "{err:?}"
+        );
+
+        let a3 = args.clone();
+        let err = rejected(&w, move |orch| {
+            orch.submit_next_level_group(&add, vec![a3(), a3()], &CallConfig::default(), &[0, 1, 1])
+        });
+        assert!(
+            matches!(
+                err,
+                SubmitError::GroupSizeMismatch {
+                    args: 2,
+                    workers: 3
+                }
+            ),
+            "{err:?}"
+        );
+
+        let err = rejected(&w, move |orch| {
+            orch.submit_sub_group(&s, vec![TaskArgs::new(), TaskArgs::new()])
+        });
+        assert!(
+            matches!(
+                err,
+                SubmitError::GroupTooLarge {
+                    size: 2,
+                    sub_workers: 1
+                }
+            ),
+            "{err:?}"
+        );
+
+        let a5 = args.clone();
+        let err = rejected(&w, move |orch| {
+            orch.submit_next_level(&s, a5(), &CallConfig::default(), 0)
+        });
+        assert!(
+            matches!(
+                err,
+                SubmitError::WrongCallableKind {
+                    expected: CallableKind::Chip,
+                    got: CallableKind::Sub
+                }
+            ),
+            "{err:?}"
+        );
+
+        // Row 19: two OutputExisting tensors overlapping by one element.
+        let (big, _) = buf(&w, 64, 0.0);
+        let x = view(&big, 0, 10);
+        let y = view(&big, 9, 10);
+        let err = rejected(&w, move |orch| {
+            let args = TaskArgs::new().output_existing(&x).output_existing(&y);
+            orch.submit_sub(&s, args)
+        });
+        assert!(
+            matches!(err, SubmitError::WriteOverlap { a: 0, b: 1 }),
+            "{err:?}"
+        );
+        w.close();
+    });
+}
+
+#[test]
+fn foreign_handles_and_foreign_buffers_are_rejected() {
+    with_timeout(30, || {
+        let w1 = start(builder(1, 1));
+        let w2 = start(builder(1, 1));
+        let foreign = sleeper(&w2);
+        let (_b, t) = buf(&w2, 16, 0.0);
+        let err = rejected(&w1, move |orch| orch.submit_sub(&foreign, TaskArgs::new()));
+        assert!(matches!(err, SubmitError::ForeignHandle), "{err:?}");
+        let mine = sleeper(&w1);
+        let err = rejected(&w1, move |orch| {
+            orch.submit_sub(&mine, TaskArgs::new().input(&t))
+        });
+        // Closures are registered once per name.
+        assert!(matches!(
+            w1.register(pto_node::Callable::sub_closure("sleep", |_, _| Ok(()))),
+            Err(RegisterError::DuplicateName { .. })
+        ));
+        assert!(
+            matches!(&err, SubmitError::InvalidArgs { index: Some(0), reason } if reason.contains("not a live buffer of this Worker")),
+            "{err:?}"
+        );
+        let err = rejected(&w1, move |orch| {
+            orch.submit_sub(&mine, TaskArgs::new().label("has space"))
+        });
+        assert!(
+            matches!(err, SubmitError::InvalidArgs { index: None, .. }),
+            "{err:?}"
+        );
+    });
+}
+
+#[test]
+fn n29_empty_orchestration_completes() {
+    with_timeout(20, || {
+        let w = start(builder(1, 1));
+        let report = w
+            .run(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default())
+            .unwrap();
+        assert!(report.tasks.is_empty());
+        // Base config validation (C2) happens before anything runs.
+        let bad =
+            CallConfig::with_runtime_env(pto_types::RuntimeEnv::default().with_task_window(48));
+        let err = w
+            .submit(|_, _, _| Ok(()), TaskArgs::new(), bad)
+            .unwrap_err();
+        assert!(matches!(err, SubmitRunError::InvalidConfig(_)), "{err:?}");
+        assert!(err.to_string().contains("ring_task_window[0]=48"), "{err}");
+    });
+}
+
+#[test]
+fn n34_wait_timeout_then_wait() {
+    with_timeout(20, || {
+        let w = start(builder(0, 1));
+        let s = sleeper(&w);
+        let run = w
+            .submit(
+                move |orch, _, _| {
+                    orch.submit_sub(&s, TaskArgs::new().scalar(200u64))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        let started = Instant::now();
+        assert!(matches!(
+            run.wait(Some(Duration::from_millis(10))),
+            Err(WaitError::Timeout)
+        ));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let report = run.clone().wait(None).unwrap();
+        assert_eq!(report.tasks.len(), 1);
+        // The same result again.
+        assert_eq!(
+            run.wait(Some(Duration::ZERO)).unwrap().run_id,
+            report.run_id
+        );
+    });
+}
+
+#[test]
+fn n52_host_access_while_a_task_uses_the_buffer() {
+    with_timeout(20, || {
+        let w = start(builder(0, 1));
+        let s = sleeper(&w);
+        let (b, t) = buf(&w, 16, 3.0);
+        let probe = b.clone();
+        let run = w
+            .submit(
+                move |orch, _, _| {
+                    orch.submit_sub(&s, TaskArgs::new().input(&t).scalar(100u64))?;
+                    let err = probe.read_vec::<f32>(0, 16).unwrap_err();
+                    assert!(
+                        matches!(err, BufferError::InUse { tasks: 1, .. }),
+                        "{err:?}"
+                    );
+                    assert!(matches!(
+                        probe.write_from(0, &[1.0f32]),
+                        Err(BufferError::InUse { .. })
+                    ));
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        run.wait(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(b.read_vec::<f32>(0, 16).unwrap(), vec![3.0; 16]);
+        assert!(matches!(
+            b.read_vec::<f32>(10, 7),
+            Err(BufferError::OutOfBounds { .. })
+        ));
+        assert_eq!(b.with_slice(|s: &[f32]| s.len()).unwrap(), 16);
+        assert!(
+            b.tensor(&[17], DType::F32).is_err(),
+            "bad views fail at construction"
+        );
+    });
+}
+
+#[test]
+fn n54_submits_from_two_threads_are_serialised() {
+    with_timeout(30, || {
+        let w = std::sync::Arc::new(start(builder(0, 2)));
+        let rec = Recorder::default();
+        let s = recorded_sleeper(&w, &rec);
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let w = std::sync::Arc::clone(&w);
+                std::thread::spawn(move || {
+                    w.run(
+                        move |orch, _, _| {
+                            let label = format!("t{i}");
+                            orch.submit_sub(&s, TaskArgs::new().scalar(60u64).label(&label))?;
+                            std::thread::sleep(Duration::from_millis(20));
+                            Ok(())
+                        },
+                        TaskArgs::new(),
+                        CallConfig::default(),
+                    )
+                    .unwrap()
+                    .run_id
+                })
+            })
+            .collect();
+        let ids: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let (first, second) = if ids[0] < ids[1] {
+            ("t0", "t1")
+        } else {
+            ("t1", "t0")
+        };
+        let (_, end1) = rec.get(first).unwrap();
+        let (start2, _) = rec.get(second).unwrap();
+        assert!(
+            start2 >= end1,
+            "run 2's task started before run 1 completed"
+        );
+    });
+}
+
+#[test]
+fn reentrant_submit_is_refused() {
+    with_timeout(20, || {
+        let w = std::sync::Arc::new(start(builder(0, 1)));
+        let inner = std::sync::Arc::clone(&w);
+        let err = w
+            .run(
+                move |_, _, _| match inner.submit(
+                    |_, _, _| Ok(()),
+                    TaskArgs::new(),
+                    CallConfig::default(),
+                ) {
+                    Err(SubmitRunError::Reentrant) => Err(OrchError::msg("refused as expected")),
+                    other => panic!("unexpected {other:?}"),
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("refused as expected"), "{err}");
+    });
+}

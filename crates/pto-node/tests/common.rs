@@ -1,0 +1,211 @@
+//! Helpers: watchdog, small in-process Workers, buffers, test callables and recorders.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pto_chip::kernel::{CoreType, KernelCtx};
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_node::{
+    Callable, CallableHandle, EndpointMode, HostBuffer, MappedArgs, SubContext, TaskError, Worker,
+    WorkerBuilder,
+};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::{DType, Tensor};
+
+pub(crate) use crate::support::{f32_buffer, small_chip};
+
+/// Runs `f` on a thread and fails the test if it does not finish within `secs` seconds.
+pub(crate) fn with_timeout<T: Send + 'static>(
+    secs: u64,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let body = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(value) => value,
+        Err(_) => {
+            if body.is_finished() {
+                // The body panicked: re-raise its panic here.
+                if let Err(panic) = body.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            panic!("the test did not finish within {secs} s")
+        }
+    }
+}
+
+/// An in-process level-3 builder with `chips` small chips (16 GiB of accounted memory each), `subs` sub workers,
+/// 1 MiB heap rings and an empty chip environment.
+pub(crate) fn builder(chips: usize, subs: usize) -> WorkerBuilder {
+    pto_kernels::link();
+    let mut b = Worker::builder(3)
+        .chips(chips)
+        .sub_workers(subs)
+        .endpoint_mode(EndpointMode::InProcess)
+        .heap_ring_size(1 << 20)
+        .chip_env_source(EnvSource::empty())
+        .close_timeout(Duration::from_secs(10));
+    for i in 0..chips {
+        b = b.chip_spec(i, small_chip(16 << 30));
+    }
+    b
+}
+
+/// Builds and initialises.
+pub(crate) fn start(b: WorkerBuilder) -> Worker {
+    let w = b.build().expect("builds");
+    w.init().expect("initialises");
+    w
+}
+
+/// A buffer of `n` f32 set to `value`.
+pub(crate) fn buf(w: &Worker, n: usize, value: f32) -> (HostBuffer, Tensor) {
+    f32_buffer(w, n, |_| value).expect("buffer")
+}
+
+pub(crate) fn chip(w: &Worker, name: &str) -> CallableHandle {
+    w.register(Callable::chip(name)).expect("chip callable")
+}
+
+pub(crate) fn sub(
+    w: &Worker,
+    name: &str,
+    f: impl Fn(&SubContext, &MappedArgs) -> Result<(), TaskError> + Send + Sync + 'static,
+) -> CallableHandle {
+    w.register(Callable::sub_closure(name, f))
+        .expect("sub closure")
+}
+
+/// Sub closure: sleeps `scalar(0)` ms (0 if absent).
+pub(crate) fn sleeper(w: &Worker) -> CallableHandle {
+    sub(w, "sleep", |_, a| {
+        let ms = a.scalars().first().copied().unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(ms));
+        Ok(())
+    })
+}
+
+/// Sub closure: copies tensor 0 into tensor 1 (f32).
+pub(crate) fn copier(w: &Worker) -> CallableHandle {
+    sub(w, "copy", |_, a| {
+        let x = a.read::<f32>(0)?;
+        a.write(1, &x)
+    })
+}
+
+/// Sub closure: fills every write-tagged tensor with `scalar(0)` as f32 bits, after sleeping
+/// `scalar(1)` ms if given.
+pub(crate) fn filler(w: &Worker) -> CallableHandle {
+    sub(w, "fill", |_, a| {
+        let value = f32::from_bits(a.scalar(0)? as u32);
+        if let Some(&ms) = a.scalars().get(1) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        for i in 0..a.num_tensors() {
+            if a.tag(i).is_some_and(|t| t.writes()) {
+                a.with_slice_mut::<f32, _>(i, |s| s.fill(value))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Start and end instants of named events, for ordering checks across runs.
+#[derive(Clone, Default)]
+pub(crate) struct Recorder(Arc<std::sync::Mutex<Vec<(String, Instant, Instant)>>>);
+
+impl Recorder {
+    pub(crate) fn record(&self, name: &str, start: Instant) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((name.to_string(), start, Instant::now()));
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<(Instant, Instant)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, s, e)| (*s, *e))
+    }
+
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, _, _)| n.clone())
+            .collect()
+    }
+}
+
+/// Sub closure that sleeps `scalar(0)` ms and records its label with start and end times.
+pub(crate) fn recorded_sleeper(w: &Worker, rec: &Recorder) -> CallableHandle {
+    let rec = rec.clone();
+    sub(w, "recorded_sleep", move |ctx, a| {
+        let start = Instant::now();
+        let ms = a.scalars().first().copied().unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(ms));
+        rec.record(ctx.label.as_deref().unwrap_or("-"), start);
+        Ok(())
+    })
+}
+
+static SLEEP_CALLS: AtomicU64 = AtomicU64::new(0);
+
+fn kernel_sleep(ctx: &mut KernelCtx<'_>) {
+    let ms: u64 = ctx.scalar(0);
+    SLEEP_CALLS.fetch_add(1, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+pto_chip::register_kernel!(
+    /// Sleeps `scalar(0)` ms.
+    SLEEP = "node_tests.sleep", CoreType::Aiv, kernel_sleep
+);
+
+/// L2 orchestration `sleep_chip`: one kernel sleeping `scalar(0)` ms.
+fn sleep_chip<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let ms: u64 = a.scalar(0);
+    s.submit_aiv(SLEEP, KernelArgs::new().scalar(ms))?;
+    Ok(())
+}
+
+pto_chip::register_chip!("sleep_chip", sleep_chip, expected_args = 1);
+
+/// L2 orchestration `fail_if`: fails with EXPLICIT_ORCH_FATAL when `scalar(0) != 0`, else
+/// sleeps `scalar(1)` ms.
+fn fail_if<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let fail: u64 = a.scalar(0);
+    if fail != 0 {
+        return Err(s.report_fatal("this member was asked to fail"));
+    }
+    let ms: u64 = a.scalar(1);
+    s.submit_aiv(SLEEP, KernelArgs::new().scalar(ms))?;
+    Ok(())
+}
+
+pto_chip::register_chip!("fail_if", fail_if, expected_args = 2);
+
+/// L2 orchestration `eight_in_scope`: 8 dummy tasks in one scope (ring 1).
+fn eight_in_scope<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    s.scope(|s| {
+        for _ in 0..8 {
+            s.submit_dummy(KernelArgs::new())?;
+        }
+        Ok(())
+    })
+}
+
+pto_chip::register_chip!("eight_in_scope", eight_in_scope);
+
+/// A 1-D f32 tensor view of `len` elements at element `offset` of `b`.
+pub(crate) fn view(b: &HostBuffer, offset: u64, len: u32) -> Tensor {
+    b.view(offset * 4, &[len], &[1], DType::F32).expect("view")
+}

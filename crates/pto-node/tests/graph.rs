@@ -1,0 +1,259 @@
+//! Dependency inference and scheduling order (NODE_RUNTIME.md §9 rows 25–28, 35, 36; §2.3,
+//! §3.2). Edges are checked through each task's `producers` in the run report.
+
+use std::time::Duration;
+
+use pto_node::{TaskId, TaskReport};
+use pto_types::{CallConfig, DType, TaskArgs};
+
+use crate::common::*;
+
+fn producers(t: &TaskReport) -> Vec<u32> {
+    t.producers.iter().map(|p: &TaskId| p.index).collect()
+}
+
+#[test]
+fn n25_inout_chain_runs_in_submit_order() {
+    with_timeout(20, || {
+        let w = start(builder(0, 3));
+        // x = x * 10 + scalar: the final value spells the execution order.
+        let step = sub(&w, "step", |_, a| {
+            let k = a.scalar(0)? as f32;
+            a.with_slice_mut::<f32, _>(0, |s| s.iter_mut().for_each(|v| *v = *v * 10.0 + k))?;
+            Ok(())
+        });
+        let (x_buf, x) = buf(&w, 8, 0.0);
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    for k in 1..=3u64 {
+                        orch.submit_sub(&step, TaskArgs::new().inout(&x).scalar(k))?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert_eq!(x_buf.read_vec::<f32>(0, 8).unwrap(), vec![123.0; 8]);
+        assert_eq!(producers(&report.tasks[1]), vec![0]);
+        assert_eq!(producers(&report.tasks[2]), vec![1]);
+    });
+}
+
+#[test]
+fn n26_disjoint_halves_have_independent_readers() {
+    with_timeout(20, || {
+        let w = start(builder(0, 2));
+        let fill = filler(&w);
+        let copy = copier(&w);
+        let (m, _) = buf(&w, 16 * 4, 0.0);
+        let top = m.view(0, &[8, 4], &[4, 1], DType::F32).unwrap();
+        let bottom = m.view(8 * 4 * 4, &[8, 4], &[4, 1], DType::F32).unwrap();
+        let (o0, t0) = buf(&w, 32, 0.0);
+        let (o1, t1) = buf(&w, 32, 0.0);
+        let t0 = t0.buffer().clone();
+        let t1 = t1.buffer().clone();
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    orch.submit_sub(&fill, TaskArgs::new().output_existing(&top).scalar(1.5f32))?;
+                    orch.submit_sub(
+                        &fill,
+                        TaskArgs::new().output_existing(&bottom).scalar(2.5f32),
+                    )?;
+                    let d0 = pto_types::Tensor::new(t0, 0, &[8, 4], &[4, 1], DType::F32).unwrap();
+                    let d1 = pto_types::Tensor::new(t1, 0, &[8, 4], &[4, 1], DType::F32).unwrap();
+                    orch.submit_sub(&copy, TaskArgs::new().input(&top).output_existing(&d0))?;
+                    orch.submit_sub(&copy, TaskArgs::new().input(&bottom).output_existing(&d1))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert_eq!(producers(&report.tasks[2]), vec![0]);
+        assert_eq!(producers(&report.tasks[3]), vec![1]);
+        assert_eq!(o0.read_vec::<f32>(0, 32).unwrap(), vec![1.5; 32]);
+        assert_eq!(o1.read_vec::<f32>(0, 32).unwrap(), vec![2.5; 32]);
+    });
+}
+
+#[test]
+fn n26_column_halves_are_independent_too() {
+    with_timeout(20, || {
+        let w = start(builder(0, 2));
+        let fill = filler(&w);
+        let (m, _) = buf(&w, 4 * 8, 0.0);
+        let left = m.view(0, &[4, 4], &[8, 1], DType::F32).unwrap();
+        let right = m.view(4 * 4, &[4, 4], &[8, 1], DType::F32).unwrap();
+        let whole = m.tensor(&[4, 8], DType::F32).unwrap();
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    orch.submit_sub(&fill, TaskArgs::new().output_existing(&left).scalar(1.0f32))?;
+                    orch.submit_sub(
+                        &fill,
+                        TaskArgs::new().output_existing(&right).scalar(2.0f32),
+                    )?;
+                    orch.submit_sub(
+                        &fill,
+                        TaskArgs::new()
+                            .input(&right)
+                            .output_existing(&whole)
+                            .scalar(0.0f32),
+                    )?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert_eq!(
+            producers(&report.tasks[1]),
+            Vec::<u32>::new(),
+            "left and right interleave but never overlap"
+        );
+        assert_eq!(
+            producers(&report.tasks[2]),
+            vec![1],
+            "the reader of the right half waits for its writer only"
+        );
+    });
+}
+
+#[test]
+fn n27_distinct_buffers_never_alias() {
+    with_timeout(20, || {
+        let w = start(builder(0, 2));
+        let fill = filler(&w);
+        let copy = copier(&w);
+        let (_a, a) = buf(&w, 16, 0.0);
+        let (_b, b) = buf(&w, 16, 0.0);
+        let (_c, c) = buf(&w, 16, 0.0);
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    orch.submit_sub(&fill, TaskArgs::new().output_existing(&a).scalar(1.0f32))?;
+                    orch.submit_sub(&copy, TaskArgs::new().input(&b).output_existing(&c))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert!(report.tasks[1].producers.is_empty());
+    });
+}
+
+fn war_run(track_war: bool) -> (TaskReport, TaskReport) {
+    let w = start(builder(0, 2).track_war(track_war));
+    let rec = Recorder::default();
+    let reader = recorded_sleeper(&w, &rec);
+    let fill = filler(&w);
+    let (_x, x) = buf(&w, 16, 0.0);
+    let report = w
+        .run(
+            move |orch, _, _| {
+                orch.submit_sub(&reader, TaskArgs::new().input(&x).scalar(100u64).label("R"))?;
+                orch.submit_sub(
+                    &fill,
+                    TaskArgs::new()
+                        .output_existing(&x)
+                        .scalar(1.0f32)
+                        .label("W"),
+                )?;
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+    (report.tasks[0].clone(), report.tasks[1].clone())
+}
+
+#[test]
+fn n28_track_war_orders_a_writer_after_readers() {
+    with_timeout(20, || {
+        let (r, w) = war_run(true);
+        assert_eq!(producers(&w), vec![0]);
+        assert!(w.dispatched.unwrap() >= r.finished.unwrap());
+        let (_r, w) = war_run(false);
+        assert!(w.producers.is_empty(), "without track_war: no edge");
+    });
+}
+
+#[test]
+fn n35_runs_never_interleave() {
+    with_timeout(20, || {
+        let w = start(builder(0, 2));
+        let rec = Recorder::default();
+        let s = recorded_sleeper(&w, &rec);
+        let r1 = w
+            .submit(
+                move |orch, _, _| {
+                    orch.submit_sub(&s, TaskArgs::new().scalar(100u64).label("run1"))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        let r2 = w
+            .submit(
+                move |orch, _, _| {
+                    orch.submit_sub(&s, TaskArgs::new().scalar(0u64).label("run2"))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        r2.wait(Some(Duration::from_secs(10))).unwrap();
+        assert!(r1.is_finished(), "runs complete in order");
+        let (_, end1) = rec.get("run1").unwrap();
+        let (start2, _) = rec.get("run2").unwrap();
+        assert!(start2 >= end1, "a run-2 task ran before run 1 completed");
+        assert_eq!(rec.names(), vec!["run1", "run2"]);
+    });
+}
+
+#[test]
+fn n36_group_reserves_its_targets() {
+    with_timeout(20, || {
+        let w = start(builder(2, 0));
+        let sleep = chip(&w, "sleep_chip");
+        let report = w
+            .run(
+                move |orch, _, cfg| {
+                    let a = |ms: u64, label: &str| TaskArgs::new().scalar(ms).label(label);
+                    orch.submit_next_level(&sleep, a(150, "busy1"), cfg, 1)?;
+                    std::thread::sleep(Duration::from_millis(20));
+                    orch.submit_next_level_group(
+                        &sleep,
+                        vec![a(10, "group"), a(10, "group")],
+                        cfg,
+                        &[0, 1],
+                    )?;
+                    orch.submit_next_level(&sleep, a(0, "single0"), cfg, 0)?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        let group = report.task("group").unwrap();
+        let single = report.task("single0").unwrap();
+        let busy = report.task("busy1").unwrap();
+        if busy.dispatched.unwrap() < group.dispatched.unwrap() {
+            // busy1 started first: the group waited for chip 1.
+            assert!(group.dispatched.unwrap() >= busy.finished.unwrap());
+        }
+        assert!(
+            single.dispatched.unwrap() >= group.dispatched.unwrap(),
+            "the single for chip 0 overtook the group reserving chip 0"
+        );
+        assert_eq!(group.members.len(), 2);
+        assert_eq!(group.members[1].worker, "chip[1]");
+    });
+}
