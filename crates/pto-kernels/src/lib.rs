@@ -5,7 +5,9 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod paged_attention;
 pub mod prop;
+pub mod rng;
 pub mod vector;
 
 /// Makes sure the registrations of this crate are linked into the final image.
@@ -16,4 +18,5 @@ pub fn link() {
     vector::link();
     bench::link();
     prop::link();
+    paged_attention::link();
 }

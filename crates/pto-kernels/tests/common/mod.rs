@@ -36,17 +36,24 @@ pub(crate) fn f32_tensor(n: usize, value: f32) -> (Arc<HostBuffer>, Tensor) {
     (buffer, tensor)
 }
 
-/// Runs `f` on a thread and fails if it does not finish within `secs` seconds.
+/// Runs `f` on a thread and fails if it does not finish within `secs` seconds. A panic of `f`
+/// is re-raised as it is.
 pub(crate) fn with_timeout<T: Send + 'static>(
     secs: u64,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let body = std::thread::spawn(move || {
         let _ = tx.send(f());
     });
     match rx.recv_timeout(Duration::from_secs(secs)) {
         Ok(value) => value,
-        Err(_) => panic!("the test did not finish within {secs} s"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match body.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the body sends before it returns"),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the test did not finish within {secs} s")
+        }
     }
 }
