@@ -29,7 +29,17 @@ fn n30_run(
     noop: pto_node::CallableHandle,
     probe_fail_fast: bool,
 ) -> (pto_node::RunError, Option<Duration>, Vec<f32>) {
-    let boom = sub(w, "boom", |_, _| Err("boom".into()));
+    // The failing task waits until the three tasks are submitted, so that the dependent and the
+    // independent branch exist when it fails (otherwise fail-fast could reject them first).
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate_in_sub = Arc::clone(&gate);
+    let boom = sub(w, "boom", move |_, _| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !gate_in_sub.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Err("boom".into())
+    });
     let add = chip(w, "vector_add");
     let (_a, a) = buf(w, 64, 1.0);
     let (_x, x) = buf(w, 64, 0.0);
@@ -52,6 +62,7 @@ fn n30_run(
                     .output_existing(&i)
                     .label("independent");
                 orch.submit_next_level(&add, ind, &small_cfg(), 1)?;
+                gate.store(true, Ordering::Release);
                 if probe_fail_fast {
                     let deadline = Instant::now() + Duration::from_secs(5);
                     loop {
