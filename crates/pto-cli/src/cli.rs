@@ -20,12 +20,60 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Run the cases of a scene file and print a result table (exit 0 all pass, 1 a case
+    /// failed, 2 load or usage error).
+    Run(RunArgs),
     /// Ring-sizing configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Recommend a per-ring `runtime_env` from a run's scope_stats.jsonl (the block on stdout,
     /// the per-ring table on stderr).
     Advise(AdviseArgs),
+}
+
+/// How chip and sub workers of level-3 scenes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// Threads in this process.
+    InProcess,
+    /// One OS process per worker, over shared-memory mailboxes.
+    ChildProcess,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The scene file (TOML with `scene`, `level` and `[[cases]]`).
+    pub(crate) scene: PathBuf,
+    /// Run only this case.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) case: Option<String>,
+    /// Where level-3 scenes run their workers.
+    #[arg(long, value_enum, default_value_t = Mode::InProcess)]
+    pub(crate) mode: Mode,
+    /// Diagnostics directory; each case writes under `<DIR>/<case name>`.
+    #[arg(long, value_name = "DIR", default_value = "pto-out")]
+    pub(crate) output: PathBuf,
+    /// Write scope stats (input of `pto advise`).
+    #[arg(long)]
+    pub(crate) enable_scope_stats: bool,
+    /// Write a swimlane trace of this level (1-4).
+    #[arg(long, value_name = "LEVEL", default_value_t = 0)]
+    pub(crate) enable_chip_swimlane: u8,
+    /// Dump each chip run's task DAG as JSON and DOT.
+    #[arg(long)]
+    pub(crate) enable_dep_gen: bool,
+    /// Environment problems in the chips' environment are errors.
+    #[arg(long)]
+    pub(crate) strict_env: bool,
+    /// A chip environment variable laid over this process's environment (repeatable).
+    #[arg(long = "ring-env", value_name = "KEY=VALUE")]
+    pub(crate) ring_env: Vec<String>,
+    /// One JSON object per (case, task) per line instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Smaller inputs (what `cargo test` runs).
+    #[arg(long)]
+    pub(crate) fast: bool,
 }
 
 #[derive(Debug, Subcommand)]

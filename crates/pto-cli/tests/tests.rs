@@ -3,4 +3,5 @@
 
 mod advise;
 mod config_resolve;
+mod run;
 mod util;

@@ -79,4 +79,19 @@ pub fn vector_example<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult
 
 pto_chip::register_chip!("vector_example", vector_example, expected_args = 3);
 
+/// `elementwise_add`: `out = a + b` in one task (entry tensors a, b, out; f32). The small
+/// element-wise L2 job of the L3 scenes.
+pub fn elementwise_add<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    s.submit_aiv(
+        ADD,
+        KernelArgs::new()
+            .input(a.tensor(0))
+            .input(a.tensor(1))
+            .output_existing(a.tensor(2)),
+    )?;
+    Ok(())
+}
+
+pto_chip::register_chip!("elementwise_add", elementwise_add, expected_args = 3);
+
 pub(crate) fn link() {}

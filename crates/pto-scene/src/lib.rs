@@ -1,11 +1,24 @@
-//! Scene-test harness: scene files, their cases and per-case configuration (RING_CONFIG.md §11).
+//! Scene-test harness: scenes registered in Rust, their cases in TOML, and the runner behind
+//! `pto run` (RING_CONFIG.md §11).
 //!
-//! So far this crate holds the strict loader of a case's `config` block ([`config_block`]),
-//! shared by scene files and `pto config resolve --config`, and the ring-sizing report behind
-//! `pto config resolve` ([`sizing_report`]).
+//! - [`config_block`] — the strict loader of a case's `config` block (also used by
+//!   `pto config resolve --config`).
+//! - [`mod@file`] — scene files (`scene`, `level`, `[[cases]]`), checked when loaded.
+//! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
+//! - [`runner`] — runs a file's cases and renders the table or JSON lines.
+//! - [`sizing_report`] — the report behind `pto config resolve`.
+//!
+//! Nothing here changes the process environment: chips see it through an `EnvSource`
+//! overlaid with the runner's `--ring-env` pairs.
 #![forbid(unsafe_code)]
 
 pub mod config_block;
+pub mod file;
+pub mod runner;
+pub mod scene;
+mod scenes;
 pub mod sizing_report;
 
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
+pub use file::{LoadError, SceneFile};
+pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow};

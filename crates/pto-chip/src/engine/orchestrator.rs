@@ -95,6 +95,7 @@ struct SlotMarks {
     /// Packed heap end, relative to the ring's heap.
     packed_end: u64,
     dep_mark: u64,
+    demand_mark: u64,
     spill_mark: u64,
     /// The task's scope is still open.
     scope_open: bool,
@@ -127,6 +128,10 @@ pub(crate) struct OrchCore {
     sizing: ResolvedSizing,
     rings: [TaskRing; RING_COUNT],
     dep_pools: [DepPool<()>; RING_COUNT],
+    /// Every live dependency edge of a ring, whether or not its producer had completed at
+    /// wiring: the dep pool's worst case. Scope stats report its peaks, so `pto advise` sizes
+    /// dep pools for any timing, not just the one that was measured.
+    dep_demand: [DepPool<()>; RING_COUNT],
     spill_pools: [DepPool<()>; RING_COUNT],
     marks: [Vec<SlotMarks>; RING_COUNT],
     /// Watermarks as of the last refresh.
@@ -175,6 +180,7 @@ impl OrchCore {
             chip,
             rings: std::array::from_fn(|r| TaskRing::new(windows[r], sizing.heap(r))),
             dep_pools: std::array::from_fn(|r| DepPool::new(sizing.dep_pool(r))),
+            dep_demand: std::array::from_fn(|_| DepPool::new(u32::MAX)),
             spill_pools: std::array::from_fn(|r| DepPool::new(sizing.dep_pool(r))),
             marks: std::array::from_fn(|_| Vec::new()),
             observed: [0; RING_COUNT],
@@ -201,7 +207,7 @@ impl OrchCore {
         if self.scope_stats.is_some() {
             self.refresh_all();
             self.rings[ring].begin_scope_sample();
-            self.dep_pools[ring].begin_scope_sample();
+            self.dep_demand[ring].begin_scope_sample();
             self.spill_pools[ring].begin_scope_sample();
             let counters = self.counters(ring);
             let tensormap = self.tensormap.live_count();
@@ -273,6 +279,7 @@ impl OrchCore {
         let marks = self.marks[ring][((last_alive - 1) & mask) as usize];
         self.rings[ring].retire_to(last_alive, marks.packed_end);
         self.dep_pools[ring].advance_tail(marks.dep_mark);
+        self.dep_demand[ring].advance_tail(marks.demand_mark);
         self.spill_pools[ring].advance_tail(marks.spill_mark);
     }
 
@@ -607,6 +614,7 @@ impl OrchCore {
         marks[alloc.slot] = SlotMarks {
             packed_end: alloc.end,
             dep_mark: 0,
+            demand_mark: 0,
             spill_mark: 0,
             scope_open: true,
         };
@@ -771,6 +779,11 @@ impl OrchCore {
                         .expect("checked available");
                 }
                 graph.publish(task.take().expect("published once"), &run, &mut fx);
+                if edges > 0 {
+                    core.dep_demand[ring]
+                        .try_alloc_n(edges)
+                        .expect("the demand ledger is unbounded");
+                }
                 return Ok(());
             }
             let (resource, needed, pool) = if !spill_ok {
@@ -791,6 +804,7 @@ impl OrchCore {
         let mask = u64::from(self.rings[ring].window()) - 1;
         let marks = &mut self.marks[ring][(id.local() & mask) as usize];
         marks.dep_mark = self.dep_pools[ring].top();
+        marks.demand_mark = self.dep_demand[ring].top();
         marks.spill_mark = self.spill_pools[ring].top();
         self.scopes.last_mut().expect("root scope").tasks.push(id);
         self.after_lock(&fx);
@@ -939,7 +953,7 @@ impl OrchCore {
                 task_window: ring_peaks.live,
                 heap: ring_peaks.heap_used,
                 heap_largest_alloc: ring_peaks.largest_alloc,
-                dep_pool: self.dep_pools[ring].end_scope_sample(),
+                dep_pool: self.dep_demand[ring].end_scope_sample(),
                 spill: self.spill_pools[ring].end_scope_sample(),
             };
             let counters = self.counters(ring);
@@ -993,7 +1007,7 @@ impl OrchCore {
     pub(crate) fn high_water(&self) -> [(u64, u64, u64); RING_COUNT] {
         std::array::from_fn(|r| {
             let peaks = self.rings[r].high_water();
-            (peaks.live, peaks.heap_used, self.dep_pools[r].high_water())
+            (peaks.live, peaks.heap_used, self.dep_demand[r].high_water())
         })
     }
 

@@ -2,6 +2,7 @@
 
 mod advise;
 mod config_resolve;
+mod run;
 
 use crate::Outcome;
 use crate::cli::{Command, ConfigCommand};
@@ -10,5 +11,6 @@ pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
     match command {
         Command::Config(ConfigCommand::Resolve(args)) => config_resolve::run(&args),
         Command::Advise(args) => advise::run(&args),
+        Command::Run(args) => run::run(&args),
     }
 }

@@ -1,0 +1,97 @@
+//! `pto run` (RING_CONFIG.md §11.1).
+
+use std::ffi::OsString;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use pto_node::EndpointMode;
+use pto_scene::runner::{Diagnostics, RunOptions, render_json_lines, render_table, run_file};
+use pto_scene::{RunnerEnv, SceneFile};
+
+use crate::cli::{Mode, RunArgs};
+use crate::{InputError, Outcome};
+
+pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
+    if args.enable_chip_swimlane > 4 {
+        return Err(InputError(format!(
+            "--enable-chip-swimlane {}: must be between 0 and 4",
+            args.enable_chip_swimlane
+        ))
+        .into());
+    }
+    let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
+    let options = RunOptions {
+        case: args.case.clone(),
+        output: args.output.clone(),
+        diagnostics: Diagnostics {
+            scope_stats: args.enable_scope_stats,
+            swimlane: args.enable_chip_swimlane,
+            dep_gen: args.enable_dep_gen,
+        },
+        env: RunnerEnv {
+            mode: match args.mode {
+                Mode::InProcess => EndpointMode::InProcess,
+                Mode::ChildProcess => EndpointMode::ChildProcess,
+            },
+            ring_env: parse_pairs(&args.ring_env)?,
+            strict_env: args.strict_env,
+            fast: args.fast,
+        },
+    };
+    if let Some(case) = args
+        .case
+        .as_ref()
+        .filter(|case| !file.cases.iter().any(|c| &c.name == *case))
+    {
+        let names: Vec<&str> = file.cases.iter().map(|c| c.name.as_str()).collect();
+        return Err(InputError(format!(
+            "{}: no case named {case:?} (cases: {})",
+            args.scene.display(),
+            names.join(", ")
+        ))
+        .into());
+    }
+    let total = file
+        .cases
+        .iter()
+        .filter(|c| args.case.as_deref().is_none_or(|n| n == c.name))
+        .count();
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(total as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} cases {msg}")
+                .expect("a valid template"),
+        );
+        bar
+    };
+    let reports = run_file(&file, &options, |name| {
+        bar.set_message(name.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        for line in render_json_lines(&reports) {
+            println!("{line}");
+        }
+    } else {
+        print!("{}", render_table(&file, &reports));
+    }
+    if reports.iter().all(|r| r.result.passed()) {
+        Ok(Outcome::Success)
+    } else {
+        Ok(Outcome::CheckFailed)
+    }
+}
+
+fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError> {
+    pairs
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+            _ => Err(InputError(format!(
+                "--ring-env {pair:?}: expected KEY=VALUE"
+            ))),
+        })
+        .collect()
+}

@@ -1,0 +1,119 @@
+//! `pto run` (RING_CONFIG.md §11.1): exit status, JSON lines, load errors.
+
+use tempfile::TempDir;
+
+use crate::util::{pto, stderr, stdout};
+
+fn scenes() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenes")
+}
+
+#[test]
+fn run_prints_a_table_and_exits_0() {
+    let dir = TempDir::new().unwrap();
+    let out = pto(dir.path())
+        .arg("run")
+        .arg(scenes().join("per_task_runtime_env_l2.toml"))
+        .arg("--fast")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.contains("per_ring") && table.contains("128c,64c,32c,16c"),
+        "{table}"
+    );
+    assert!(table.trim_end().ends_with("4 passed, 0 failed"), "{table}");
+}
+
+#[test]
+fn run_json_prints_one_object_per_case_and_task() {
+    let dir = TempDir::new().unwrap();
+    let out = pto(dir.path())
+        .arg("run")
+        .arg(scenes().join("per_task_runtime_env.toml"))
+        .args(["--json", "--case", "three_sizings"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    let small = lines
+        .iter()
+        .find(|l| l["task"] == "l2_scalar_small")
+        .unwrap();
+    assert_eq!(small["case"], "three_sizings");
+    assert_eq!(small["status"], "ok");
+    assert_eq!(small["rings"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        small["rings"][2]["heap"],
+        serde_json::json!({"value": 1048576, "source": "call_config"})
+    );
+    assert_eq!(small["reserved_bytes"], 4519552);
+    assert_eq!(small["error"], serde_json::Value::Null);
+}
+
+#[test]
+fn misspelled_key_exits_2_naming_the_case_and_allowed_keys() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "scene = \"vector_example\"\n[[cases]]\nname = \"typo\"\n[cases.config.runtime_env]\nring_heep = 1024\n",
+    )
+    .unwrap();
+    let out = pto(dir.path()).args(["run", "bad.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cases[0] (\"typo\")")
+            && err.contains("ring_heep (allowed: ring_dep_pool, ring_heap, ring_task_window)"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_failing_case_exits_1_with_its_error() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(
+        dir.path().join("small.toml"),
+        "scene = \"vector_example\"\n[[cases]]\nname = \"too_small\"\n[cases.config.runtime_env]\nring_task_window = [0, 4, 0, 0]\n[cases.params]\nn = 1024\nclusters = 1\n",
+    )
+    .unwrap();
+    let out = pto(dir.path())
+        .args(["run", "small.toml", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(line["status"], "failed");
+    assert_eq!(line["error"]["name"], "SCOPE_DEADLOCK");
+    assert_eq!(line["error"]["code"], 1);
+}
+
+#[test]
+fn diagnostics_go_under_the_output_directory_per_case() {
+    let dir = TempDir::new().unwrap();
+    let out = pto(dir.path())
+        .arg("run")
+        .arg(scenes().join("vector_example.toml"))
+        .args([
+            "--case",
+            "defaults",
+            "--enable-scope-stats",
+            "--output",
+            "diag",
+            "--fast",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        dir.path()
+            .join("diag/defaults/scope_stats/scope_stats.jsonl")
+            .is_file()
+    );
+}

@@ -1,0 +1,262 @@
+//! Scenes: workloads written in Rust (inputs, orchestration, golden, tolerances, level) whose
+//! cases come from TOML files (RING_CONFIG.md §11).
+//!
+//! A scene receives a [`CaseRun`]: the case's base `CallConfig` (its `runtime_env` and
+//! `aicpu_thread_num`, plus the diagnostics chosen on the command line), per-label overrides
+//! through [`CaseRun::for_label`], and constructors for chips and Workers that apply the
+//! runner's environment tier and endpoint mode. Nothing here reads or changes the process
+//! environment except through `EnvSource`.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::time::Duration;
+
+use pto_chip::{ChipRunReport, ChipSpec, ChipWorker};
+use pto_node::{EndpointMode, Worker, WorkerBuilder};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::ring_config::resolve::ResolvedSizing;
+use pto_types::{CallConfig, RING_COUNT};
+use toml::{Table, Value};
+
+use crate::config_block::{CaseConfig, SceneLevel};
+
+/// A registered workload.
+pub trait Scene: Sync {
+    fn name(&self) -> &'static str;
+    fn level(&self) -> SceneLevel;
+    /// Params this scene accepts (others are load errors).
+    fn params(&self) -> &'static [&'static str];
+    /// Runs one case: builds inputs, runs, checks against the golden.
+    fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult>;
+    /// Lines printed after all cases of a file ran (e.g. comparisons between cases).
+    fn summary(&self, _cases: &[(String, CaseResult)]) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Checks a case's params: known keys, non-negative integer values.
+    fn check_params(&self, params: &Table) -> Result<(), String> {
+        let allowed = self.params();
+        let mut unknown: Vec<&str> = params
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !allowed.contains(k))
+            .collect();
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            return Err(format!(
+                "unknown key(s) in params: {} (allowed: {})",
+                unknown.join(", "),
+                if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            ));
+        }
+        for (k, v) in params {
+            match v {
+                Value::Integer(i) if *i >= 0 => {}
+                other => {
+                    return Err(format!(
+                        "{k}: expected a non-negative integer, found {other}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The built-in scenes.
+pub fn scenes() -> &'static [&'static dyn Scene] {
+    crate::scenes::ALL
+}
+
+/// The scene registered as `name`.
+pub fn find_scene(name: &str) -> Option<&'static dyn Scene> {
+    scenes().iter().copied().find(|s| s.name() == name)
+}
+
+/// Registered scene names, sorted.
+pub fn scene_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = scenes().iter().map(|s| s.name()).collect();
+    names.sort_unstable();
+    names
+}
+
+/// What the runner gives every case.
+#[derive(Clone, Debug)]
+pub struct RunnerEnv {
+    pub mode: EndpointMode,
+    /// Chip environment pairs laid over the process environment (`--ring-env`).
+    pub ring_env: Vec<(OsString, OsString)>,
+    pub strict_env: bool,
+    /// Smaller inputs, for `cargo test`.
+    pub fast: bool,
+}
+
+/// One case being run.
+pub struct CaseRun<'a> {
+    pub name: &'a str,
+    pub params: &'a Table,
+    pub config: &'a CaseConfig,
+    /// Base config of every L2 task of the case.
+    pub base: CallConfig,
+    pub env: &'a RunnerEnv,
+    requested: RefCell<BTreeSet<String>>,
+}
+
+impl<'a> CaseRun<'a> {
+    pub(crate) fn new(
+        name: &'a str,
+        params: &'a Table,
+        config: &'a CaseConfig,
+        base: CallConfig,
+        env: &'a RunnerEnv,
+    ) -> CaseRun<'a> {
+        CaseRun {
+            name,
+            params,
+            config,
+            base,
+            env,
+            requested: RefCell::new(BTreeSet::new()),
+        }
+    }
+
+    /// A param, or `default`.
+    pub fn param(&self, key: &str, default: u64) -> u64 {
+        match self.params.get(key) {
+            Some(Value::Integer(i)) => *i as u64,
+            _ => default,
+        }
+    }
+
+    /// The config of tasks labelled `label`: the base with the case's `tasks.<label>`
+    /// overrides (validated at load), or the base itself. Records the label as requested.
+    pub fn for_label(&self, label: &str) -> CallConfig {
+        self.requested.borrow_mut().insert(label.to_string());
+        match self.config.tasks.get(label) {
+            Some(overrides) => self
+                .base
+                .derive(overrides)
+                .expect("label overrides were validated when the file was loaded"),
+            None => self.base.clone(),
+        }
+    }
+
+    /// Declared labels the orchestration never asked for (T84).
+    pub(crate) fn unrequested_labels(&self) -> Vec<String> {
+        let requested = self.requested.borrow();
+        self.config
+            .tasks
+            .keys()
+            .filter(|l| !requested.contains(*l))
+            .cloned()
+            .collect()
+    }
+
+    /// The chip environment: the process environment overlaid with the runner's pairs.
+    pub fn env_source(&self) -> EnvSource {
+        EnvSource::process().overlay(self.env.ring_env.iter().cloned())
+    }
+
+    /// An L2 chip for this case.
+    pub fn chip(&self, spec: ChipSpec) -> anyhow::Result<ChipWorker> {
+        pto_kernels::link();
+        let spec = ChipSpec {
+            strict_env: spec.strict_env || self.env.strict_env,
+            ..spec
+        };
+        Ok(ChipWorker::new(spec, self.env_source())?)
+    }
+
+    /// A level-3 Worker builder with the runner's mode and environment tier; the case's
+    /// `device_count` and `num_sub_workers` (when given) override the scene's defaults.
+    pub fn worker_builder(&self, chips: usize, subs: usize) -> WorkerBuilder {
+        pto_kernels::link();
+        let chips = self.config.device_count.map_or(chips, |n| n as usize);
+        let subs = self.config.num_sub_workers.map_or(subs, |n| n as usize);
+        let mut b = Worker::builder(3)
+            .chips(chips)
+            .sub_workers(subs)
+            .endpoint_mode(self.env.mode)
+            .strict_env(self.env.strict_env)
+            .heap_ring_size(64 << 20);
+        for (k, v) in &self.env.ring_env {
+            b = b.ring_env(k.clone(), v.clone());
+        }
+        b
+    }
+}
+
+/// Outcome of one task (an L2 run).
+#[derive(Clone, Debug)]
+pub struct TaskRow {
+    pub task: String,
+    pub chip: u32,
+    pub sizing: Option<ResolvedSizing>,
+    pub arena: Option<String>,
+    pub reserved_bytes: u64,
+    /// Σ per-ring heap high-water bytes.
+    pub high_water_bytes: u64,
+    pub wall: Duration,
+    pub error: Option<TaskErrorInfo>,
+}
+
+/// Why a task failed.
+#[derive(Clone, Debug)]
+pub struct TaskErrorInfo {
+    pub code: Option<u32>,
+    pub name: String,
+    pub message: String,
+}
+
+impl TaskRow {
+    /// The row of a successful chip run.
+    pub fn from_report(task: &str, report: &ChipRunReport) -> TaskRow {
+        TaskRow {
+            task: task.to_string(),
+            chip: report.chip,
+            sizing: Some(report.sizing),
+            arena: Some(match report.arena {
+                pto_chip::memory::ArenaOutcome::Hit => "hit".to_string(),
+                pto_chip::memory::ArenaOutcome::Miss { .. } => "miss".to_string(),
+            }),
+            reserved_bytes: report.footprint.arena,
+            high_water_bytes: (0..RING_COUNT).map(|r| report.usage[r].heap_peak).sum(),
+            wall: report.wall,
+            error: None,
+        }
+    }
+}
+
+/// What a case produced.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub rows: Vec<TaskRow>,
+    /// `Err(message)` when the results did not match the golden or an expectation failed.
+    pub check: Result<(), String>,
+    /// Extra lines for the report (e.g. reserved memory per chip).
+    pub notes: Vec<String>,
+    /// Device memory reserved per chip after the case (`committed_device_memory`).
+    pub reserved_per_chip: Vec<u64>,
+}
+
+impl CaseResult {
+    /// A result with `rows` that passes unless `check` says otherwise.
+    pub fn new(rows: Vec<TaskRow>) -> CaseResult {
+        CaseResult {
+            rows,
+            check: Ok(()),
+            notes: Vec::new(),
+            reserved_per_chip: Vec::new(),
+        }
+    }
+
+    /// Whether the case passed (the scene decides which task failures are expected).
+    pub fn passed(&self) -> bool {
+        self.check.is_ok()
+    }
+}

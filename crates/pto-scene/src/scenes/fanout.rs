@@ -1,0 +1,182 @@
+//! NODE_RUNTIME.md §8.3, the heterogeneous fan-out: one attention L2 task with a large heap and
+//! window on chip 0, eight element-wise L2 tasks over chips 0–3. Per-task sizing (labels
+//! `attn` and `ew` under `config.tasks`) reserves about one large and four small arenas;
+//! one global sizing big enough for the attention job reserves four large ones.
+
+use anyhow::Context as _;
+use pto_kernels::paged_attention::{check, golden, make_inputs};
+use pto_node::{Callable, Worker};
+use pto_types::{DType, ErrorCode, TaskArgs, Tensor};
+
+use super::l2::pa_case;
+use super::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
+use crate::config_block::SceneLevel;
+use crate::scene::{CaseResult, CaseRun, Scene};
+use crate::sizing_report::human_bytes;
+
+pub(crate) struct HeterogeneousFanout;
+
+const CHIPS: usize = 4;
+const ELEMENTWISE_TASKS: usize = 8;
+
+fn bf16_buffer(
+    w: &Worker,
+    values: &[half::bf16],
+    shape: &[u32],
+) -> anyhow::Result<(pto_node::HostBuffer, Tensor)> {
+    let buf = w.create_buffer(values.len() * 2)?;
+    let bits: Vec<u16> = values.iter().map(|v| v.to_bits()).collect();
+    buf.write_from(0, &bits)?;
+    let t = buf.tensor(shape, DType::BF16)?;
+    Ok((buf, t))
+}
+
+fn i32_buffer(
+    w: &Worker,
+    values: &[i32],
+    shape: &[u32],
+) -> anyhow::Result<(pto_node::HostBuffer, Tensor)> {
+    let buf = w.create_buffer(values.len() * 4)?;
+    buf.write_from(0, values)?;
+    let t = buf.tensor(shape, DType::I32)?;
+    Ok((buf, t))
+}
+
+impl Scene for HeterogeneousFanout {
+    fn name(&self) -> &'static str {
+        "heterogeneous_fanout"
+    }
+
+    fn level(&self) -> SceneLevel {
+        SceneLevel::L3
+    }
+
+    fn params(&self) -> &'static [&'static str] {
+        &["n", "chip_mib", "small_chips_mib", "expect_exhausted"]
+    }
+
+    fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
+        let n = case.param("n", 4096) as usize;
+        let chip_bytes = case.param("chip_mib", 2048) << 20;
+        let small_bytes = match case.param("small_chips_mib", 0) {
+            0 => chip_bytes,
+            mib => mib << 20,
+        };
+        let expect_exhausted = case.param("expect_exhausted", 0) == 1;
+        let mut builder = case.worker_builder(CHIPS, 0);
+        for i in 0..CHIPS {
+            let bytes = if i == 0 { chip_bytes } else { small_bytes };
+            builder = builder.chip_spec(i, small_chip(bytes));
+        }
+        let w = builder.build()?;
+        let attention = w.register(Callable::chip("paged_attention"))?;
+        let add = w.register(Callable::chip("elementwise_add"))?;
+        w.init().context("starting the worker")?;
+
+        let pa = pa_case(case);
+        let inputs = make_inputs(&pa);
+        let (_q, q) = bf16_buffer(&w, &inputs.query, &pa.query_shape())?;
+        let (_k, k) = bf16_buffer(&w, &inputs.key_cache, &pa.cache_shape())?;
+        let (_v, v) = bf16_buffer(&w, &inputs.value_cache, &pa.cache_shape())?;
+        let (_t, t) = i32_buffer(&w, &inputs.block_table, &pa.block_table_shape())?;
+        let (_c, c) = i32_buffer(&w, &inputs.context_lens, &[pa.batch])?;
+        let out_buf = w.create_buffer(pa.out_len() * 4)?;
+        let out = out_buf.tensor(&pa.query_shape(), DType::F32)?;
+        let (_a, a) = f32_buffer(&w, n, 0.25)?;
+        let mut ew_outs = Vec::new();
+        for _ in 0..ELEMENTWISE_TASKS {
+            ew_outs.push(f32_buffer(&w, n, 0.0)?);
+        }
+        let attn_cfg = case.for_label("attn");
+        let ew_cfg = case.for_label("ew");
+        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
+            let args = TaskArgs::new()
+                .input(&q)
+                .input(&k)
+                .input(&v)
+                .input(&t)
+                .input(&c)
+                .output_existing(&out)
+                .label("attn");
+            orch.submit_next_level(&attention, args, &attn_cfg, 0)?;
+            for (i, (_, o)) in ew_outs.iter().enumerate() {
+                let args = TaskArgs::new()
+                    .input(&a)
+                    .input(&a)
+                    .output_existing(o)
+                    .label(&format!("ew{i}"));
+                orch.submit_next_level(&add, args, &ew_cfg, i % CHIPS)?;
+            }
+            Ok(())
+        })?;
+        result.reserved_per_chip = (0..CHIPS)
+            .map(|i| w.committed_device_memory(i).unwrap_or(0))
+            .collect();
+        w.close();
+        if expect_exhausted {
+            let exhausted = result.rows.iter().any(|r| {
+                r.error
+                    .as_ref()
+                    .is_some_and(|e| e.code == Some(ErrorCode::DeviceMemoryExhausted.code()))
+            });
+            result.check = match (&result.check, exhausted) {
+                (Err(_), true) => Ok(()),
+                (Err(e), false) => {
+                    Err(format!("failed, but not with DEVICE_MEMORY_EXHAUSTED: {e}"))
+                }
+                (Ok(()), _) => {
+                    Err("expected DEVICE_MEMORY_EXHAUSTED, but every task fit".to_string())
+                }
+            };
+            result
+                .notes
+                .push("failed as expected: the global sizing does not fit the small chips".into());
+            return Ok(result);
+        }
+        if let Some(report) = report {
+            result.check = (|| {
+                check_task_sizing(&report, "attn", &attn_cfg)?;
+                for (i, (buf, _)) in ew_outs.iter().enumerate() {
+                    check_task_sizing(&report, &format!("ew{i}"), &ew_cfg)?;
+                    let v = buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
+                    if v.iter().any(|&x| x != 0.5) {
+                        return Err(format!("ew{i}: wrong output"));
+                    }
+                }
+                let actual = out_buf
+                    .read_vec::<f32>(0, pa.out_len())
+                    .map_err(|e| e.to_string())?;
+                check(&actual, &golden(&pa, &inputs), 1e-3, 1e-3).map_err(|m| format!("attn: {m}"))
+            })();
+        }
+        Ok(result)
+    }
+
+    fn summary(&self, cases: &[(String, CaseResult)]) -> Vec<String> {
+        let totals: Vec<(&str, u64)> = cases
+            .iter()
+            .filter(|(_, r)| r.passed() && r.notes.is_empty())
+            .map(|(name, r)| (name.as_str(), r.reserved_per_chip.iter().sum()))
+            .collect();
+        let Some(&(best_name, best)) = totals.iter().min_by_key(|(_, t)| *t) else {
+            return Vec::new();
+        };
+        let mut lines = vec![format!(
+            "device memory reserved in total: {}",
+            totals
+                .iter()
+                .map(|(n, t)| format!("{n} {}", human_bytes(*t)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )];
+        for (name, total) in &totals {
+            let ratio = *total as f64 / best.max(1) as f64;
+            if *name != best_name && ratio >= 1.05 {
+                lines.push(format!(
+                    "{name} / {best_name} = {ratio:.2}x the device memory for identical results"
+                ));
+            }
+        }
+        lines
+    }
+}

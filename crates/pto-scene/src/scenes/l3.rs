@@ -1,0 +1,258 @@
+//! Level-3 scenes: an L3 orchestration fans chip jobs out through a `pto_node::Worker`; per-task
+//! configs come from `CaseRun::for_label` (the case's `config.tasks.<label>` overrides).
+
+use anyhow::Context as _;
+use pto_chip::ChipSpec;
+use pto_node::{
+    Callable, CallableHandle, HostBuffer, MappedArgs, RunReport, SubContext, TaskError, Worker,
+    WorkerRunError,
+};
+use pto_types::ring_config::resolve::SizeSource;
+use pto_types::{CallConfig, DType, Resource, TaskArgs, Tensor};
+
+use super::rows_of;
+use crate::config_block::SceneLevel;
+use crate::scene::{CaseResult, CaseRun, Scene};
+
+/// Sub callable `scene.sum_outputs`: the last tensor = the element-wise sum of the others.
+fn sum_outputs(_ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
+    let n = args.num_tensors();
+    if n < 2 {
+        return Err(TaskError::new(
+            "scene.sum_outputs needs inputs and one output",
+        ));
+    }
+    let mut total = vec![0.0f32; args.read::<f32>(n - 1)?.len()];
+    for i in 0..n - 1 {
+        for (t, x) in total.iter_mut().zip(args.read::<f32>(i)?) {
+            *t += x;
+        }
+    }
+    args.write(n - 1, &total)
+}
+
+pto_node::register_sub!("scene.sum_outputs", sum_outputs);
+
+/// A small chip (1 cluster, 1 scheduler) so L3 scenes stay light on a 2-core host.
+pub(crate) fn small_chip(device_memory_bytes: u64) -> ChipSpec {
+    ChipSpec {
+        clusters: 1,
+        max_aicpu_threads: 2,
+        device_memory_bytes,
+        ..ChipSpec::default()
+    }
+}
+
+/// A worker buffer of `n` f32 set to `value`, and a 1-D tensor over it.
+pub(crate) fn f32_buffer(w: &Worker, n: usize, value: f32) -> anyhow::Result<(HostBuffer, Tensor)> {
+    let buf = w.create_buffer(n * 4)?;
+    buf.write_from(0, &vec![value; n])?;
+    let t = buf.tensor(&[n as u32], DType::F32)?;
+    Ok((buf, t))
+}
+
+/// Runs an L3 orchestration and turns its report (or failure) into a case result.
+pub(crate) fn run_l3(
+    w: &Worker,
+    case: &CaseRun<'_>,
+    f: impl FnOnce(
+        &mut pto_node::Orchestrator<'_>,
+        &TaskArgs,
+        &CallConfig,
+    ) -> Result<(), pto_node::OrchError>,
+) -> anyhow::Result<(CaseResult, Option<RunReport>)> {
+    match w.run(f, TaskArgs::new(), case.base.clone()) {
+        Ok(report) => Ok((CaseResult::new(rows_of(&report)), Some(report))),
+        Err(WorkerRunError::Failed(e)) => {
+            let mut result = CaseResult::new(rows_of(&e.report));
+            result.check = Err(e.to_string());
+            Ok((result, None))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Each overridden entry of `cfg` must be bound as asked, with source `call_config`.
+pub(crate) fn check_task_sizing(
+    report: &RunReport,
+    label: &str,
+    cfg: &CallConfig,
+) -> Result<(), String> {
+    let task = report
+        .task(label)
+        .ok_or_else(|| format!("no task labelled {label}"))?;
+    let chip = task
+        .chip_report()
+        .ok_or_else(|| format!("task {label} has no chip report"))?;
+    for resource in Resource::ALL {
+        let asked = cfg.runtime_env.get(resource);
+        for (ring, &want) in asked.iter().enumerate() {
+            let got = chip.sizing.at(resource, ring);
+            let ok = if want == 0 {
+                got.source != SizeSource::CallConfig
+            } else {
+                got.value == want && got.source == SizeSource::CallConfig
+            };
+            if !ok {
+                return Err(format!(
+                    "task {label}: {}[{ring}] bound {} ({}), its config asked for {}",
+                    resource.config_path(),
+                    got.value,
+                    got.source,
+                    want
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn register(w: &Worker, c: Callable) -> anyhow::Result<CallableHandle> {
+    Ok(w.register(c)?)
+}
+
+/// NODE_RUNTIME.md §8.2: three element-wise tasks on one chip, each with its own
+/// `runtime_env` (from `config.tasks.<label>`), and one task with the case's base config.
+pub(crate) struct PerTaskRuntimeEnv;
+
+const PER_TASK_LABELS: [&str; 4] = ["l2_scalar_small", "l2_scalar_large", "l2_per_ring", "base"];
+
+impl Scene for PerTaskRuntimeEnv {
+    fn name(&self) -> &'static str {
+        "per_task_runtime_env"
+    }
+
+    fn level(&self) -> SceneLevel {
+        SceneLevel::L3
+    }
+
+    fn params(&self) -> &'static [&'static str] {
+        &["n"]
+    }
+
+    fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
+        let n = case.param("n", 4096) as usize;
+        let w = case
+            .worker_builder(1, 0)
+            .chip_spec(0, small_chip(4 << 30))
+            .build()?;
+        let add = register(&w, Callable::chip("elementwise_add"))?;
+        w.init().context("starting the worker")?;
+        let (_a, a) = f32_buffer(&w, n, 1.5)?;
+        let mut outs = Vec::new();
+        for _ in PER_TASK_LABELS {
+            outs.push(f32_buffer(&w, n, 0.0)?);
+        }
+        let configs: Vec<CallConfig> = PER_TASK_LABELS.iter().map(|l| case.for_label(l)).collect();
+        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
+            for (i, label) in PER_TASK_LABELS.iter().enumerate() {
+                let args = TaskArgs::new()
+                    .input(&a)
+                    .input(&a)
+                    .output_existing(&outs[i].1)
+                    .label(label);
+                orch.submit_next_level(&add, args, &configs[i], 0)?;
+            }
+            Ok(())
+        })?;
+        if let Some(report) = report {
+            result.check = (|| {
+                for (i, label) in PER_TASK_LABELS.iter().enumerate() {
+                    check_task_sizing(&report, label, &configs[i])?;
+                    let v = outs[i].0.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
+                    if v.iter().any(|&x| x != 3.0) {
+                        return Err(format!("task {label}: wrong output"));
+                    }
+                }
+                Ok(())
+            })();
+        }
+        result.reserved_per_chip = vec![w.committed_device_memory(0).unwrap_or(0)];
+        w.close();
+        Ok(result)
+    }
+}
+
+/// NODE_RUNTIME.md §8.1: per chip an element-wise add, then a sub task sums both outputs; the
+/// sub task has fan-in 2 and starts after both chip tasks finished.
+pub(crate) struct MultiChipDispatch;
+
+impl Scene for MultiChipDispatch {
+    fn name(&self) -> &'static str {
+        "multi_chip_dispatch"
+    }
+
+    fn level(&self) -> SceneLevel {
+        SceneLevel::L3
+    }
+
+    fn params(&self) -> &'static [&'static str] {
+        &["n"]
+    }
+
+    fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
+        let n = case.param("n", 4096) as usize;
+        let w = case
+            .worker_builder(2, 1)
+            .chip_spec(0, small_chip(4 << 30))
+            .chip_spec(1, small_chip(4 << 30))
+            .build()?;
+        let add = register(&w, Callable::chip("elementwise_add"))?;
+        let sum = register(&w, Callable::sub("scene.sum_outputs"))?;
+        w.init().context("starting the worker")?;
+        let chips = w.chips();
+        let mut inputs = Vec::new();
+        let mut outs = Vec::new();
+        for i in 0..chips {
+            inputs.push((f32_buffer(&w, n, i as f32 + 1.0)?, f32_buffer(&w, n, 10.0)?));
+            outs.push(f32_buffer(&w, n, 0.0)?);
+        }
+        let (total_buf, total) = f32_buffer(&w, n, 0.0)?;
+        let (mut result, report) = run_l3(&w, case, |orch, _, cfg| {
+            for i in 0..chips {
+                let args = TaskArgs::new()
+                    .input(&inputs[i].0.1)
+                    .input(&inputs[i].1.1)
+                    .output_existing(&outs[i].1)
+                    .label(&format!("add{i}"));
+                orch.submit_next_level(&add, args, cfg, i)?;
+            }
+            let mut args = TaskArgs::new();
+            for (_, out) in &outs {
+                args = args.input(out);
+            }
+            orch.submit_sub(&sum, args.output_existing(&total).label("sum"))?;
+            Ok(())
+        })?;
+        if let Some(report) = report {
+            result.check = (|| {
+                let expect: f32 = (0..chips).map(|i| i as f32 + 11.0).sum();
+                let v = total_buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
+                if v.iter().any(|&x| x != expect) {
+                    return Err(format!("total = {}, expected {expect}", v[0]));
+                }
+                let sum = report.task("sum").ok_or("no sum task")?;
+                if sum.fanin() != chips {
+                    return Err(format!(
+                        "the sum task had fan-in {}, expected {chips}",
+                        sum.fanin()
+                    ));
+                }
+                let last_chip_end = (0..chips)
+                    .filter_map(|i| report.task(&format!("add{i}")).and_then(|t| t.finished))
+                    .max();
+                if sum.dispatched < last_chip_end {
+                    return Err(
+                        "the sum task was dispatched before both chip tasks finished".into(),
+                    );
+                }
+                Ok(())
+            })();
+        }
+        result.reserved_per_chip = (0..chips)
+            .map(|i| w.committed_device_memory(i).unwrap_or(0))
+            .collect();
+        w.close();
+        Ok(result)
+    }
+}

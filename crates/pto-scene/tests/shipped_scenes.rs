@@ -1,0 +1,196 @@
+//! Every shipped scene passes in a fast mode (issue 7: "`cargo test` also runs every shipped
+//! scene in a fast mode"), and scene files are loaded strictly (RING_CONFIG.md §11, T75–T84).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pto_node::EndpointMode;
+use pto_scene::runner::{Diagnostics, RunOptions, run_file};
+use pto_scene::{RunnerEnv, SceneFile};
+
+fn scenes_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenes")
+}
+
+fn options(output: &Path) -> RunOptions {
+    RunOptions {
+        case: None,
+        output: output.to_path_buf(),
+        diagnostics: Diagnostics::default(),
+        env: RunnerEnv {
+            mode: EndpointMode::InProcess,
+            ring_env: Vec::new(),
+            strict_env: false,
+            fast: true,
+        },
+    }
+}
+
+/// Runs `f` on a thread and fails if it does not finish in `secs` seconds.
+fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let body = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => v,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match body.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => unreachable!(),
+        },
+        Err(_) => panic!("did not finish within {secs} s"),
+    }
+}
+
+fn run_scene(file: &str) -> String {
+    let path = scenes_dir().join(file);
+    with_timeout(120, move || {
+        let scene = SceneFile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let out = tempfile::tempdir().unwrap();
+        let reports = run_file(&scene, &options(out.path()), |_| {}).unwrap();
+        let table = pto_scene::runner::render_table(&scene, &reports);
+        for r in &reports {
+            assert!(
+                r.result.passed(),
+                "case {} failed: {:?}\n{table}",
+                r.name,
+                r.result.check
+            );
+        }
+        table
+    })
+}
+
+#[test]
+fn scene_vector_example() {
+    run_scene("vector_example.toml");
+}
+
+#[test]
+fn scene_per_task_runtime_env_l2() {
+    let table = run_scene("per_task_runtime_env_l2.toml");
+    assert!(table.contains("128c,64c,32c,16c"), "{table}");
+}
+
+#[test]
+fn scene_paged_attention() {
+    run_scene("paged_attention.toml");
+}
+
+#[test]
+fn scene_per_task_runtime_env_l3() {
+    run_scene("per_task_runtime_env.toml");
+}
+
+#[test]
+fn scene_multi_chip_dispatch() {
+    run_scene("multi_chip_dispatch.toml");
+}
+
+#[test]
+fn scene_heterogeneous_fanout_per_task_sizing_reserves_less() {
+    let table = run_scene("heterogeneous_fanout.toml");
+    assert!(
+        table.contains("global_max_sizing / per_task_sizing ="),
+        "{table}"
+    );
+}
+
+#[test]
+fn every_shipped_scene_file_is_tested() {
+    let mut files: Vec<String> = std::fs::read_dir(scenes_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "heterogeneous_fanout.toml",
+            "multi_chip_dispatch.toml",
+            "paged_attention.toml",
+            "per_task_runtime_env.toml",
+            "per_task_runtime_env_l2.toml",
+            "vector_example.toml"
+        ]
+    );
+}
+
+#[track_caller]
+fn load_err(text: &str) -> String {
+    match SceneFile::parse(Path::new("s.toml"), text) {
+        Ok(_) => panic!("expected a load error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn misspelled_key_fails_at_load_with_case_and_allowed_keys() {
+    let e = load_err(
+        "scene = \"vector_example\"\n[[cases]]\nname = \"c\"\n[cases.config.runtime_env]\nring_heep = 1024\n",
+    );
+    assert_eq!(
+        e,
+        "s.toml: cases[0] (\"c\"): unknown key(s) in config.runtime_env: ring_heep (allowed: ring_dep_pool, ring_heap, ring_task_window)"
+    );
+}
+
+#[test]
+fn t75_block_dim_at_level_3() {
+    let e = load_err(
+        "scene = \"multi_chip_dispatch\"\n[[cases]]\nname = \"c\"\n[cases.config]\nblock_dim = 24\n",
+    );
+    assert!(e.ends_with("cases[0] (\"c\"): unknown key(s) in config: block_dim (allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, tasks)"), "{e}");
+}
+
+#[test]
+fn t82_tasks_only_at_level_3() {
+    let e = load_err(
+        "scene = \"vector_example\"\n[[cases]]\nname = \"c\"\n[cases.config.tasks.small.runtime_env]\nring_heap = 1024\n",
+    );
+    assert!(
+        e.contains("config.tasks is only allowed in level-3 scenes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn file_level_checks() {
+    assert!(
+        load_err("scene = \"nope\"\n[[cases]]\nname = \"c\"\n").contains("no scene named \"nope\"")
+    );
+    assert!(
+        load_err("scene = \"vector_example\"\nlevel = 3\n[[cases]]\nname = \"c\"\n")
+            .contains("level: the file says 3")
+    );
+    assert!(
+        load_err("scene = \"vector_example\"\nextra = 1\n[[cases]]\nname = \"c\"\n")
+            .contains("unknown key(s) in the file: extra")
+    );
+    assert!(
+        load_err("scene = \"vector_example\"\n[[cases]]\nname = \"c\"\n[[cases]]\nname = \"c\"\n")
+            .contains("already called \"c\"")
+    );
+    assert!(
+        load_err("scene = \"vector_example\"\n[[cases]]\nname = \"c\"\nflavour = 1\n")
+            .contains("unknown key(s) in the case: flavour")
+    );
+    assert!(
+        load_err("scene = \"vector_example\"\n[[cases]]\nname = \"c\"\n[cases.params]\nm = 3\n")
+            .contains("unknown key(s) in params: m (allowed: n, clusters)")
+    );
+    assert!(load_err("scene = \"vector_example\"\n[[cases]]\nname = \"c\"\n[cases.config.runtime_env]\nring_task_window = 48\n").contains("cases[0] (\"c\"): config: runtime_env.ring_task_window[0]=48"));
+}
+
+#[test]
+fn t84_declared_but_unrequested_label_fails_the_case() {
+    with_timeout(60, || {
+        let text = "scene = \"multi_chip_dispatch\"\n[[cases]]\nname = \"c\"\n[cases.config.tasks.smal.runtime_env]\nring_heap = 1048576\n";
+        let scene = SceneFile::parse(Path::new("s.toml"), text).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let reports = run_file(&scene, &options(out.path()), |_| {}).unwrap();
+        let check = reports[0].result.check.as_ref().unwrap_err();
+        assert!(check.contains("smal"), "{check}");
+    });
+}
