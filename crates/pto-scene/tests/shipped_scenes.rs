@@ -194,3 +194,36 @@ fn t84_declared_but_unrequested_label_fails_the_case() {
         assert!(check.contains("smal"), "{check}");
     });
 }
+
+/// T85: two cases with different `runtime_env` on two threads; each binds its own values and
+/// the process environment is identical before and after.
+#[test]
+#[allow(clippy::disallowed_methods)] // reads (never writes) the process environment to compare
+fn t85_concurrent_cases_bind_their_own_sizing_without_touching_the_environment() {
+    with_timeout(120, || {
+        let before: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+        let path = scenes_dir().join("per_task_runtime_env_l2.toml");
+        let handles: Vec<_> = ["small_scalar", "per_ring"]
+            .into_iter()
+            .map(|case| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let scene = SceneFile::load(&path).unwrap();
+                    let out = tempfile::tempdir().unwrap();
+                    let mut opts = options(out.path());
+                    opts.case = Some(case.to_string());
+                    let reports = run_file(&scene, &opts, |_| {}).unwrap();
+                    assert!(reports[0].result.passed(), "{:?}", reports[0].result.check);
+                    reports[0].result.rows[0].sizing.unwrap()
+                })
+            })
+            .collect();
+        let sizings: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(sizings[0].to_string().matches("16(call_config)").count(), 4);
+        assert!(sizings[1].to_string().contains(
+            "task_window=[128(call_config), 64(call_config), 32(call_config), 16(call_config)]"
+        ));
+        let after: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+        assert_eq!(before, after);
+    });
+}
