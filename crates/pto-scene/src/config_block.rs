@@ -98,25 +98,33 @@ fn error(path: impl Into<String>, problem: impl Into<String>) -> BlockError {
     }
 }
 
-/// Checks that every key of `table` is allowed; lists all unknown ones, sorted.
-fn check_keys(table: &Table, path: &str, allowed: &[&str]) -> Result<(), BlockError> {
+/// `unknown key(s) in <what>: a, b (allowed: …)`, or `None` when every key is allowed.
+pub(crate) fn unknown_keys_message(table: &Table, allowed: &[&str], what: &str) -> Option<String> {
     let mut unknown: Vec<&str> = table
         .keys()
         .map(String::as_str)
         .filter(|k| !allowed.contains(k))
         .collect();
     if unknown.is_empty() {
-        return Ok(());
+        return None;
     }
     unknown.sort_unstable();
-    Err(BlockError {
-        path: String::new(),
-        problem: format!(
-            "unknown key(s) in {path}: {} (allowed: {})",
-            unknown.join(", "),
-            allowed.join(", ")
-        ),
-    })
+    Some(format!(
+        "unknown key(s) in {what}: {} (allowed: {})",
+        unknown.join(", "),
+        allowed.join(", ")
+    ))
+}
+
+/// Checks that every key of `table` is allowed; lists all unknown ones, sorted.
+fn check_keys(table: &Table, path: &str, allowed: &[&str]) -> Result<(), BlockError> {
+    match unknown_keys_message(table, allowed, path) {
+        None => Ok(()),
+        Some(problem) => Err(BlockError {
+            path: String::new(),
+            problem,
+        }),
+    }
 }
 
 fn as_table<'v>(value: &'v Value, path: &str) -> Result<&'v Table, BlockError> {

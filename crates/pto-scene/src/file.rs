@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
 
-use crate::config_block::{CaseConfig, SceneLevel, parse_config_block};
+use crate::config_block::{CaseConfig, SceneLevel, parse_config_block, unknown_keys_message};
 use crate::scene::{Scene, find_scene};
 
 /// Keys allowed at the top of a scene file.
@@ -45,23 +45,6 @@ impl std::fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
-fn unknown_keys(table: &Table, allowed: &[&str], what: &str) -> Option<String> {
-    let mut unknown: Vec<&str> = table
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !allowed.contains(k))
-        .collect();
-    if unknown.is_empty() {
-        return None;
-    }
-    unknown.sort_unstable();
-    Some(format!(
-        "unknown key(s) in {what}: {} (allowed: {})",
-        unknown.join(", "),
-        allowed.join(", ")
-    ))
-}
-
 impl SceneFile {
     /// Reads and checks a scene file.
     pub fn load(path: &Path) -> Result<SceneFile, LoadError> {
@@ -75,7 +58,7 @@ impl SceneFile {
         let file = path.display();
         let fail = |msg: String| LoadError(format!("{file}: {msg}"));
         let table: Table = toml::from_str(text).map_err(|e| fail(e.message().to_string()))?;
-        if let Some(msg) = unknown_keys(&table, &TOP_KEYS, "the file") {
+        if let Some(msg) = unknown_keys_message(&table, &TOP_KEYS, "the file") {
             return Err(fail(msg));
         }
         let name = match table.get("scene") {
@@ -156,7 +139,7 @@ impl SceneFile {
                     "{at}: name: another case is already called {name:?}"
                 )));
             }
-            if let Some(msg) = unknown_keys(case, &CASE_KEYS, "the case") {
+            if let Some(msg) = unknown_keys_message(case, &CASE_KEYS, "the case") {
                 return Err(fail(format!("{at}: {msg}")));
             }
             let empty = Value::Table(Table::new());

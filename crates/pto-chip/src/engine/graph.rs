@@ -594,6 +594,22 @@ pub(crate) struct StallCensus {
     pub(crate) first: Option<String>,
 }
 
+impl std::fmt::Display for StallCensus {
+    /// `3 running, 0 ready, 5 waiting; 3 core(s) busy; ready lanes [..]; first live: …`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} running, {} ready, {} waiting; {} core(s) busy; ready lanes {:?}; first live: {}",
+            self.running,
+            self.ready,
+            self.waiting,
+            self.busy_cores,
+            self.lanes,
+            self.first.as_deref().unwrap_or("none")
+        )
+    }
+}
+
 impl StallCensus {
     /// The first non-empty class: S1 running-stalled, S3 ready-but-all-idle, S4
     /// dependency-deadlock; else S5 (orchestration not done) or UNKNOWN.

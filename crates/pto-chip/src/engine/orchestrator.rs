@@ -375,14 +375,8 @@ impl OrchCore {
             _ => {
                 let census = self.run.graph.lock().stall_census();
                 format!(
-                    "no progress for {} ms ({} running, {} ready, {} waiting; {} core(s) busy; ready lanes {:?}; first live: {})",
-                    self.settings.alloc_backstop.as_millis(),
-                    census.running,
-                    census.ready,
-                    census.waiting,
-                    census.busy_cores,
-                    census.lanes,
-                    census.first.as_deref().unwrap_or("none")
+                    "no progress for {} ms ({census})",
+                    self.settings.alloc_backstop.as_millis()
                 )
             }
         };

@@ -201,14 +201,8 @@ impl Watch {
                 ErrorCode::SchedulerTimeout,
                 Detector::Timeout,
                 format!(
-                    "no progress for {} ms with work outstanding: {class} ({} running, {} ready, {} waiting; {} core(s) busy; ready lanes {:?}); first stuck: {}",
-                    timeout.as_millis(),
-                    census.running,
-                    census.ready,
-                    census.waiting,
-                    census.busy_cores,
-                    census.lanes,
-                    census.first.as_deref().unwrap_or("none")
+                    "no progress for {} ms with work outstanding: {class} ({census})",
+                    timeout.as_millis()
                 ),
             );
             e.used = Some(census.running);
