@@ -193,7 +193,11 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
                 rings(Resource::DepPool, false),
                 human_bytes(row.reserved_bytes),
                 human_bytes(row.high_water_bytes),
-                format!("{:.1?}", row.wall),
+                if row.sizing.is_none() {
+                    "-".to_string()
+                } else {
+                    format!("{:.1?}", row.wall)
+                },
                 status,
             ]);
         }
