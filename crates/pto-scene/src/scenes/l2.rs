@@ -1,66 +1,197 @@
 //! Level-2 scenes: one chip runs the case's callable with the case's `CallConfig`.
-
-use std::sync::Arc;
+//!
+//! In-process mode the chip is a `ChipWorker` driven directly (an L2-direct run: diagnostics go
+//! to `<output>/<case>/`). In child-process mode the same callable runs on a one-chip Worker
+//! whose chip is an OS process, with the inputs in shared buffers.
 
 use anyhow::Context as _;
-use pto_chip::memory::HostBuffer;
+use pto_chip::memory::HostBuffer as ChipBuffer;
 use pto_chip::{ChipRunError, ChipSpec, RunContext};
 use pto_kernels::paged_attention::{PaCase, check, golden, make_inputs};
+use pto_node::{Callable, EndpointMode};
 use pto_types::ring_config::resolve::SizeSource;
-use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor};
+use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor, TensorTag};
 
+use super::rows_of;
 use crate::config_block::SceneLevel;
 use crate::scene::{CaseResult, CaseRun, Scene, TaskErrorInfo, TaskRow};
 
-/// A host buffer of `values` and a tensor of `shape` over it.
-fn buffer<T: pto_chip::memory::HostScalar>(
-    id: u64,
-    values: &[T],
-    shape: &[u32],
-    dtype: DType,
-) -> anyhow::Result<(Arc<HostBuffer>, Tensor)> {
-    let buf = HostBuffer::new(std::mem::size_of_val(values).max(1))?;
-    buf.write(0, values);
-    let bid = BufferId {
-        owner_uid: 0x5CE0E,
-        buffer_id: id,
-        generation: 0,
-    };
-    let tensor = Tensor::contiguous(buf.buffer_ref(bid), shape, dtype)?;
-    Ok((buf, tensor))
+/// One entry tensor of an L2 run: its tag, initial bytes (little-endian elements), shape, dtype.
+pub(crate) struct L2Tensor {
+    pub(crate) tag: TensorTag,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) shape: Vec<u32>,
+    pub(crate) dtype: DType,
 }
 
-/// Runs `callable` on a chip for the case; a failed run becomes an error row.
-fn run_chip(
+impl L2Tensor {
+    pub(crate) fn f32s(tag: TensorTag, values: &[f32], shape: &[u32]) -> L2Tensor {
+        L2Tensor {
+            tag,
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+        }
+    }
+
+    pub(crate) fn i32s(tag: TensorTag, values: &[i32], shape: &[u32]) -> L2Tensor {
+        L2Tensor {
+            tag,
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            shape: shape.to_vec(),
+            dtype: DType::I32,
+        }
+    }
+
+    pub(crate) fn bf16s(tag: TensorTag, values: &[half::bf16], shape: &[u32]) -> L2Tensor {
+        L2Tensor {
+            tag,
+            bytes: values
+                .iter()
+                .flat_map(|v| v.to_bits().to_le_bytes())
+                .collect(),
+            shape: shape.to_vec(),
+            dtype: DType::BF16,
+        }
+    }
+}
+
+/// The f32 values of some little-endian bytes.
+pub(crate) fn f32s_of(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The task row and the final bytes of every entry tensor.
+pub(crate) struct L2Outcome {
+    pub(crate) row: TaskRow,
+    pub(crate) tensors: Vec<Vec<u8>>,
+}
+
+fn error_row(task: &str, code: Option<u32>, name: String, message: String) -> TaskRow {
+    TaskRow {
+        task: task.to_string(),
+        chip: 0,
+        sizing: None,
+        arena: None,
+        reserved_bytes: 0,
+        high_water_bytes: 0,
+        wall: std::time::Duration::ZERO,
+        error: Some(TaskErrorInfo {
+            code,
+            name,
+            message,
+        }),
+    }
+}
+
+/// Runs `callable` once with `tensors` as entry arguments, in the runner's mode.
+pub(crate) fn run_l2(
     case: &CaseRun<'_>,
     spec: ChipSpec,
     callable: &str,
-    args: &TaskArgs,
-) -> anyhow::Result<TaskRow> {
+    tensors: &[L2Tensor],
+) -> anyhow::Result<L2Outcome> {
+    match case.env.mode {
+        EndpointMode::InProcess => run_direct(case, spec, callable, tensors),
+        _ => run_on_worker(case, spec, callable, tensors),
+    }
+}
+
+fn run_direct(
+    case: &CaseRun<'_>,
+    spec: ChipSpec,
+    callable: &str,
+    tensors: &[L2Tensor],
+) -> anyhow::Result<L2Outcome> {
+    let mut buffers = Vec::with_capacity(tensors.len());
+    let mut args = TaskArgs::new();
+    for (i, t) in tensors.iter().enumerate() {
+        let buf = ChipBuffer::new(t.bytes.len().max(1))?;
+        buf.write_bytes(0, &t.bytes);
+        let id = BufferId {
+            owner_uid: 0x5CE0E,
+            buffer_id: i as u64,
+            generation: 0,
+        };
+        let tensor = Tensor::contiguous(buf.buffer_ref(id), &t.shape, t.dtype)?;
+        args = args.tensor(t.tag, &tensor);
+        buffers.push(buf);
+    }
     let chip = case.chip(spec).context("starting the chip")?;
-    match chip.run(callable, args, &case.base, &RunContext::default()) {
-        Ok(report) => Ok(TaskRow::from_report(callable, &report)),
+    let row = match chip.run(callable, &args, &case.base, &RunContext::default()) {
+        Ok(report) => TaskRow::from_report(callable, &report),
         Err(e) => {
             let (code, name) = match &e {
                 ChipRunError::Run(c) => (Some(c.code.code()), c.code.name().to_string()),
                 ChipRunError::Bind(_) => (None, "BIND".to_string()),
             };
-            Ok(TaskRow {
-                task: callable.to_string(),
-                chip: 0,
-                sizing: None,
-                arena: None,
-                reserved_bytes: 0,
-                high_water_bytes: 0,
-                wall: std::time::Duration::ZERO,
-                error: Some(TaskErrorInfo {
-                    code,
-                    name,
-                    message: e.to_string(),
-                }),
-            })
+            error_row(callable, code, name, e.to_string())
         }
+    };
+    let tensors = tensors
+        .iter()
+        .zip(&buffers)
+        .map(|(t, b)| b.read_bytes(0, t.bytes.len()))
+        .collect();
+    Ok(L2Outcome { row, tensors })
+}
+
+fn run_on_worker(
+    case: &CaseRun<'_>,
+    spec: ChipSpec,
+    callable: &str,
+    tensors: &[L2Tensor],
+) -> anyhow::Result<L2Outcome> {
+    let w = case.worker_builder(1, 0).chip_spec(0, spec).build()?;
+    let handle = w.register(Callable::chip(callable))?;
+    w.init().context("starting the worker")?;
+    let mut buffers = Vec::with_capacity(tensors.len());
+    let mut args = TaskArgs::new();
+    for t in tensors {
+        let buf = w.create_buffer(t.bytes.len().max(1))?;
+        buf.write_from(0, &t.bytes)?;
+        let tensor = buf.tensor(&t.shape, t.dtype)?;
+        args = args.tensor(t.tag, &tensor);
+        buffers.push(buf);
     }
+    let base = case.base.clone();
+    let rows = match w.run(
+        |orch, _, _| {
+            orch.submit_next_level(&handle, args.clone().label(callable), &base, 0)?;
+            Ok(())
+        },
+        TaskArgs::new(),
+        case.base.clone(),
+    ) {
+        Ok(report) => rows_of(&report),
+        Err(pto_node::WorkerRunError::Failed(e)) => {
+            let mut rows = rows_of(&e.report);
+            if rows.is_empty() {
+                rows.push(error_row(
+                    callable,
+                    e.first.code.map(|c| c.code()),
+                    "FAILED".into(),
+                    e.to_string(),
+                ));
+            }
+            rows
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let row = rows
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| error_row(callable, None, "FAILED".into(), "no report".into()));
+    let tensors = tensors
+        .iter()
+        .zip(&buffers)
+        .map(|(t, b)| b.read_vec::<u8>(0, t.bytes.len()).unwrap_or_default())
+        .collect();
+    w.close();
+    Ok(L2Outcome { row, tensors })
 }
 
 /// Every non-zero entry of the case's `runtime_env` must be bound as asked, with source
@@ -121,18 +252,19 @@ impl Scene for VectorExample {
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
         let n = case.param("n", if case.env.fast { 4096 } else { 16384 }) as usize;
-        let clusters = case.param("clusters", 8) as u32;
-        let (_a, a) = buffer(1, &vec![2.0f32; n], &[n as u32], DType::F32)?;
-        let (_b, b) = buffer(2, &vec![3.0f32; n], &[n as u32], DType::F32)?;
-        let (f_buf, f) = buffer(3, &vec![0.0f32; n], &[n as u32], DType::F32)?;
-        let args = TaskArgs::new().input(&a).input(&b).output_existing(&f);
+        let shape = [n as u32];
+        let tensors = [
+            L2Tensor::f32s(TensorTag::Input, &vec![2.0; n], &shape),
+            L2Tensor::f32s(TensorTag::Input, &vec![3.0; n], &shape),
+            L2Tensor::f32s(TensorTag::OutputExisting, &vec![0.0; n], &shape),
+        ];
         let spec = ChipSpec {
-            clusters,
+            clusters: case.param("clusters", 8) as u32,
             ..ChipSpec::default()
         };
-        let row = run_chip(case, spec, "vector_example", &args)?;
-        Ok(finish(case, row, || {
-            let out = f_buf.read_f32(0, n);
+        let outcome = run_l2(case, spec, "vector_example", &tensors)?;
+        let out = f32s_of(&outcome.tensors[2]);
+        Ok(finish(case, outcome.row, || {
             match out.iter().position(|&v| (v - 47.0).abs() > 1e-5) {
                 None => Ok(()),
                 Some(i) => Err(format!("f[{i}] = {}, expected 47", out[i])),
@@ -170,16 +302,30 @@ impl Scene for PagedAttention {
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
         let pa = pa_case(case);
         let inputs = make_inputs(&pa);
-        let (args, out_buf, _keep) = pa_args_l2(&pa, &inputs)?;
+        let tensors = [
+            L2Tensor::bf16s(TensorTag::Input, &inputs.query, &pa.query_shape()),
+            L2Tensor::bf16s(TensorTag::Input, &inputs.key_cache, &pa.cache_shape()),
+            L2Tensor::bf16s(TensorTag::Input, &inputs.value_cache, &pa.cache_shape()),
+            L2Tensor::i32s(
+                TensorTag::Input,
+                &inputs.block_table,
+                &pa.block_table_shape(),
+            ),
+            L2Tensor::i32s(TensorTag::Input, &inputs.context_lens, &[pa.batch]),
+            L2Tensor::f32s(
+                TensorTag::OutputExisting,
+                &vec![0.0; pa.out_len()],
+                &pa.query_shape(),
+            ),
+        ];
         let spec = ChipSpec {
             clusters: case.param("clusters", 8) as u32,
             ..ChipSpec::default()
         };
-        let row = run_chip(case, spec, "paged_attention", &args)?;
-        Ok(finish(case, row, || {
-            let expected = golden(&pa, &inputs);
-            let actual = out_buf.read_f32(0, pa.out_len());
-            check(&actual, &expected, 1e-3, 1e-3).map_err(|m| m.to_string())
+        let outcome = run_l2(case, spec, "paged_attention", &tensors)?;
+        let actual = f32s_of(&outcome.tensors[5]);
+        Ok(finish(case, outcome.row, || {
+            check(&actual, &golden(&pa, &inputs), 1e-3, 1e-3).map_err(|m| m.to_string())
         }))
     }
 }
@@ -198,40 +344,46 @@ pub(crate) fn pa_case(case: &CaseRun<'_>) -> PaCase {
     }
 }
 
-type Keep = Vec<Arc<HostBuffer>>;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config_block::CaseConfig;
+    use crate::scene::RunnerEnv;
 
-/// Entry arguments of `paged_attention` over fresh host buffers.
-fn pa_args_l2(
-    pa: &PaCase,
-    inputs: &pto_kernels::paged_attention::PaInputs,
-) -> anyhow::Result<(TaskArgs, Arc<HostBuffer>, Keep)> {
-    let bits = |v: &[half::bf16]| -> Vec<u16> { v.iter().map(|x| x.to_bits()).collect() };
-    let (q_buf, q) = buffer(10, &bits(&inputs.query), &pa.query_shape(), DType::BF16)?;
-    let (k_buf, k) = buffer(11, &bits(&inputs.key_cache), &pa.cache_shape(), DType::BF16)?;
-    let (v_buf, v) = buffer(
-        12,
-        &bits(&inputs.value_cache),
-        &pa.cache_shape(),
-        DType::BF16,
-    )?;
-    let (t_buf, t) = buffer(13, &inputs.block_table, &pa.block_table_shape(), DType::I32)?;
-    let (c_buf, c) = buffer(14, &inputs.context_lens, &[pa.batch], DType::I32)?;
-    let (o_buf, o) = buffer(
-        15,
-        &vec![0.0f32; pa.out_len()],
-        &pa.query_shape(),
-        DType::F32,
-    )?;
-    let args = TaskArgs::new()
-        .input(&q)
-        .input(&k)
-        .input(&v)
-        .input(&t)
-        .input(&c)
-        .output_existing(&o);
-    Ok((
-        args,
-        Arc::clone(&o_buf),
-        vec![q_buf, k_buf, v_buf, t_buf, c_buf, o_buf],
-    ))
+    /// The worker path of child-process mode, exercised with in-process endpoints: same rows,
+    /// same results as the direct path.
+    #[test]
+    fn l2_scene_through_a_one_chip_worker() {
+        let params = toml::Table::new();
+        let config = CaseConfig {
+            runtime_env: pto_types::RuntimeEnv::default().with_task_window([0, 8, 0, 0]),
+            ..CaseConfig::default()
+        };
+        let env = RunnerEnv {
+            mode: EndpointMode::InProcess,
+            ring_env: Vec::new(),
+            strict_env: false,
+            fast: true,
+        };
+        let base = config.base_call_config();
+        let case = CaseRun::new("c", &params, &config, base, &env);
+        let n = 1024;
+        let tensors = [
+            L2Tensor::f32s(TensorTag::Input, &vec![2.0; n], &[n as u32]),
+            L2Tensor::f32s(TensorTag::Input, &vec![3.0; n], &[n as u32]),
+            L2Tensor::f32s(TensorTag::OutputExisting, &vec![0.0; n], &[n as u32]),
+        ];
+        let spec = ChipSpec {
+            clusters: 1,
+            ..ChipSpec::default()
+        };
+        let via_worker = run_on_worker(&case, spec.clone(), "vector_example", &tensors).unwrap();
+        let direct = run_direct(&case, spec, "vector_example", &tensors).unwrap();
+        for outcome in [&via_worker, &direct] {
+            assert!(outcome.row.error.is_none(), "{:?}", outcome.row.error);
+            assert!(f32s_of(&outcome.tensors[2]).iter().all(|&v| v == 47.0));
+            check_sizing(&case, &outcome.row).unwrap();
+        }
+        assert_eq!(via_worker.row.sizing, direct.row.sizing);
+    }
 }
