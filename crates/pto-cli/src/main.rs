@@ -32,6 +32,7 @@ pub(crate) enum Outcome {
 }
 
 fn main() -> ExitCode {
+    pto_node::child_main();
     let args = cli::Cli::parse();
     init_logging(args.verbose);
     match commands::run(args.command) {

@@ -6,7 +6,9 @@
 mod support;
 
 fn main() {
-    match support::multi_chip_dispatch() {
+    // Chips and the sub worker are child processes re-executing this binary.
+    pto_node::child_main();
+    match support::multi_chip_dispatch(pto_node::EndpointMode::ChildProcess) {
         Ok(text) => println!("{text}multi_chip_dispatch: ok"),
         Err(e) => {
             eprintln!("multi_chip_dispatch failed: {e}");

@@ -7,7 +7,9 @@
 mod support;
 
 fn main() {
-    match support::per_task_runtime_env() {
+    // Chips and the sub worker are child processes re-executing this binary.
+    pto_node::child_main();
+    match support::per_task_runtime_env(pto_node::EndpointMode::ChildProcess) {
         Ok(text) => println!("{text}per_task_runtime_env: ok"),
         Err(e) => {
             eprintln!("per_task_runtime_env failed: {e}");

@@ -1,20 +1,22 @@
 //! L3 host buffers and `alloc` slabs: identity, in-use guard, typed copies (NODE_RUNTIME.md §1.3).
 //!
-//! Every buffer an L3 task may name is a [`BufferInner`]: a byte range of a
-//! `pto_chip::memory::HostBuffer` mapping (a whole mapping for `Worker::create_buffer`, a slab
-//! of a heap ring for `orch.alloc`) with the identity `(owner_uid, buffer_id, generation)`.
-//! Tensors carry an `Arc<BufferInner>` as their `BufferMemory`, and the Worker's
+//! Every buffer an L3 task may name is a [`BufferInner`]: a byte range of a [`Memory`] — a
+//! private `pto_chip::memory::HostBuffer` mapping in in-process mode, a shared `memfd`
+//! [`Segment`] in child-process mode (a whole segment for `Worker::create_buffer`, a slab of
+//! the heap-ring segment for `orch.alloc`) — with the identity `(owner_uid, buffer_id,
+//! generation)`. Tensors carry an `Arc<BufferInner>` as their `BufferMemory`, and the Worker's
 //! [`BufferTable`] maps identities back to it, so a submit proves that a tensor's buffer is this
-//! Worker's and still live (the shared-memory segments of the child-process issue replace the
-//! mapping; the identity rules stay).
+//! Worker's and still live. A child receives the segment's descriptor once and finds the bytes
+//! by `(segment, offset)` ([`BufferInner::location`]), never by pointer; a node child adopts
+//! its parent's buffers under their original identity.
 //!
 //! In-use guard: each unfinished task referencing a buffer holds one use; host access
 //! ([`HostBuffer::read_vec`], …) takes the same lock and fails with [`BufferError::InUse`] while
 //! a use is held, so host copies and task execution never overlap. A slab additionally holds a
 //! scope hold until its scope ends; when both drop to zero the slab returns to its heap ring.
 //!
-//! No `unsafe`: host and sub-task access copies through the bounds-checked, locked helpers of
-//! `pto_chip::memory::HostBuffer` (copy-in/copy-out; mapping in place needs the segment module).
+//! No `unsafe` here: host and sub-task access copies through bounds-checked helpers
+//! (`pto_chip::memory::HostBuffer`'s locked ones, or `Segment`'s, rule S4 of `shm`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,10 +26,12 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use pto_chip::memory::{HostBuffer as Mapping, HostScalar};
 use pto_types::args::ArgsError;
+use pto_types::node_wire::args_blob::{TensorLocation, TensorSpace};
 use pto_types::{BufferId, BufferMemory, BufferRef, DType, Tensor};
 
 use crate::error::BufferError;
 use crate::heap::HeapRings;
+use crate::shm::{Segment, SegmentKey};
 
 /// A number type tensors can hold, tied to its [`DType`]. Implemented for the primitive types
 /// with a dtype (`f32`, `i8`…`i64`, `u8`…`u64`).
@@ -44,6 +48,52 @@ macro_rules! element {
 }
 element!(f32 => F32, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
     u32 => U32, u64 => U64);
+
+/// The bytes behind buffers: a private anonymous mapping (in-process mode) or a shared
+/// `memfd` segment (child-process mode, and every buffer a child maps).
+#[derive(Clone, Debug)]
+pub(crate) enum Memory {
+    Anon(Arc<Mapping>),
+    Shared(Arc<Segment>),
+}
+
+impl Memory {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        match self {
+            Memory::Anon(m) => m.as_ptr(),
+            Memory::Shared(s) => s.as_ptr(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Memory::Anon(m) => m.len(),
+            Memory::Shared(s) => s.len(),
+        }
+    }
+
+    /// `count` elements from element `at` (bounds-checked; panics outside the memory).
+    fn read<T: HostScalar>(&self, at: usize, count: usize) -> Vec<T> {
+        match self {
+            Memory::Anon(m) => m.read::<T>(at, count),
+            Memory::Shared(s) => s.read_elems::<T>(at, count),
+        }
+    }
+
+    fn write<T: HostScalar>(&self, at: usize, src: &[T]) {
+        match self {
+            Memory::Anon(m) => m.write::<T>(at, src),
+            Memory::Shared(s) => s.write_elems::<T>(at, src),
+        }
+    }
+
+    pub(crate) fn segment(&self) -> Option<&Arc<Segment>> {
+        match self {
+            Memory::Anon(_) => None,
+            Memory::Shared(s) => Some(s),
+        }
+    }
+}
 
 /// Uses of a buffer; guarded by `BufferInner::uses`.
 #[derive(Debug, Default)]
@@ -66,7 +116,7 @@ struct SlabLink {
 /// One buffer: identity, memory range and uses.
 pub(crate) struct BufferInner {
     id: BufferId,
-    mapping: Arc<Mapping>,
+    memory: Memory,
     /// First byte inside `mapping`.
     base: usize,
     len: usize,
@@ -89,7 +139,7 @@ impl fmt::Debug for BufferInner {
 impl BufferMemory for BufferInner {
     fn as_ptr(&self) -> *mut u8 {
         // `wrapping_add` is safe; `base + len` is inside the mapping by construction.
-        self.mapping.as_ptr().wrapping_add(self.base)
+        self.memory.as_ptr().wrapping_add(self.base)
     }
 
     fn len(&self) -> usize {
@@ -104,15 +154,31 @@ impl BufferInner {
             bytes,
             reason: e.to_string(),
         })?;
-        Ok(Arc::new(BufferInner {
+        Ok(BufferInner::new_window(id, Memory::Anon(mapping), 0, bytes))
+    }
+
+    /// A whole shared segment (child-process mode: `Worker::create_buffer`).
+    pub(crate) fn new_shared(id: BufferId, segment: Arc<Segment>) -> Arc<BufferInner> {
+        let len = segment.len();
+        BufferInner::new_window(id, Memory::Shared(segment), 0, len)
+    }
+
+    /// `len` bytes of `memory` from `base`, with no slab (a child's view of a parent buffer).
+    pub(crate) fn new_window(
+        id: BufferId,
+        memory: Memory,
+        base: usize,
+        len: usize,
+    ) -> Arc<BufferInner> {
+        Arc::new(BufferInner {
             id,
-            mapping,
-            base: 0,
-            len: bytes,
+            memory,
+            base,
+            len,
             uses: Mutex::new(Uses::default()),
             scope_held: Arc::new(AtomicBool::new(false)),
             slab: None,
-        }))
+        })
     }
 
     /// A slab of a heap ring, held by its scope. `scope_held` is shared with the ring's record.
@@ -125,10 +191,10 @@ impl BufferInner {
         len: usize,
         scope_held: Arc<AtomicBool>,
     ) -> Arc<BufferInner> {
-        let mapping = heap.mapping();
+        let memory = heap.memory();
         Arc::new(BufferInner {
             id,
-            mapping,
+            memory,
             base,
             len,
             uses: Mutex::new(Uses {
@@ -143,6 +209,25 @@ impl BufferInner {
 
     pub(crate) fn id(&self) -> BufferId {
         self.id
+    }
+
+    /// The shared segment holding the buffer, if any.
+    pub(crate) fn segment(&self) -> Option<&Arc<Segment>> {
+        self.memory.segment()
+    }
+
+    /// Where a child finds the buffer's bytes (host segments only; `None` in-process).
+    pub(crate) fn location(&self) -> Option<(SegmentKey, TensorLocation)> {
+        let seg = self.memory.segment()?;
+        Some((
+            seg.key(),
+            TensorLocation {
+                space: TensorSpace::Host,
+                device_worker: None,
+                segment: seg.key().segment,
+                segment_offset: self.base as u64,
+            },
+        ))
     }
 
     /// A `BufferRef` whose memory is this buffer.
@@ -250,7 +335,7 @@ impl BufferInner {
         count: usize,
     ) -> Result<Vec<T>, BufferError> {
         let at = self.check_elems::<T>(offset, count)?;
-        Ok(self.mapping.read::<T>(at, count))
+        Ok(self.memory.read::<T>(at, count))
     }
 
     /// Writes `src` at element `offset` (no use check).
@@ -260,7 +345,7 @@ impl BufferInner {
         src: &[T],
     ) -> Result<(), BufferError> {
         let at = self.check_elems::<T>(offset, src.len())?;
-        self.mapping.write::<T>(at, src);
+        self.memory.write::<T>(at, src);
         Ok(())
     }
 

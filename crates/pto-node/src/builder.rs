@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use pto_chip::ChipSpec;
@@ -21,12 +22,23 @@ use crate::worker::Worker;
 /// How children are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum EndpointMode {
-    /// Child processes talking through shared-memory mailboxes (issue 6; `init` reports it as
-    /// not implemented yet).
+    /// Each chip and sub worker is a child process talking through a shared-memory mailbox
+    /// (§4); callables are resolved by name in the child.
     #[default]
     ChildProcess,
     /// Chips and subs are threads of this process; closures allowed.
     InProcess,
+}
+
+/// Which image child processes run (NODE_RUNTIME.md §1.1, §4.2).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum ChildExe {
+    /// This executable again: it must call `pto_node::child_main()` first in `main`, or (a
+    /// test binary) declare `pto_node::test_child_entry!()`.
+    #[default]
+    CurrentExe,
+    /// A worker binary with the same registrations that calls `pto_node::child_main()` first.
+    Path(PathBuf),
 }
 
 /// The checked options of a Worker.
@@ -37,8 +49,10 @@ pub(crate) struct WorkerOptions {
     pub(crate) chip_specs: Vec<ChipSpec>,
     pub(crate) sub_workers: usize,
     pub(crate) mode: EndpointMode,
+    pub(crate) child_exe: ChildExe,
     pub(crate) heap_ring_size: u64,
     pub(crate) max_queued_runs: usize,
+    pub(crate) startup_timeout: Duration,
     pub(crate) control_timeout: Duration,
     pub(crate) heap_alloc_timeout: Duration,
     pub(crate) close_timeout: Duration,
@@ -60,8 +74,10 @@ pub struct WorkerBuilder {
     chip_specs: BTreeMap<usize, ChipSpec>,
     sub_workers: usize,
     mode: EndpointMode,
+    child_exe: ChildExe,
     heap_ring_size: u64,
     max_queued_runs: usize,
+    startup_timeout: Duration,
     control_timeout: Duration,
     heap_alloc_timeout: Duration,
     close_timeout: Duration,
@@ -86,8 +102,10 @@ impl WorkerBuilder {
             chip_specs: BTreeMap::new(),
             sub_workers: 0,
             mode: EndpointMode::default(),
+            child_exe: ChildExe::default(),
             heap_ring_size: 256 << 20,
             max_queued_runs: 4,
+            startup_timeout: Duration::from_secs(60),
             control_timeout: Duration::from_secs(30),
             heap_alloc_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(30),
@@ -121,6 +139,18 @@ impl WorkerBuilder {
 
     pub fn endpoint_mode(mut self, mode: EndpointMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// The image child processes run (child-process mode).
+    pub fn child_exe(mut self, exe: ChildExe) -> Self {
+        self.child_exe = exe;
+        self
+    }
+
+    /// How long `init` waits for every child to report ready (child-process mode).
+    pub fn startup_timeout(mut self, d: Duration) -> Self {
+        self.startup_timeout = d;
         self
     }
 
@@ -201,16 +231,25 @@ impl WorkerBuilder {
                 ),
             );
         }
-        if self.level > 3 {
+        if self.level > 3 && self.mode == EndpointMode::InProcess {
             return err(
                 "level",
                 format!(
-                    "level {} (Worker children, L4 composition) is not implemented yet",
+                    "level {} runs its Worker children as child processes; EndpointMode::InProcess is not implemented for L4",
                     self.level
                 ),
             );
         }
-        if self.chips + self.sub_workers == 0 {
+        if self.level > 3 && self.chips > 0 {
+            return err(
+                "chips",
+                format!(
+                    "a level-{} Worker has Worker children (add_worker), not chips",
+                    self.level
+                ),
+            );
+        }
+        if self.level == 3 && self.chips + self.sub_workers == 0 {
             return err(
                 "chips",
                 "a Worker needs at least one chip or sub worker".to_string(),
@@ -242,6 +281,7 @@ impl WorkerBuilder {
             return err("max_queued_runs", "must be at least 1".to_string());
         }
         for (option, d) in [
+            ("startup_timeout", self.startup_timeout),
             ("control_timeout", self.control_timeout),
             ("heap_alloc_timeout", self.heap_alloc_timeout),
             ("close_timeout", self.close_timeout),
@@ -263,8 +303,10 @@ impl WorkerBuilder {
             chip_specs,
             sub_workers: self.sub_workers,
             mode: self.mode,
+            child_exe: self.child_exe,
             heap_ring_size: self.heap_ring_size,
             max_queued_runs: self.max_queued_runs,
+            startup_timeout: self.startup_timeout,
             control_timeout: self.control_timeout,
             heap_alloc_timeout: self.heap_alloc_timeout,
             close_timeout: self.close_timeout,

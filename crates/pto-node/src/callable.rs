@@ -23,7 +23,7 @@ pub enum CallableKind {
     Chip,
     /// A host function run by a sub worker (`submit_sub`).
     Sub,
-    /// An L3 orchestration run by an L3 Worker child of an L4 (not yet available).
+    /// An L3 orchestration run by an L3 Worker child of an L4 (`register_node!`).
     Node,
 }
 
@@ -39,6 +39,13 @@ impl fmt::Display for CallableKind {
 
 /// A registered sub function.
 pub type SubFn = fn(&SubContext, &MappedArgs) -> Result<(), TaskError>;
+
+/// A registered node function: an L3 orchestration an L4 runs on its Worker children.
+pub type NodeFn = fn(
+    &mut crate::Orchestrator<'_>,
+    &pto_types::TaskArgs,
+    &pto_types::CallConfig,
+) -> Result<(), crate::OrchError>;
 
 /// A sub closure (in-process endpoints only).
 pub(crate) type SubClosure =
@@ -76,6 +83,16 @@ impl Callable {
     pub fn sub(name: &str) -> Callable {
         Callable {
             kind: CallableKind::Sub,
+            name: name.to_string(),
+            closure: None,
+        }
+    }
+
+    /// A node callable registered with [`register_node!`](crate::register_node): an L3
+    /// orchestration function an L4 Worker runs on its L3 Worker children.
+    pub fn node(name: &str) -> Callable {
+        Callable {
+            kind: CallableKind::Node,
             name: name.to_string(),
             closure: None,
         }
@@ -158,6 +175,34 @@ macro_rules! register_sub {
     };
 }
 
+#[doc(hidden)]
+pub struct __NodeRegistration {
+    pub name: &'static str,
+    pub f: NodeFn,
+}
+
+inventory::collect!(__NodeRegistration);
+
+/// Registers an L3 orchestration function under a name, for `Callable::node(name)` on an L4
+/// Worker. `fn(&mut Orchestrator, &TaskArgs, &CallConfig) -> Result<(), OrchError>`; the
+/// `CallConfig` is the one the L4 task was submitted with (derive per-task configs from it).
+#[macro_export]
+macro_rules! register_node {
+    ($name:expr, $f:path $(,)?) => {
+        $crate::callable::__inventory::submit! {
+            $crate::callable::__NodeRegistration { name: $name, f: $f }
+        }
+    };
+}
+
+/// The node function registered under `name`.
+pub fn find_node_callable(name: &str) -> Option<NodeFn> {
+    inventory::iter::<__NodeRegistration>
+        .into_iter()
+        .find(|r| r.name == name)
+        .map(|r| r.f)
+}
+
 fn sub_index() -> &'static HashMap<&'static str, SubFn> {
     static INDEX: OnceLock<HashMap<&'static str, SubFn>> = OnceLock::new();
     INDEX.get_or_init(|| {
@@ -185,6 +230,7 @@ pub(crate) struct CallableEntry {
     pub(crate) kind: CallableKind,
     /// Sub callables: the function (registered or closure).
     pub(crate) sub: Option<SubClosure>,
+    pub(crate) is_closure: bool,
 }
 
 /// A Worker's callables; shared with its in-process sub lanes (registrations after `init` are
@@ -220,6 +266,7 @@ impl CallableTable {
             }
             return Ok(self.handle(id, c.kind));
         }
+        let is_closure = c.closure.is_some();
         let sub: Option<SubClosure> = match c.kind {
             CallableKind::Chip => {
                 if pto_chip::callable::find_chip_callable(&c.name).is_none() {
@@ -243,16 +290,20 @@ impl CallableTable {
                 },
             },
             CallableKind::Node => {
-                return Err(RegisterError::UnknownCallable {
-                    kind: c.kind,
-                    name: c.name,
-                });
+                if find_node_callable(&c.name).is_none() {
+                    return Err(RegisterError::UnknownCallable {
+                        kind: c.kind,
+                        name: c.name,
+                    });
+                }
+                None
             }
         };
         entries.push(CallableEntry {
             name: Arc::from(c.name.as_str()),
             kind: c.kind,
             sub,
+            is_closure,
         });
         Ok(self.handle(entries.len() - 1, c.kind))
     }
@@ -285,6 +336,30 @@ impl CallableTable {
             });
         }
         Ok(Arc::clone(&entry.name))
+    }
+
+    /// Whether a closure is registered (such a Worker cannot become a child process).
+    pub(crate) fn has_closures(&self) -> bool {
+        self.entries.read().iter().any(|e| e.is_closure)
+    }
+
+    /// The handle of a registered callable, by kind and name.
+    pub(crate) fn lookup(&self, kind: CallableKind, name: &str) -> Option<CallableHandle> {
+        self.entries
+            .read()
+            .iter()
+            .position(|e| e.kind == kind && *e.name == *name)
+            .map(|id| self.handle(id, kind))
+    }
+
+    /// Every registration: `(id, kind, name)`, in id order (the boot block's callable table).
+    pub(crate) fn entries(&self) -> Vec<(u32, CallableKind, Arc<str>)> {
+        self.entries
+            .read()
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as u32, e.kind, Arc::clone(&e.name)))
+            .collect()
     }
 
     /// The sub function of callable `id`.

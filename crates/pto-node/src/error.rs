@@ -30,9 +30,20 @@ pub enum InitError {
     AlreadyInitialized,
     #[error("the Worker is closed")]
     Closed,
-    /// A chip or sub worker could not start; `child` names it (`chip[1]`).
-    #[error("{child} failed to start: {message}")]
-    ChildFailed { child: String, message: String },
+    /// A chip or sub worker could not start; `child` names it (`chip[1]`, `chip_child[1]`),
+    /// `pid` is the child process's (child-process mode).
+    #[error("{child}{} failed to start: {message}", pid.map(|p| format!(" pid={p}")).unwrap_or_default())]
+    ChildFailed {
+        child: String,
+        pid: Option<u32>,
+        message: String,
+    },
+    /// A level-4 Worker with neither Worker children nor sub workers.
+    #[error("a level-4 Worker needs at least one Worker child (add_worker) or sub worker")]
+    NoWorkers,
+    /// Children that did not report ready within `startup_timeout` (all were stopped).
+    #[error("start-up timed out waiting for {}", pending.join(", "))]
+    Timeout { pending: Vec<String> },
     /// The requested endpoint mode or level is not available in this build.
     #[error("{what} is not implemented yet ({issue})")]
     NotImplemented {
@@ -41,6 +52,26 @@ pub enum InitError {
     },
     #[error("cannot start a Worker thread: {0}")]
     Thread(String),
+}
+
+/// Why `Worker::add_worker` refused a child Worker (NODE_RUNTIME.md §6.1).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddWorkerError {
+    /// Only Workers of level 4 or more have Worker children.
+    #[error("add_worker needs a Worker of level 4 or more (this one is level {level})")]
+    RequiresLevel4 { level: u32 },
+    /// The parent is no longer NEW.
+    #[error("add_worker is only possible before init")]
+    NotNew,
+    /// The child must be NEW (it is started by the parent's init).
+    #[error("the child Worker must be NEW (not initialised, not closed)")]
+    ChildNotNew,
+    /// The child is not one level below the parent.
+    #[error("a level-{parent} Worker takes level-{} children, not level {child}", parent - 1)]
+    WrongLevel { parent: u32, child: u32 },
+    /// The child has closure callables, which cannot cross the process boundary.
+    #[error("the child Worker has closure callables; children resolve callables by name")]
+    Closures,
 }
 
 /// Why a callable could not be registered.

@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pto_chip::memory::HostBuffer as Mapping;
 use pto_types::wait::{EventCount, SpinPolicy, Waiter};
 
+use crate::buffer::Memory;
 use crate::error::AllocError;
 
 /// Allocation granule.
@@ -81,7 +81,7 @@ pub(crate) struct Slab {
 
 /// The four heap rings of one Worker.
 pub(crate) struct HeapRings {
-    mapping: Arc<Mapping>,
+    memory: Memory,
     ring_size: u64,
     rings: Mutex<([Ring; HEAP_RINGS], u64)>,
     released: EventCount,
@@ -89,19 +89,27 @@ pub(crate) struct HeapRings {
 }
 
 impl HeapRings {
+    /// Rings over a private anonymous mapping (in-process mode).
     pub(crate) fn new(ring_size: u64, spin: SpinPolicy) -> std::io::Result<HeapRings> {
-        let mapping = Mapping::new((ring_size * HEAP_RINGS as u64) as usize)?;
-        Ok(HeapRings {
-            mapping,
+        let mapping = pto_chip::memory::HostBuffer::new((ring_size * HEAP_RINGS as u64) as usize)?;
+        Ok(HeapRings::over(Memory::Anon(mapping), ring_size, spin))
+    }
+
+    /// Rings over `memory` (at least `4 × ring_size` bytes; a shared segment in child-process
+    /// mode).
+    pub(crate) fn over(memory: Memory, ring_size: u64, spin: SpinPolicy) -> HeapRings {
+        assert!(memory.len() as u64 >= ring_size * HEAP_RINGS as u64);
+        HeapRings {
+            memory,
             ring_size,
             rings: Mutex::new((Default::default(), 1)),
             released: EventCount::new(),
             spin,
-        })
+        }
     }
 
-    pub(crate) fn mapping(&self) -> Arc<Mapping> {
-        Arc::clone(&self.mapping)
+    pub(crate) fn memory(&self) -> Memory {
+        self.memory.clone()
     }
 
     /// Reserves `bytes` in `ring`, waiting up to `timeout` for releases (see the module docs).

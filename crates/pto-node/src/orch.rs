@@ -78,9 +78,18 @@ impl<'run> Orchestrator<'run> {
         self.base
     }
 
-    /// Number of next-level workers (chips at L3).
+    /// Number of next-level workers (chips at L3, Worker children at L4).
     pub fn next_level_workers(&self) -> usize {
-        self.shared.options.chips
+        self.shared.next_level_workers()
+    }
+
+    /// The handle of a callable registered on this Worker, by kind and name — how a node
+    /// function (running in an L3 child) finds the chip and sub callables it submits.
+    pub fn callable(&self, kind: CallableKind, name: &str) -> Result<CallableHandle, SubmitError> {
+        self.shared
+            .callables
+            .lookup(kind, name)
+            .ok_or(SubmitError::StaleHandle)
     }
 
     pub fn sub_workers(&self) -> usize {
@@ -110,7 +119,7 @@ impl<'run> Orchestrator<'run> {
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, SubmitError> {
-        let callable = self.shared.callables.check(h, CallableKind::Chip)?;
+        let callable = self.shared.callables.check(h, self.next_level_kind())?;
         config.validate().map_err(SubmitError::InvalidConfig)?;
         self.check_worker(worker)?;
         let label = args.label_str().map(str::to_string);
@@ -139,7 +148,7 @@ impl<'run> Orchestrator<'run> {
         config: &CallConfig,
         workers: &[usize],
     ) -> Result<TaskId, SubmitError> {
-        let callable = self.shared.callables.check(h, CallableKind::Chip)?;
+        let callable = self.shared.callables.check(h, self.next_level_kind())?;
         config.validate().map_err(SubmitError::InvalidConfig)?;
         if args_list.len() != workers.len() || workers.is_empty() {
             return Err(SubmitError::GroupSizeMismatch {
@@ -303,8 +312,16 @@ impl<'run> Orchestrator<'run> {
         }
     }
 
+    fn next_level_kind(&self) -> CallableKind {
+        if self.shared.options.level >= 4 {
+            CallableKind::Node
+        } else {
+            CallableKind::Chip
+        }
+    }
+
     fn check_worker(&self, worker: usize) -> Result<(), SubmitError> {
-        let workers = self.shared.options.chips;
+        let workers = self.shared.next_level_workers();
         if worker >= workers {
             return Err(SubmitError::UnknownWorker { worker, workers });
         }

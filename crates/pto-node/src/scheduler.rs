@@ -12,11 +12,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pto_types::wait::{SpinPolicy, Waiter};
+use pto_types::wait::SpinPolicy;
 
 use crate::endpoint::{Completion, Endpoint, EndpointError, Failure, Health, ShutdownOutcome};
 use crate::engine::{ControlSlot, Engine, Lane, SlotId};
 use crate::error::FailureKind;
+use crate::shm::doorbell::DoorbellWaiter;
 
 /// Everything the scheduler thread owns.
 pub(crate) struct Scheduler {
@@ -55,8 +56,9 @@ impl Scheduler {
             .collect()
     }
 
-    /// Runs until `close` sets `stop`; returns the number of lane threads left detached.
-    pub(crate) fn run(mut self) -> usize {
+    /// Runs until `close` sets `stop`; returns the number of lane threads left detached and of
+    /// child processes killed at shutdown.
+    pub(crate) fn run(mut self) -> (usize, usize) {
         let lanes = self.lanes();
         let mut state: Vec<LaneState> = lanes
             .iter()
@@ -67,7 +69,7 @@ impl Scheduler {
             })
             .collect();
         let engine = Arc::clone(&self.engine);
-        let mut waiter = Waiter::new(&engine.doorbell, self.spin);
+        let mut waiter = DoorbellWaiter::new(&engine.doorbell, self.spin);
         loop {
             let mut progress = false;
             let mut done: Vec<(Lane, Completion)> = Vec::new();
@@ -102,7 +104,6 @@ impl Scheduler {
                 }
                 for (lane, cause) in died {
                     let i = self.lane_index(lane);
-                    let name = self.endpoint(lane).name().to_string();
                     if let Some((slot, member)) = state[i].in_flight.take() {
                         st.complete(
                             lane,
@@ -112,9 +113,10 @@ impl Scheduler {
                                 result: Err(Failure {
                                     kind: FailureKind::Endpoint,
                                     code: None,
-                                    message: format!("EndpointFailure: {name} died: {cause}"),
+                                    message: format!("EndpointFailure: {cause}"),
                                 }),
                                 exec_time: Duration::ZERO,
+                                inner: None,
                             },
                         );
                     }
@@ -160,7 +162,9 @@ impl Scheduler {
                 progress = true;
                 let i = self.lane_index(d.lane);
                 state[i].in_flight = Some((d.req.slot, d.req.member));
-                if let Err(e) = self.endpoint(d.lane).dispatch(&d.req) {
+                let ep = self.endpoint(d.lane);
+                if let Err(e) = ep.dispatch(&d.req) {
+                    let name = ep.name().to_string();
                     state[i].in_flight = None;
                     let c = Completion {
                         slot: d.req.slot,
@@ -168,9 +172,10 @@ impl Scheduler {
                         result: Err(Failure {
                             kind: FailureKind::Endpoint,
                             code: None,
-                            message: format!("EndpointFailure: dispatch failed: {e}"),
+                            message: format!("EndpointFailure: dispatch to {name} failed: {e}"),
                         }),
                         exec_time: Duration::ZERO,
+                        inner: None,
                     };
                     engine.state.lock().complete(d.lane, c);
                 }
@@ -182,21 +187,26 @@ impl Scheduler {
                 waiter.reset();
                 continue;
             }
-            let _ = waiter.wait(None);
+            waiter.wait(None);
         }
         self.shutdown()
     }
 
-    fn shutdown(mut self) -> usize {
+    fn shutdown(mut self) -> (usize, usize) {
         for ep in self.chips.iter_mut().chain(self.subs.iter_mut()) {
             ep.begin_shutdown();
         }
         let deadline = Instant::now() + self.shutdown_grace;
-        self.chips
+        let outcomes: Vec<ShutdownOutcome> = self
+            .chips
             .iter_mut()
             .chain(self.subs.iter_mut())
             .map(|ep| ep.finish_shutdown(deadline))
-            .filter(|outcome| *outcome == ShutdownOutcome::Detached)
-            .count()
+            .collect();
+        let count = |o: ShutdownOutcome| outcomes.iter().filter(|x| **x == o).count();
+        (
+            count(ShutdownOutcome::Detached),
+            count(ShutdownOutcome::Killed),
+        )
     }
 }

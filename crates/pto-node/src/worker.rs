@@ -15,32 +15,39 @@
 //! `close` (idempotent; `Drop` calls it): waits up to `close_timeout` for unfinished runs,
 //! fails the rest, stops the scheduler, and joins every lane within `shutdown_grace`.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pto_chip::ChipWorker;
+use pto_types::node_wire::mailbox::KindCode;
+use pto_types::node_wire::worker_spec::WorkerSpec;
 use pto_types::ring_config::env::EnvSource;
 use pto_types::wait::{SpinPolicy, wait_until};
 use pto_types::{BufferId, CallConfig, TaskArgs};
 
-use crate::buffer::{BufferInner, BufferTable, HostBuffer};
+use crate::buffer::{BufferInner, BufferTable, HostBuffer, Memory};
 use crate::builder::{EndpointMode, WorkerBuilder, WorkerOptions};
 use crate::callable::{Callable, CallableHandle, CallableKind, CallableTable};
+use crate::child::serve::{chip_spec_from_boot, chip_spec_to_boot};
 use crate::endpoint::in_process::{InProcessEndpoint, LaneWork, panic_message};
 use crate::endpoint::{ControlCmd, ControlReply, Endpoint};
 use crate::engine::{ControlJob, ControlSlot, Engine, EngineConfig, Lane, RunFence};
 use crate::error::{
-    BufferError, ControlError, InitError, OrchError, RegisterError, SubmitRunError, WaitError,
-    WorkerRunError,
+    AddWorkerError, BufferError, ControlError, InitError, OrchError, RegisterError, SubmitRunError,
+    WaitError, WorkerRunError,
 };
-use crate::heap::HeapRings;
+use crate::heap::{HEAP_RINGS, HeapRings};
+use crate::launch::{ChildRuntime, launch};
 use crate::orch::Orchestrator;
 use crate::report::{CloseReport, RunReport, WorkerStats};
 use crate::scheduler::Scheduler;
+use crate::shm::{Segment, SegmentKey};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lifecycle {
@@ -65,7 +72,15 @@ pub(crate) struct WorkerShared {
     /// The thread running an orchestration function now (re-entry check).
     building_thread: Mutex<Option<ThreadId>>,
     next_buffer_id: AtomicU64,
-    scheduler: Mutex<Option<JoinHandle<usize>>>,
+    scheduler: Mutex<Option<JoinHandle<(usize, usize)>>>,
+    /// Level ≥ 4: the Worker children, NEW until `init` sends their specs to their processes.
+    node_children: Mutex<Vec<Worker>>,
+    /// Child-process mode: the monitor thread and the control segment.
+    children: Mutex<Option<ChildRuntime>>,
+    /// Every shared segment this Worker created; their descriptors close at `close`.
+    segments: Mutex<Vec<Weak<Segment>>>,
+    /// The names of the chip and sub workers (`chip[0]`, `chip_child[0] pid=4242`).
+    names: Mutex<(Vec<String>, Vec<String>)>,
 }
 
 impl WorkerShared {
@@ -76,7 +91,30 @@ impl WorkerShared {
     fn waiter_spin(&self) -> SpinPolicy {
         SpinPolicy::new(self.options.waiter_spin)
     }
+
+    /// Next-level workers: chips at L3, Worker children at L4.
+    pub(crate) fn next_level_workers(&self) -> usize {
+        self.names.lock().0.len()
+    }
+
+    /// Makes a buffer of another Worker (an L4 parent's segment, mapped by this process) one of
+    /// this Worker's buffers under its original identity, so tasks of this Worker may name it
+    /// and its children receive it under that identity (§4.3, §6.1).
+    pub(crate) fn adopt_buffer(
+        &self,
+        id: BufferId,
+        memory: Memory,
+        base: usize,
+        len: usize,
+    ) -> Arc<BufferInner> {
+        let inner = BufferInner::new_window(id, memory, base, len);
+        self.buffers.insert(&inner);
+        inner
+    }
 }
+
+/// The chip lanes and the sub lanes a scheduler drives.
+type Lanes = (Vec<Box<dyn Endpoint>>, Vec<Box<dyn Endpoint>>);
 
 /// A process-unique Worker identity: the pid in the high half, a counter in the low half.
 fn new_uid() -> u64 {
@@ -119,12 +157,19 @@ impl Worker {
 
     pub(crate) fn new(options: WorkerOptions) -> Worker {
         let uid = new_uid();
+        let chip_names: Vec<String> = (0..options.chips).map(|i| format!("chip[{i}]")).collect();
+        let sub_names: Vec<String> = (0..options.sub_workers)
+            .map(|i| format!("sub[{i}]"))
+            .collect();
         let engine = Engine::new(EngineConfig {
-            chip_names: (0..options.chips).map(|i| format!("chip[{i}]")).collect(),
-            sub_names: (0..options.sub_workers)
-                .map(|i| format!("sub[{i}]"))
-                .collect(),
+            chip_names: chip_names.clone(),
+            sub_names: sub_names.clone(),
             track_war: options.track_war,
+            next_level_kind: if options.level >= 4 {
+                CallableKind::Node
+            } else {
+                CallableKind::Chip
+            },
         });
         Worker {
             shared: Arc::new(WorkerShared {
@@ -139,6 +184,10 @@ impl Worker {
                 building_thread: Mutex::new(None),
                 next_buffer_id: AtomicU64::new(1),
                 scheduler: Mutex::new(None),
+                node_children: Mutex::new(Vec::new()),
+                children: Mutex::new(None),
+                segments: Mutex::new(Vec::new()),
+                names: Mutex::new((chip_names, sub_names)),
             }),
         }
     }
@@ -160,6 +209,26 @@ impl Worker {
         self.shared.options.sub_workers
     }
 
+    /// The name failures and reports give chip `i`: `chip[0]` in-process, `chip_child[0]
+    /// pid=4242` for a child process (after `init`).
+    pub fn chip_name(&self, i: usize) -> Option<String> {
+        self.shared.names.lock().0.get(i).cloned()
+    }
+
+    /// The name of sub worker `i` (`sub[0]`, `sub_child[0] pid=4243`).
+    pub fn sub_name(&self, i: usize) -> Option<String> {
+        self.shared.names.lock().1.get(i).cloned()
+    }
+
+    /// The pids of this Worker's child processes (child-process mode), whether or not they are
+    /// still alive.
+    pub fn child_pids(&self) -> Vec<u32> {
+        match &*self.shared.children.lock() {
+            Some(rt) => rt.monitor.children().iter().map(|c| c.pid()).collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// Registers a callable; same kind and name give the same handle.
     pub fn register(&self, c: Callable) -> Result<CallableHandle, RegisterError> {
         if *self.shared.lifecycle.lock() == Lifecycle::Closed {
@@ -168,13 +237,51 @@ impl Worker {
         if c.is_closure() && self.shared.options.mode != EndpointMode::InProcess {
             return Err(RegisterError::ClosureRequiresInProcess);
         }
-        if c.kind() == CallableKind::Node {
+        let level = self.shared.options.level;
+        let wrong = match c.kind() {
+            CallableKind::Node => level < 4,
+            CallableKind::Chip => level >= 4,
+            CallableKind::Sub => false,
+        };
+        if wrong {
             return Err(RegisterError::WrongLevel {
-                level: self.shared.options.level,
-                kind: CallableKind::Node,
+                level,
+                kind: c.kind(),
             });
         }
         self.shared.callables.register(c)
+    }
+
+    /// Adds an L3 Worker (NEW, named registrations only) as a child of this level-4 Worker;
+    /// returns its worker index for `submit_next_level`. The child's options and registrations
+    /// travel to its process in the boot block at `init` (NODE_RUNTIME.md §6.1).
+    pub fn add_worker(&self, child: Worker) -> Result<usize, AddWorkerError> {
+        let level = self.shared.options.level;
+        if level < 4 {
+            return Err(AddWorkerError::RequiresLevel4 { level });
+        }
+        if *self.shared.lifecycle.lock() != Lifecycle::New {
+            return Err(AddWorkerError::NotNew);
+        }
+        if *child.shared.lifecycle.lock() != Lifecycle::New {
+            return Err(AddWorkerError::ChildNotNew);
+        }
+        if child.shared.options.level + 1 != level {
+            return Err(AddWorkerError::WrongLevel {
+                parent: level,
+                child: child.shared.options.level,
+            });
+        }
+        if child.shared.callables.has_closures() {
+            return Err(AddWorkerError::Closures);
+        }
+        let mut children = self.shared.node_children.lock();
+        let index = children.len();
+        children.push(child);
+        let name = format!("node[{index}]");
+        self.shared.names.lock().0.push(name.clone());
+        self.shared.engine.state.lock().add_next_level_lane(name);
+        Ok(index)
     }
 
     /// Starts the Worker's chips, sub workers and scheduler.
@@ -199,15 +306,127 @@ impl Worker {
 
     fn init_inner(&self) -> Result<(), InitError> {
         let options = &self.shared.options;
-        if options.mode == EndpointMode::ChildProcess {
-            return Err(InitError::NotImplemented {
-                what: "EndpointMode::ChildProcess",
-                issue: "child-process endpoints arrive with issue 6; use EndpointMode::InProcess",
-            });
+        let (chips, subs) = match options.mode {
+            EndpointMode::InProcess => self.start_in_process()?,
+            EndpointMode::ChildProcess => self.start_children()?,
+        };
+        let scheduler = Scheduler {
+            engine: Arc::clone(&self.shared.engine),
+            chips,
+            subs,
+            spin: SpinPolicy::new(options.scheduler_spin),
+            shutdown_grace: options.shutdown_grace,
+        };
+        let handle = std::thread::Builder::new()
+            .name("pto-node-sched".to_string())
+            .spawn(move || scheduler.run())
+            .map_err(|e| InitError::Thread(e.to_string()))?;
+        *self.shared.scheduler.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// See `WorkerShared::adopt_buffer`.
+    pub(crate) fn adopt_buffer(
+        &self,
+        id: BufferId,
+        memory: Memory,
+        base: usize,
+        len: usize,
+    ) -> Arc<BufferInner> {
+        self.shared.adopt_buffer(id, memory, base, len)
+    }
+
+    /// This Worker's options and registrations as a child spec (§6.1).
+    pub(crate) fn spec(&self) -> WorkerSpec {
+        let o = &self.shared.options;
+        let ms = |d: Duration| d.as_millis().min(u128::from(u64::MAX)) as u64;
+        let us = |d: Duration| d.as_micros().min(u128::from(u32::MAX)) as u32;
+        WorkerSpec {
+            level: o.level,
+            chips: o.chip_specs.iter().map(chip_spec_to_boot).collect(),
+            sub_workers: o.sub_workers as u32,
+            heap_ring_size: o.heap_ring_size,
+            max_queued_runs: o.max_queued_runs as u32,
+            timeouts_ms: [
+                ms(o.startup_timeout),
+                ms(o.control_timeout),
+                ms(o.heap_alloc_timeout),
+                ms(o.close_timeout),
+                ms(o.shutdown_grace),
+            ],
+            spin_us: [us(o.scheduler_spin), us(o.lane_spin), us(o.waiter_spin)],
+            ring_env: o
+                .ring_env
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+            strict_env: o.strict_env,
+            track_war: o.track_war,
+            callables: self
+                .shared
+                .callables
+                .entries()
+                .into_iter()
+                .map(|(_, kind, name)| {
+                    let code = match kind {
+                        CallableKind::Chip => KindCode::Chip,
+                        CallableKind::Sub => KindCode::Sub,
+                        CallableKind::Node => KindCode::Node,
+                    };
+                    (code, name.to_string())
+                })
+                .collect(),
         }
+    }
+
+    /// Builds a NEW Worker from a child spec (the node child's side of §6.1): child-process
+    /// mode, this executable as the grandchildren's image, the registrations replayed in order.
+    pub(crate) fn from_spec(spec: &WorkerSpec, startup_budget: Duration) -> Result<Worker, String> {
+        let ms = Duration::from_millis;
+        let us = |v: u32| Duration::from_micros(u64::from(v));
+        let mut b = Worker::builder(spec.level)
+            .chips(spec.chips.len())
+            .sub_workers(spec.sub_workers as usize)
+            .endpoint_mode(EndpointMode::ChildProcess)
+            .heap_ring_size(spec.heap_ring_size)
+            .max_queued_runs(spec.max_queued_runs as usize)
+            .startup_timeout(ms(spec.timeouts_ms[0]).min(startup_budget).max(ms(1)))
+            .control_timeout(ms(spec.timeouts_ms[1]))
+            .heap_alloc_timeout(ms(spec.timeouts_ms[2]))
+            .close_timeout(ms(spec.timeouts_ms[3]))
+            .shutdown_grace(ms(spec.timeouts_ms[4]))
+            .spin_window(
+                us(spec.spin_us[0]),
+                us(spec.spin_us[1]),
+                us(spec.spin_us[2]),
+            )
+            .strict_env(spec.strict_env)
+            .track_war(spec.track_war);
+        for (i, c) in spec.chips.iter().enumerate() {
+            b = b.chip_spec(i, chip_spec_from_boot(c));
+        }
+        for (k, v) in &spec.ring_env {
+            b = b.ring_env(OsStr::from_bytes(k), OsStr::from_bytes(v));
+        }
+        let w = b.build().map_err(|e| e.to_string())?;
+        for (kind, name) in &spec.callables {
+            let c = match kind {
+                KindCode::Chip => Callable::chip(name),
+                KindCode::Sub => Callable::sub(name),
+                KindCode::Node => Callable::node(name),
+            };
+            w.register(c).map_err(|e| e.to_string())?;
+        }
+        Ok(w)
+    }
+
+    /// Lanes as threads of this process (§4.1 `InProcess`).
+    fn start_in_process(&self) -> Result<Lanes, InitError> {
+        let options = &self.shared.options;
         let heap = HeapRings::new(options.heap_ring_size, SpinPolicy::new(options.waiter_spin))
             .map_err(|e| InitError::ChildFailed {
                 child: "heap rings".to_string(),
+                pid: None,
                 message: e.to_string(),
             })?;
         let _ = self.shared.heap.set(Arc::new(heap));
@@ -225,6 +444,7 @@ impl Worker {
             spec.strict_env |= options.strict_env;
             let chip = ChipWorker::new(spec, env.clone()).map_err(|e| InitError::ChildFailed {
                 child: name.clone(),
+                pid: None,
                 message: e.to_string(),
             })?;
             let work = LaneWork::Chip {
@@ -250,19 +470,64 @@ impl Worker {
             .map_err(|e| InitError::Thread(e.to_string()))?;
             subs.push(Box::new(ep));
         }
-        let scheduler = Scheduler {
-            engine: Arc::clone(&self.shared.engine),
-            chips,
-            subs,
-            spin: SpinPolicy::new(options.scheduler_spin),
-            shutdown_grace: options.shutdown_grace,
-        };
-        let handle = std::thread::Builder::new()
-            .name("pto-node-sched".to_string())
-            .spawn(move || scheduler.run())
-            .map_err(|e| InitError::Thread(e.to_string()))?;
-        *self.shared.scheduler.lock() = Some(handle);
-        Ok(())
+        Ok((chips, subs))
+    }
+
+    /// Lanes as child processes (§4): the heap-ring segment, then `launch`.
+    fn start_children(&self) -> Result<Lanes, InitError> {
+        let options = &self.shared.options;
+        let uid = self.shared.uid;
+        let heap_seg = Segment::create(
+            SegmentKey {
+                owner: uid,
+                segment: 0,
+            },
+            &format!("pto-{uid:x}-heap"),
+            (options.heap_ring_size * HEAP_RINGS as u64) as usize,
+        )
+        .map(Arc::new)
+        .map_err(|e| InitError::ChildFailed {
+            child: "heap rings".to_string(),
+            pid: None,
+            message: e.to_string(),
+        })?;
+        self.shared.segments.lock().push(Arc::downgrade(&heap_seg));
+        let heap = HeapRings::over(
+            Memory::Shared(Arc::clone(&heap_seg)),
+            options.heap_ring_size,
+            SpinPolicy::new(options.waiter_spin),
+        );
+        let _ = self.shared.heap.set(Arc::new(heap));
+        let node_specs: Vec<Vec<u8>> = self
+            .shared
+            .node_children
+            .lock()
+            .iter()
+            .map(|w| w.spec().encode())
+            .collect();
+        if options.level >= 4 && node_specs.is_empty() && options.sub_workers == 0 {
+            return Err(InitError::NoWorkers);
+        }
+        let launched = launch(
+            options,
+            uid,
+            &self.shared.callables,
+            &self.shared.engine.doorbell,
+            &heap_seg,
+            &node_specs,
+        )?;
+        self.shared
+            .engine
+            .state
+            .lock()
+            .set_lane_names(launched.chip_names.clone(), launched.sub_names.clone());
+        *self.shared.names.lock() = (launched.chip_names, launched.sub_names);
+        self.shared
+            .segments
+            .lock()
+            .push(Arc::downgrade(&launched.runtime.control));
+        *self.shared.children.lock() = Some(launched.runtime);
+        Ok((launched.chips, launched.subs))
     }
 
     /// A host buffer of `nbytes` zero bytes that this Worker's tasks can use.
@@ -272,7 +537,29 @@ impl Worker {
             buffer_id: self.shared.next_buffer_id(),
             generation: 0,
         };
-        let inner = BufferInner::new_buffer(id, nbytes)?;
+        let inner = match self.shared.options.mode {
+            EndpointMode::InProcess => BufferInner::new_buffer(id, nbytes)?,
+            EndpointMode::ChildProcess => {
+                let uid = self.shared.uid;
+                let seg = Segment::create(
+                    SegmentKey {
+                        owner: uid,
+                        segment: id.buffer_id,
+                    },
+                    &format!("pto-{uid:x}-buf{}", id.buffer_id),
+                    nbytes,
+                )
+                .map_err(|e| BufferError::Create {
+                    bytes: nbytes,
+                    reason: e.to_string(),
+                })?;
+                let seg = Arc::new(seg);
+                let mut segments = self.shared.segments.lock();
+                segments.retain(|w| w.strong_count() > 0);
+                segments.push(Arc::downgrade(&seg));
+                BufferInner::new_shared(id, seg)
+            }
+        };
         self.shared.buffers.insert(&inner);
         Ok(HostBuffer::new(inner))
     }
@@ -388,6 +675,28 @@ impl Worker {
     pub fn committed_device_memory(&self, chip: usize) -> Result<u64, ControlError> {
         match self.control(Lane::Chip(chip), ControlCmd::CommittedDeviceMemory)? {
             ControlReply::Bytes(b) => Ok(b),
+            ControlReply::Echo(_) => Err(ControlError::Endpoint {
+                worker: format!("chip {chip}"),
+                message: "unexpected reply to COMMITTED_DEVICE_MEMORY".to_string(),
+            }),
+        }
+    }
+
+    /// Sends PING with `data` to chip `chip` (or, with `sub: true`, sub worker `chip`) and
+    /// returns the echo: a health check through the worker's lane and mailbox. Runs only
+    /// between runs, like every control command.
+    pub fn ping(&self, worker: usize, sub: bool, data: &[u8]) -> Result<Vec<u8>, ControlError> {
+        let lane = if sub {
+            Lane::Sub(worker)
+        } else {
+            Lane::Chip(worker)
+        };
+        match self.control(lane, ControlCmd::Ping(data.to_vec()))? {
+            ControlReply::Echo(v) => Ok(v),
+            ControlReply::Bytes(_) => Err(ControlError::Endpoint {
+                worker: format!("worker {worker}"),
+                message: "unexpected reply to PING".to_string(),
+            }),
         }
     }
 
@@ -395,13 +704,20 @@ impl Worker {
         if *self.shared.lifecycle.lock() != Lifecycle::Ready {
             return Err(ControlError::NotReady);
         }
-        let (index, count, name) = match lane {
-            Lane::Chip(w) => (w, self.shared.options.chips, format!("chip[{w}]")),
-            Lane::Sub(s) => (s, self.shared.options.sub_workers, format!("sub[{s}]")),
+        let (index, count) = match lane {
+            Lane::Chip(w) => (w, self.shared.options.chips),
+            Lane::Sub(s) => (s, self.shared.options.sub_workers),
         };
         if index >= count {
             return Err(ControlError::UnknownWorker { worker: index });
         }
+        let name = {
+            let names = self.shared.names.lock();
+            match lane {
+                Lane::Chip(w) => names.0[w].clone(),
+                Lane::Sub(s) => names.1[s].clone(),
+            }
+        };
         let reply = Arc::new(ControlSlot::default());
         {
             let mut st = self.shared.engine.state.lock();
@@ -423,8 +739,21 @@ impl Worker {
             Some(deadline),
             || reply.value.lock().take(),
         )
-        .map_err(|_| ControlError::Timeout {
-            worker: name.clone(),
+        .map_err(|_| {
+            // The frame's owner is unknown now: a child process is killed (the scheduler then
+            // sees it die and fails what it held); §4.7.
+            if let Some(rt) = &*self.shared.children.lock() {
+                let status = match lane {
+                    Lane::Chip(w) => rt.chip_status.get(w),
+                    Lane::Sub(s) => rt.sub_status.get(s),
+                };
+                if let Some(status) = status {
+                    status.kill();
+                }
+            }
+            ControlError::Timeout {
+                worker: name.clone(),
+            }
         })?;
         result.map_err(|e| ControlError::Endpoint {
             worker: name,
@@ -474,16 +803,31 @@ impl Worker {
                 .lock()
                 .abandon_runs("EndpointFailure: the Worker closed before the task finished"),
         };
+        if let Some(rt) = &*self.shared.children.lock() {
+            rt.shutdown_all();
+        }
         engine.state.lock().stop = true;
         engine.doorbell.notify_one();
-        let detached_threads = match self.shared.scheduler.lock().take() {
-            Some(handle) => handle.join().unwrap_or(0),
-            None => 0,
+        let (detached_threads, killed_children) = match self.shared.scheduler.lock().take() {
+            Some(handle) => handle.join().unwrap_or((0, 0)),
+            None => (0, 0),
         };
+        // Child-process mode: every child was asked to exit (and killed after the grace
+        // period) by the scheduler's shutdown; the monitor reaps what is left and stops.
+        if let Some(mut runtime) = self.shared.children.lock().take() {
+            runtime.monitor.stop();
+        }
+        for seg in self.shared.segments.lock().drain(..) {
+            if let Some(seg) = seg.upgrade() {
+                seg.close_fd();
+            }
+        }
+        self.shared.engine.doorbell.close_shared_fd();
         CloseReport {
-            graceful: abandoned_runs == 0 && detached_threads == 0,
+            graceful: abandoned_runs == 0 && detached_threads == 0 && killed_children == 0,
             abandoned_runs,
             detached_threads,
+            killed_children,
         }
     }
 }

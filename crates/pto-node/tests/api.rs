@@ -55,45 +55,36 @@ fn build_errors_name_the_option() {
                 .build(),
             "chip_env_source",
         ),
-        (Worker::builder(4).sub_workers(1).build(), "level"),
+        // Level 4 has Worker children (add_worker), not chips; and no in-process mode yet.
+        (Worker::builder(4).chips(1).build(), "chips"),
+        (
+            Worker::builder(4)
+                .sub_workers(1)
+                .endpoint_mode(EndpointMode::InProcess)
+                .build(),
+            "level",
+        ),
     ];
     for (result, option) in cases {
         assert_eq!(result.unwrap_err().option, option);
     }
 }
 
-#[test]
-fn n03_init_twice_and_after_close() {
-    with_timeout(20, || {
-        let w = builder(1, 0).build().unwrap();
+fn n03_init_twice_and_after_close(mode: Mode) {
+    with_timeout(20, move || {
+        let w = builder(mode, 1, 0).build().unwrap();
         w.init().unwrap();
         assert_eq!(w.init(), Err(InitError::AlreadyInitialized));
         assert!(w.close().graceful);
         assert!(w.close().graceful, "close is idempotent");
-        let w = builder(0, 1).build().unwrap();
+        let w = builder(mode, 0, 1).build().unwrap();
         w.close();
         assert_eq!(w.init(), Err(InitError::Closed));
     });
 }
 
-#[test]
-fn child_process_mode_is_not_implemented_yet() {
-    with_timeout(20, || {
-        let w = Worker::builder(3).sub_workers(1).build().unwrap();
-        let err = w.init().unwrap_err();
-        assert!(matches!(err, InitError::NotImplemented { .. }), "{err:?}");
-        assert!(err.to_string().contains("not implemented yet"), "{err}");
-        // FAILED accepts only close.
-        assert_eq!(w.init(), Err(InitError::AlreadyInitialized));
-        let submitted = w.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default());
-        assert!(matches!(submitted, Err(SubmitRunError::NotReady)));
-        w.close();
-    });
-}
-
-#[test]
-fn n04_unknown_callable() {
-    let w = builder(1, 1).build().unwrap();
+fn n04_unknown_callable(mode: Mode) {
+    let w = builder(mode, 1, 1).build().unwrap();
     assert_eq!(
         w.register(Callable::chip("nope")),
         Err(RegisterError::UnknownCallable {
@@ -160,10 +151,9 @@ fn rejected(
     rx.recv().unwrap()
 }
 
-#[test]
-fn n14_to_n19_synchronous_rejections() {
-    with_timeout(30, || {
-        let w = start(builder(2, 1));
+fn n14_to_n19_synchronous_rejections(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 2, 1));
         let add = chip(&w, "vector_add");
         let s = sleeper(&w);
         let (_a, a) = buf(&w, 64, 1.0);
@@ -254,11 +244,10 @@ fn n14_to_n19_synchronous_rejections() {
     });
 }
 
-#[test]
-fn foreign_handles_and_foreign_buffers_are_rejected() {
-    with_timeout(30, || {
-        let w1 = start(builder(1, 1));
-        let w2 = start(builder(1, 1));
+fn foreign_handles_and_foreign_buffers_are_rejected(mode: Mode) {
+    with_timeout(30, move || {
+        let w1 = start(builder(mode, 1, 1));
+        let w2 = start(builder(mode, 1, 1));
         let foreign = sleeper(&w2);
         let (_b, t) = buf(&w2, 16, 0.0);
         let err = rejected(&w1, move |orch| orch.submit_sub(&foreign, TaskArgs::new()));
@@ -267,11 +256,14 @@ fn foreign_handles_and_foreign_buffers_are_rejected() {
         let err = rejected(&w1, move |orch| {
             orch.submit_sub(&mine, TaskArgs::new().input(&t))
         });
-        // Closures are registered once per name.
-        assert!(matches!(
-            w1.register(pto_node::Callable::sub_closure("sleep", |_, _| Ok(()))),
-            Err(RegisterError::DuplicateName { .. })
-        ));
+        // Closures are registered once per name (and only in-process).
+        let closure = w1.register(pto_node::Callable::sub_closure("sleep", |_, _| Ok(())));
+        match mode {
+            Mode::InProcess => assert!(matches!(closure, Err(RegisterError::DuplicateName { .. }))),
+            Mode::ChildProcess => {
+                assert_eq!(closure, Err(RegisterError::ClosureRequiresInProcess))
+            }
+        }
         assert!(
             matches!(&err, SubmitError::InvalidArgs { index: Some(0), reason } if reason.contains("not a live buffer of this Worker")),
             "{err:?}"
@@ -286,10 +278,9 @@ fn foreign_handles_and_foreign_buffers_are_rejected() {
     });
 }
 
-#[test]
-fn n29_empty_orchestration_completes() {
-    with_timeout(20, || {
-        let w = start(builder(1, 1));
+fn n29_empty_orchestration_completes(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 1, 1));
         let report = w
             .run(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default())
             .unwrap();
@@ -305,10 +296,9 @@ fn n29_empty_orchestration_completes() {
     });
 }
 
-#[test]
-fn n34_wait_timeout_then_wait() {
-    with_timeout(20, || {
-        let w = start(builder(0, 1));
+fn n34_wait_timeout_then_wait(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 1));
         let s = sleeper(&w);
         let run = w
             .submit(
@@ -336,10 +326,9 @@ fn n34_wait_timeout_then_wait() {
     });
 }
 
-#[test]
-fn n52_host_access_while_a_task_uses_the_buffer() {
-    with_timeout(20, || {
-        let w = start(builder(0, 1));
+fn n52_host_access_while_a_task_uses_the_buffer(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 1));
         let s = sleeper(&w);
         let (b, t) = buf(&w, 16, 3.0);
         let probe = b.clone();
@@ -376,12 +365,10 @@ fn n52_host_access_while_a_task_uses_the_buffer() {
     });
 }
 
-#[test]
-fn n54_submits_from_two_threads_are_serialised() {
-    with_timeout(30, || {
-        let w = std::sync::Arc::new(start(builder(0, 2)));
-        let rec = Recorder::default();
-        let s = recorded_sleeper(&w, &rec);
+fn n54_submits_from_two_threads_are_serialised(mode: Mode) {
+    with_timeout(30, move || {
+        let w = std::sync::Arc::new(start(builder(mode, 0, 2)));
+        let s = sleeper(&w);
         let threads: Vec<_> = (0..2)
             .map(|i| {
                 let w = std::sync::Arc::clone(&w);
@@ -397,18 +384,13 @@ fn n54_submits_from_two_threads_are_serialised() {
                         CallConfig::default(),
                     )
                     .unwrap()
-                    .run_id
                 })
             })
             .collect();
-        let ids: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let (first, second) = if ids[0] < ids[1] {
-            ("t0", "t1")
-        } else {
-            ("t1", "t0")
-        };
-        let (_, end1) = rec.get(first).unwrap();
-        let (start2, _) = rec.get(second).unwrap();
+        let mut reports: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        reports.sort_by_key(|r| r.run_id);
+        let end1 = reports[0].at(reports[0].tasks[0].finished.unwrap());
+        let start2 = reports[1].at(reports[1].tasks[0].dispatched.unwrap());
         assert!(
             start2 >= end1,
             "run 2's task started before run 1 completed"
@@ -416,10 +398,9 @@ fn n54_submits_from_two_threads_are_serialised() {
     });
 }
 
-#[test]
-fn reentrant_submit_is_refused() {
-    with_timeout(20, || {
-        let w = std::sync::Arc::new(start(builder(0, 1)));
+fn reentrant_submit_is_refused(mode: Mode) {
+    with_timeout(20, move || {
+        let w = std::sync::Arc::new(start(builder(mode, 0, 1)));
         let inner = std::sync::Arc::clone(&w);
         let err = w
             .run(
@@ -438,3 +419,15 @@ fn reentrant_submit_is_refused() {
         assert!(err.to_string().contains("refused as expected"), "{err}");
     });
 }
+
+both_modes!(
+    n03_init_twice_and_after_close,
+    n04_unknown_callable,
+    n14_to_n19_synchronous_rejections,
+    foreign_handles_and_foreign_buffers_are_rejected,
+    n29_empty_orchestration_completes,
+    n34_wait_timeout_then_wait,
+    n52_host_access_while_a_task_uses_the_buffer,
+    n54_submits_from_two_threads_are_serialised,
+    reentrant_submit_is_refused,
+);

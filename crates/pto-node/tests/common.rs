@@ -1,8 +1,7 @@
-//! Helpers: watchdog, small in-process Workers, buffers, test callables and recorders.
+//! Helpers: watchdog, small Workers in either endpoint mode, buffers, registered test callables.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pto_chip::kernel::{CoreType, KernelCtx};
 use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
@@ -38,17 +37,54 @@ pub(crate) fn with_timeout<T: Send + 'static>(
     }
 }
 
-/// An in-process level-3 builder with `chips` small chips (16 GiB of accounted memory each), `subs` sub workers,
-/// 1 MiB heap rings and an empty chip environment.
-pub(crate) fn builder(chips: usize, subs: usize) -> WorkerBuilder {
+/// The two endpoint modes every L3 test runs in (NODE_RUNTIME.md §9: † rows both ways).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    InProcess,
+    ChildProcess,
+}
+
+/// Generates `in_process::<name>` and `child_process::<name>` tests calling `<name>(mode)`.
+macro_rules! both_modes {
+    ($($name:ident),* $(,)?) => {
+        mod in_process {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::common::Mode::InProcess)
+                }
+            )*
+        }
+        mod child_process {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::common::Mode::ChildProcess)
+                }
+            )*
+        }
+    };
+}
+pub(crate) use both_modes;
+
+/// A level-3 builder with `chips` small chips (16 GiB of accounted memory each), `subs` sub
+/// workers and 1 MiB heap rings. In-process chips see an empty environment; chip children see
+/// the test process's environment (which sets no `PTO2_RING_*`) — either way, plus the
+/// `ring_env` pairs a test adds.
+pub(crate) fn builder(mode: Mode, chips: usize, subs: usize) -> WorkerBuilder {
     pto_kernels::link();
     let mut b = Worker::builder(3)
         .chips(chips)
         .sub_workers(subs)
-        .endpoint_mode(EndpointMode::InProcess)
         .heap_ring_size(1 << 20)
-        .chip_env_source(EnvSource::empty())
-        .close_timeout(Duration::from_secs(10));
+        .close_timeout(Duration::from_secs(10))
+        .shutdown_grace(Duration::from_secs(2));
+    b = match mode {
+        Mode::InProcess => b
+            .endpoint_mode(EndpointMode::InProcess)
+            .chip_env_source(EnvSource::empty()),
+        Mode::ChildProcess => b.endpoint_mode(EndpointMode::ChildProcess),
+    };
     for i in 0..chips {
         b = b.chip_spec(i, small_chip(16 << 30));
     }
@@ -71,91 +107,69 @@ pub(crate) fn chip(w: &Worker, name: &str) -> CallableHandle {
     w.register(Callable::chip(name)).expect("chip callable")
 }
 
-pub(crate) fn sub(
-    w: &Worker,
-    name: &str,
-    f: impl Fn(&SubContext, &MappedArgs) -> Result<(), TaskError> + Send + Sync + 'static,
-) -> CallableHandle {
-    w.register(Callable::sub_closure(name, f))
-        .expect("sub closure")
+/// A registered sub callable (both modes: children resolve it by name).
+pub(crate) fn sub(w: &Worker, name: &str) -> CallableHandle {
+    w.register(Callable::sub(name)).expect("sub callable")
 }
 
-/// Sub closure: sleeps `scalar(0)` ms (0 if absent).
+/// `sleep`: sleeps `scalar(0)` ms (0 if absent).
+fn sleep_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
+    let ms = a.scalars().first().copied().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(ms));
+    Ok(())
+}
+pto_node::register_sub!("sleep", sleep_sub);
+
 pub(crate) fn sleeper(w: &Worker) -> CallableHandle {
-    sub(w, "sleep", |_, a| {
-        let ms = a.scalars().first().copied().unwrap_or(0);
-        std::thread::sleep(Duration::from_millis(ms));
-        Ok(())
-    })
+    sub(w, "sleep")
 }
 
-/// Sub closure: copies tensor 0 into tensor 1 (f32).
+/// `copy`: copies tensor 0 into tensor 1 (f32).
+fn copy_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
+    let x = a.read::<f32>(0)?;
+    a.write(1, &x)
+}
+pto_node::register_sub!("copy", copy_sub);
+
 pub(crate) fn copier(w: &Worker) -> CallableHandle {
-    sub(w, "copy", |_, a| {
-        let x = a.read::<f32>(0)?;
-        a.write(1, &x)
-    })
+    sub(w, "copy")
 }
 
-/// Sub closure: fills every write-tagged tensor with `scalar(0)` as f32 bits, after sleeping
+/// `fill`: fills every write-tagged tensor with `scalar(0)` as f32 bits, after sleeping
 /// `scalar(1)` ms if given.
-pub(crate) fn filler(w: &Worker) -> CallableHandle {
-    sub(w, "fill", |_, a| {
-        let value = f32::from_bits(a.scalar(0)? as u32);
-        if let Some(&ms) = a.scalars().get(1) {
-            std::thread::sleep(Duration::from_millis(ms));
-        }
-        for i in 0..a.num_tensors() {
-            if a.tag(i).is_some_and(|t| t.writes()) {
-                a.with_slice_mut::<f32, _>(i, |s| s.fill(value))?;
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Start and end instants of named events, for ordering checks across runs.
-#[derive(Clone, Default)]
-pub(crate) struct Recorder(Arc<std::sync::Mutex<Vec<(String, Instant, Instant)>>>);
-
-impl Recorder {
-    pub(crate) fn record(&self, name: &str, start: Instant) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((name.to_string(), start, Instant::now()));
-    }
-
-    pub(crate) fn get(&self, name: &str) -> Option<(Instant, Instant)> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, s, e)| (*s, *e))
-    }
-
-    pub(crate) fn names(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(n, _, _)| n.clone())
-            .collect()
-    }
-}
-
-/// Sub closure that sleeps `scalar(0)` ms and records its label with start and end times.
-pub(crate) fn recorded_sleeper(w: &Worker, rec: &Recorder) -> CallableHandle {
-    let rec = rec.clone();
-    sub(w, "recorded_sleep", move |ctx, a| {
-        let start = Instant::now();
-        let ms = a.scalars().first().copied().unwrap_or(0);
+fn fill_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
+    let value = f32::from_bits(a.scalar(0)? as u32);
+    if let Some(&ms) = a.scalars().get(1) {
         std::thread::sleep(Duration::from_millis(ms));
-        rec.record(ctx.label.as_deref().unwrap_or("-"), start);
-        Ok(())
-    })
+    }
+    for i in 0..a.num_tensors() {
+        if a.tag(i).is_some_and(|t| t.writes()) {
+            a.with_slice_mut::<f32, _>(i, |s| s.fill(value))?;
+        }
+    }
+    Ok(())
 }
+pto_node::register_sub!("fill", fill_sub);
+
+pub(crate) fn filler(w: &Worker) -> CallableHandle {
+    sub(w, "fill")
+}
+
+/// `step`: `x = x * 10 + scalar(0)` over tensor 0 (the final value spells the order).
+fn step_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
+    let k = a.scalar(0)? as f32;
+    a.with_slice_mut::<f32, _>(0, |s| s.iter_mut().for_each(|v| *v = *v * 10.0 + k))?;
+    Ok(())
+}
+pto_node::register_sub!("step", step_sub);
+
+/// `fail_after`: sleeps `scalar(0)` ms (0 if absent), then fails with `boom`.
+fn fail_after_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
+    let ms = a.scalars().first().copied().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(ms));
+    Err("boom".into())
+}
+pto_node::register_sub!("fail_after", fail_after_sub);
 
 static SLEEP_CALLS: AtomicU64 = AtomicU64::new(0);
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use pto_chip::memory::ArenaOutcome;
 use pto_node::{FailureKind, SubmitError, TaskOutcome, WaitError, WorkerRunError};
-use pto_types::ring_config::env::EnvSource;
 use pto_types::ring_config::resolve::SizeSource;
 use pto_types::{
     CallConfig, ConfigError, ErrorCode, Resource, RuntimeEnv, TaskArgs, TaskOverrides,
@@ -20,8 +19,8 @@ const MIB: u64 = 1 << 20;
 
 /// Submits `vector_add` with `config` in a fresh run; returns the synchronous result and checks
 /// that a rejected submit created nothing and did not fail the run.
-fn submit_with(config: CallConfig) -> Result<(), SubmitError> {
-    let w = start(builder(1, 0));
+fn submit_with(mode: Mode, config: CallConfig) -> Result<(), SubmitError> {
+    let w = start(builder(mode, 1, 0));
     let add = chip(&w, "vector_add");
     let (_a, a) = buf(&w, 64, 1.0);
     let (_o, o) = buf(&w, 64, 0.0);
@@ -50,8 +49,8 @@ fn submit_with(config: CallConfig) -> Result<(), SubmitError> {
 }
 
 #[track_caller]
-fn check_invalid(config: CallConfig, expected: ConfigError, text: &str) {
-    let err = with_timeout(20, move || submit_with(config)).unwrap_err();
+fn check_invalid(mode: Mode, config: CallConfig, expected: ConfigError, text: &str) {
+    let err = with_timeout(20, move || submit_with(mode, config)).unwrap_err();
     match &err {
         SubmitError::InvalidConfig(e) => assert_eq!(e, &expected),
         other => panic!("expected InvalidConfig, got {other:?}"),
@@ -66,18 +65,18 @@ fn env(e: RuntimeEnv) -> CallConfig {
     CallConfig::with_runtime_env(e)
 }
 
-#[test]
-fn n10_window_48_rejected_at_submit() {
+fn n10_window_48_rejected_at_submit(mode: Mode) {
     check_invalid(
+        mode,
         env(RuntimeEnv::default().with_task_window([16, 64, 48, 16])),
         ConfigError::TaskWindow { ring: 2, value: 48 },
         "runtime_env.ring_task_window[2]=48: must be a power of two between 4 and 1073741824",
     );
 }
 
-#[test]
-fn n11_heap_512_rejected_at_submit() {
+fn n11_heap_512_rejected_at_submit(mode: Mode) {
     check_invalid(
+        mode,
         env(RuntimeEnv::default().with_heap(512)),
         ConfigError::Heap {
             ring: 0,
@@ -87,9 +86,9 @@ fn n11_heap_512_rejected_at_submit() {
     );
 }
 
-#[test]
-fn n12_dep_pool_2_pow_31_rejected_at_submit() {
+fn n12_dep_pool_2_pow_31_rejected_at_submit(mode: Mode) {
     check_invalid(
+        mode,
         env(RuntimeEnv::default().with_dep_pool([0, 0, 0, 1 << 31])),
         ConfigError::DepPool {
             ring: 3,
@@ -99,13 +98,12 @@ fn n12_dep_pool_2_pow_31_rejected_at_submit() {
     );
 }
 
-#[test]
-fn n13_diagnostics_without_prefix_or_empty_prefix() {
+fn n13_diagnostics_without_prefix_or_empty_prefix(mode: Mode) {
     let missing = CallConfig {
         enable_scope_stats: true,
         ..CallConfig::default()
     };
-    let err = with_timeout(20, move || submit_with(missing)).unwrap_err();
+    let err = with_timeout(20, move || submit_with(mode, missing)).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -118,7 +116,7 @@ fn n13_diagnostics_without_prefix_or_empty_prefix() {
         output_prefix: Some(String::new()),
         ..CallConfig::default()
     };
-    let err = with_timeout(20, move || submit_with(empty)).unwrap_err();
+    let err = with_timeout(20, move || submit_with(mode, empty)).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -128,10 +126,9 @@ fn n13_diagnostics_without_prefix_or_empty_prefix() {
     );
 }
 
-#[test]
-fn t18_rejection_leaves_no_trace_and_the_next_submit_succeeds() {
-    with_timeout(20, || {
-        let w = start(builder(1, 0));
+fn t18_rejection_leaves_no_trace_and_the_next_submit_succeeds(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 1, 0));
         let add = chip(&w, "vector_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (o_buf, o) = buf(&w, 64, 0.0);
@@ -162,10 +159,9 @@ fn t18_rejection_leaves_no_trace_and_the_next_submit_succeeds() {
     });
 }
 
-#[test]
-fn c3_rejection_propagated_with_question_mark_fails_the_run() {
-    with_timeout(20, || {
-        let w = start(builder(1, 0));
+fn c3_rejection_propagated_with_question_mark_fails_the_run(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 1, 0));
         let add = chip(&w, "vector_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let err = w
@@ -190,11 +186,11 @@ fn c3_rejection_propagated_with_question_mark_fails_the_run() {
 /// Runs one `vector_add` task per config on chip 0 of a Worker whose chip sees `env`;
 /// returns the task reports in order.
 fn run_sized(
-    env_source: EnvSource,
+    mode: Mode,
     ring_env: &[(&str, &str)],
     configs: Vec<CallConfig>,
 ) -> Vec<pto_node::TaskReport> {
-    let mut b = builder(1, 0).chip_env_source(env_source);
+    let mut b = builder(mode, 1, 0);
     for (k, v) in ring_env {
         b = b.ring_env(*k, *v);
     }
@@ -227,11 +223,10 @@ fn sizing(t: &pto_node::TaskReport, r: Resource) -> ([u64; 4], [SizeSource; 4]) 
     (c.sizing.values(r), c.sizing.sources(r))
 }
 
-#[test]
-fn n45_ring_env_versus_per_task_heap() {
-    with_timeout(30, || {
+fn n45_ring_env_versus_per_task_heap(mode: Mode) {
+    with_timeout(30, move || {
         let tasks = run_sized(
-            EnvSource::empty(),
+            mode,
             &[("PTO2_RING_HEAP", "1048576")],
             vec![
                 env(RuntimeEnv::default().with_heap(4 * MIB)),
@@ -249,11 +244,10 @@ fn n45_ring_env_versus_per_task_heap() {
     });
 }
 
-#[test]
-fn n46_one_ring_from_call_config() {
-    with_timeout(30, || {
+fn n46_one_ring_from_call_config(mode: Mode) {
+    with_timeout(30, move || {
         let tasks = run_sized(
-            EnvSource::empty(),
+            mode,
             &[],
             vec![env(RuntimeEnv::default().with_task_window([0, 64, 0, 0]))],
         );
@@ -265,9 +259,8 @@ fn n46_one_ring_from_call_config() {
     });
 }
 
-#[test]
-fn n47_arena_cache_hits_for_equal_sizings() {
-    with_timeout(30, || {
+fn n47_arena_cache_hits_for_equal_sizings(mode: Mode) {
+    with_timeout(30, move || {
         let small = RuntimeEnv::default()
             .with_task_window(16)
             .with_heap(MIB)
@@ -277,7 +270,7 @@ fn n47_arena_cache_hits_for_equal_sizings() {
             .with_heap(268435456)
             .with_dep_pool(16384);
         let tasks = run_sized(
-            EnvSource::empty(),
+            mode,
             &[],
             vec![env(small), env(small), CallConfig::default(), env(defaults)],
         );
@@ -297,10 +290,9 @@ fn n47_arena_cache_hits_for_equal_sizings() {
     });
 }
 
-#[test]
-fn n48_device_memory_exhausted_names_chip_bytes_and_capacity() {
-    with_timeout(30, || {
-        let w = start(builder(1, 0).chip_spec(0, small_chip(64 * MIB)));
+fn n48_device_memory_exhausted_names_chip_bytes_and_capacity(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 1, 0).chip_spec(0, small_chip(64 * MIB)));
         let add = chip(&w, "vector_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (_o, o) = buf(&w, 64, 0.0);
@@ -333,12 +325,12 @@ fn n48_device_memory_exhausted_names_chip_bytes_and_capacity() {
         assert_eq!(e.first.code.unwrap().code(), 1004);
         let text = e.to_string();
         for needle in [
-            "task 0 'big' on chip[0]",
-            "chip 0",
-            "of 67108864",
-            "DEVICE_MEMORY_EXHAUSTED",
+            format!("task 0 'big' on {}", w.chip_name(0).unwrap()),
+            "chip 0".to_string(),
+            "of 67108864".to_string(),
+            "DEVICE_MEMORY_EXHAUSTED".to_string(),
         ] {
-            assert!(text.contains(needle), "{text} does not contain {needle:?}");
+            assert!(text.contains(&needle), "{text} does not contain {needle:?}");
         }
         w.run(
             move |orch, _, _| {
@@ -353,10 +345,9 @@ fn n48_device_memory_exhausted_names_chip_bytes_and_capacity() {
     });
 }
 
-#[test]
-fn n49_l2_scope_deadlock_chain() {
-    with_timeout(30, || {
-        let w = start(builder(1, 0));
+fn n49_l2_scope_deadlock_chain(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 1, 0));
         let h = chip(&w, "eight_in_scope");
         let err = w
             .run(
@@ -375,8 +366,9 @@ fn n49_l2_scope_deadlock_chain() {
         let text = e.to_string();
         assert!(
             text.starts_with(&format!(
-                "run {}: task 0 'attn' on chip[0]: L2 run failed: SCOPE_DEADLOCK (1)",
-                e.run_id
+                "run {}: task 0 'attn' on {}: L2 run failed: SCOPE_DEADLOCK (1)",
+                e.run_id,
+                w.chip_name(0).unwrap()
             )),
             "{text}"
         );
@@ -385,9 +377,8 @@ fn n49_l2_scope_deadlock_chain() {
     });
 }
 
-#[test]
-fn t72_t73_derived_configs_keep_diagnostics_and_write_per_task_directories() {
-    with_timeout(30, || {
+fn t72_t73_derived_configs_keep_diagnostics_and_write_per_task_directories(mode: Mode) {
+    with_timeout(30, move || {
         let dir = tempfile::tempdir().unwrap();
         let prefix = dir.path().join("c1").to_string_lossy().into_owned();
         let base = CallConfig {
@@ -398,7 +389,7 @@ fn t72_t73_derived_configs_keep_diagnostics_and_write_per_task_directories() {
                 .with_heap(8 * MIB),
             ..CallConfig::default()
         };
-        let w = start(builder(1, 0));
+        let w = start(builder(mode, 1, 0));
         let add = chip(&w, "vector_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (_o, o) = buf(&w, 64, 0.0);
@@ -452,9 +443,8 @@ impl Write for Captured {
     }
 }
 
-#[test]
-fn t74_blank_task_config_warns_once_per_run() {
-    with_timeout(30, || {
+fn t74_blank_task_config_warns_once_per_run(mode: Mode) {
+    with_timeout(30, move || {
         let dir = tempfile::tempdir().unwrap();
         let base = CallConfig {
             enable_scope_stats: true,
@@ -468,7 +458,7 @@ fn t74_blank_task_config_warns_once_per_run() {
             .with_ansi(false)
             .with_env_filter("pto::node=warn")
             .finish();
-        let w = start(builder(1, 0));
+        let w = start(builder(mode, 1, 0));
         let add = chip(&w, "vector_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (o_buf, o) = buf(&w, 64, 0.0);
@@ -498,12 +488,12 @@ fn t74_blank_task_config_warns_once_per_run() {
     });
 }
 
-#[test]
-fn t88_bind_failure_poisons_dependents_only() {
-    with_timeout(30, || {
-        let w = start(builder(1, 1).chip_spec(0, small_chip(4 << 30)));
+fn t88_bind_failure_poisons_dependents_only(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 1, 1).chip_spec(0, small_chip(4 << 30)));
         let add = chip(&w, "vector_add");
         let copy = copier(&w);
+        let fill = filler(&w);
         let (_a, a) = buf(&w, 64, 1.0);
         let (_o, o) = buf(&w, 64, 0.0);
         let (_c, c) = buf(&w, 64, -1.0);
@@ -511,6 +501,17 @@ fn t88_bind_failure_poisons_dependents_only() {
         let run = w
             .submit(
                 move |orch, _, _| {
+                    // A gate (rewriting `a` with its own value after 100 ms) holds `big` and
+                    // `small` until every task is submitted: otherwise `big` could fail before
+                    // the later submits, which then fail fast. They become ready in order.
+                    orch.submit_sub(
+                        &fill,
+                        TaskArgs::new()
+                            .output_existing(&a)
+                            .scalar(1.0f32)
+                            .scalar(100u64)
+                            .label("gate"),
+                    )?;
                     let big = env(RuntimeEnv::default().with_heap(1 << 30));
                     let args = TaskArgs::new()
                         .input(&a)
@@ -546,7 +547,10 @@ fn t88_bind_failure_poisons_dependents_only() {
         };
         let text = e.to_string();
         assert!(
-            text.contains("task 0 'big' on chip[0]: L2 bind failed"),
+            text.contains(&format!(
+                "task 1 'big' on {}: L2 bind failed",
+                w.chip_name(0).unwrap()
+            )),
             "{text}"
         );
         assert!(text.contains("arena needs"), "{text}");
@@ -564,10 +568,9 @@ fn t88_bind_failure_poisons_dependents_only() {
     });
 }
 
-#[test]
-fn n08_strict_env_fails_init_naming_the_variable() {
-    with_timeout(20, || {
-        let w = builder(1, 0)
+fn n08_strict_env_fails_init_naming_the_variable(mode: Mode) {
+    with_timeout(20, move || {
+        let w = builder(mode, 1, 0)
             .ring_env("PTO2_RING_TASK_WINDOW", "48")
             .strict_env(true)
             .build()
@@ -578,18 +581,21 @@ fn n08_strict_env_fails_init_naming_the_variable() {
             matches!(err, pto_node::InitError::ChildFailed { .. }),
             "{err:?}"
         );
-        for needle in ["chip[0]", "PTO2_RING_TASK_WINDOW", "48", "power of two"] {
+        let chip0 = match mode {
+            Mode::InProcess => "chip[0]",
+            Mode::ChildProcess => "chip_child[0] pid=",
+        };
+        for needle in [chip0, "PTO2_RING_TASK_WINDOW", "48", "power of two"] {
             assert!(text.contains(needle), "{text} does not contain {needle:?}");
         }
         w.close();
     });
 }
 
-#[test]
-fn n09_without_strict_the_bad_variable_falls_back_to_the_default() {
-    with_timeout(30, || {
+fn n09_without_strict_the_bad_variable_falls_back_to_the_default(mode: Mode) {
+    with_timeout(30, move || {
         let tasks = run_sized(
-            EnvSource::empty(),
+            mode,
             &[("PTO2_RING_TASK_WINDOW", "48")],
             vec![env(RuntimeEnv::default().with_heap(MIB).with_dep_pool(64))],
         );
@@ -606,3 +612,22 @@ fn n09_without_strict_the_bad_variable_falls_back_to_the_default() {
         );
     });
 }
+
+both_modes!(
+    n10_window_48_rejected_at_submit,
+    n11_heap_512_rejected_at_submit,
+    n12_dep_pool_2_pow_31_rejected_at_submit,
+    n13_diagnostics_without_prefix_or_empty_prefix,
+    t18_rejection_leaves_no_trace_and_the_next_submit_succeeds,
+    c3_rejection_propagated_with_question_mark_fails_the_run,
+    n45_ring_env_versus_per_task_heap,
+    n46_one_ring_from_call_config,
+    n47_arena_cache_hits_for_equal_sizings,
+    n48_device_memory_exhausted_names_chip_bytes_and_capacity,
+    n49_l2_scope_deadlock_chain,
+    t72_t73_derived_configs_keep_diagnostics_and_write_per_task_directories,
+    t74_blank_task_config_warns_once_per_run,
+    t88_bind_failure_poisons_dependents_only,
+    n08_strict_env_fails_init_naming_the_variable,
+    n09_without_strict_the_bad_variable_falls_back_to_the_default,
+);

@@ -3,7 +3,6 @@
 
 use pto_chip::memory::ArenaOutcome;
 use pto_node::TaskReport;
-use pto_types::ring_config::env::EnvSource;
 use pto_types::ring_config::resolve::SizeSource;
 use pto_types::{CallConfig, Resource, RuntimeEnv, TaskArgs, TaskOverrides};
 
@@ -37,16 +36,19 @@ fn default_task(tasks: &[TaskReport]) -> &TaskReport {
         .expect("l2_default")
 }
 
-#[test]
-fn done_three_sizings_and_one_default_on_one_chip() {
-    with_timeout(60, || {
-        // An explicit environment snapshot: window and dep pool from the environment, heap
-        // left to the default; the process environment is neither read nor written.
-        let env = EnvSource::from_pairs([
+fn done_three_sizings_and_one_default_on_one_chip(mode: Mode) {
+    with_timeout(60, move || {
+        // The chip's environment: window and dep pool set, heap left to the default; the
+        // process environment is neither read for ring variables nor written.
+        let env = [
             ("PTO2_RING_TASK_WINDOW", "512"),
             ("PTO2_RING_DEP_POOL", "1024"),
-        ]);
-        let tasks = per_task_run(env).unwrap();
+        ];
+        let endpoint = match mode {
+            Mode::InProcess => pto_node::EndpointMode::InProcess,
+            Mode::ChildProcess => pto_node::EndpointMode::ChildProcess,
+        };
+        let tasks = per_task_run(endpoint, &env).unwrap();
         check_overridden(&tasks);
         let chip = default_task(&tasks).chip_report().unwrap();
         assert_eq!(chip.sizing.values(Resource::TaskWindow), [512; 4]);
@@ -70,15 +72,18 @@ fn done_three_sizings_and_one_default_on_one_chip() {
                 assert_ne!(keys[i], keys[j]);
             }
         }
-        assert!(tasks.iter().all(|t| t.members[0].worker == "chip[0]"));
+        let chip0 = match mode {
+            Mode::InProcess => "chip[0]",
+            Mode::ChildProcess => "chip_child[0] pid=",
+        };
+        assert!(tasks.iter().all(|t| t.members[0].worker.starts_with(chip0)));
     });
 }
 
-#[test]
-fn done_heterogeneous_fanout_reserves_per_task_sizing() {
-    with_timeout(60, || {
+fn done_heterogeneous_fanout_reserves_per_task_sizing(mode: Mode) {
+    with_timeout(60, move || {
         const N: usize = 4096;
-        let mut b = builder(4, 0);
+        let mut b = builder(mode, 4, 0);
         for i in 0..4 {
             b = b.chip_spec(i, small_chip(2 << 30));
         }
@@ -175,3 +180,8 @@ fn done_heterogeneous_fanout_reserves_per_task_sizing() {
         );
     });
 }
+
+both_modes!(
+    done_three_sizings_and_one_default_on_one_chip,
+    done_heterogeneous_fanout_reserves_per_task_sizing,
+);

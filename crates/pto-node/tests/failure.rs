@@ -2,8 +2,6 @@
 //! with its chain, dependents are skipped, independent branches complete, fail-fast, and
 //! orchestration errors or panics cancel unstarted tasks without losing the Worker.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use pto_node::{
@@ -29,17 +27,10 @@ fn n30_run(
     noop: pto_node::CallableHandle,
     probe_fail_fast: bool,
 ) -> (pto_node::RunError, Option<Duration>, Vec<f32>) {
-    // The failing task waits until the three tasks are submitted, so that the dependent and the
-    // independent branch exist when it fails (otherwise fail-fast could reject them first).
-    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gate_in_sub = Arc::clone(&gate);
-    let boom = sub(w, "boom", move |_, _| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !gate_in_sub.load(Ordering::Acquire) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Err("boom".into())
-    });
+    // The failing task sleeps 300 ms first, so that the dependent and the independent branch
+    // exist when it fails (otherwise fail-fast could reject them first).
+    let boom = sub(w, "fail_after");
+    let sub_name = w.sub_name(0).unwrap();
     let add = chip(w, "vector_add");
     let (_a, a) = buf(w, 64, 1.0);
     let (_x, x) = buf(w, 64, 0.0);
@@ -49,7 +40,13 @@ fn n30_run(
     let run = w
         .submit(
             move |orch, _, _| {
-                orch.submit_sub(&boom, TaskArgs::new().output_existing(&x).label("boom"))?;
+                orch.submit_sub(
+                    &boom,
+                    TaskArgs::new()
+                        .output_existing(&x)
+                        .scalar(300u64)
+                        .label("boom"),
+                )?;
                 let dep = TaskArgs::new()
                     .input(&x)
                     .input(&a)
@@ -62,14 +59,14 @@ fn n30_run(
                     .output_existing(&i)
                     .label("independent");
                 orch.submit_next_level(&add, ind, &small_cfg(), 1)?;
-                gate.store(true, Ordering::Release);
                 if probe_fail_fast {
                     let deadline = Instant::now() + Duration::from_secs(5);
                     loop {
                         let started = Instant::now();
                         match orch.submit_sub(&noop, TaskArgs::new()) {
                             Err(SubmitError::RunFailed(e)) => {
-                                assert!(e.to_string().contains("sub[0]: boom"), "{e}");
+                                assert!(e.to_string().contains(&format!("{sub_name}: ")), "{e}");
+                                assert!(e.to_string().contains("boom"), "{e}");
                                 tx.send(started.elapsed()).unwrap();
                                 break;
                             }
@@ -97,16 +94,26 @@ fn n30_run(
     )
 }
 
-#[test]
-fn n30_failing_sub_skips_dependents_and_independent_branch_completes() {
-    with_timeout(30, || {
-        let w = start(builder(2, 1));
+fn n30_failing_sub_skips_dependents_and_independent_branch_completes(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 2, 1));
         let noop = sleeper(&w);
         let (e, _, independent) = n30_run(&w, noop, false);
         let text = e.to_string();
-        assert!(text.contains("sub[0]: boom"), "{text}");
+        let expected = match mode {
+            // In-process the message is the sub function's error; a sub child prefixes its
+            // own name (NODE_RUNTIME.md §5).
+            Mode::InProcess => "boom".to_string(),
+            Mode::ChildProcess => "sub_child[0]: boom".to_string(),
+        };
+        let sub_name = w.sub_name(0).unwrap();
+        assert!(text.contains(&format!("{sub_name}: {expected}")), "{text}");
+        assert!(text.contains(&format!("{}: boom", sub_name.split(' ').next().unwrap())));
         assert!(
-            text.starts_with(&format!("run {}: task 0 'boom' on sub[0]: boom", e.run_id)),
+            text.starts_with(&format!(
+                "run {}: task 0 'boom' on {sub_name}: {expected}",
+                e.run_id
+            )),
             "{text}"
         );
         assert_eq!(e.first.code, Some(ErrorCode::CallableFailed));
@@ -136,10 +143,9 @@ fn n30_failing_sub_skips_dependents_and_independent_branch_completes() {
     });
 }
 
-#[test]
-fn n31_fail_fast_then_the_next_run_starts_clean() {
-    with_timeout(30, || {
-        let w = start(builder(2, 1));
+fn n31_fail_fast_then_the_next_run_starts_clean(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 2, 1));
         let s = sleeper(&w);
         let (_e, probe, _) = n30_run(&w, s, true);
         let took = probe.expect("the function saw RunFailed");
@@ -161,36 +167,26 @@ fn n31_fail_fast_then_the_next_run_starts_clean() {
     });
 }
 
-fn orchestration_failure(panic: bool) {
-    let w = start(builder(0, 2));
+fn orchestration_failure(mode: Mode, panic: bool) {
+    let w = start(builder(mode, 0, 2));
     let s = sleeper(&w);
-    let first_started = Arc::new(AtomicU32::new(0));
-    let flag = Arc::clone(&first_started);
-    let first = sub(&w, "first", move |_, _| {
-        flag.store(1, Ordering::SeqCst);
-        // Long enough to outlast the panic hook printing a backtrace.
-        std::thread::sleep(Duration::from_millis(1000));
-        Ok(())
-    });
-    let ran = Arc::new(AtomicU32::new(0));
-    let counter = Arc::clone(&ran);
-    let second = sub(&w, "second", move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    });
+    let first = sleeper(&w);
+    let second = filler(&w);
     let (_x, x) = buf(&w, 16, 0.0);
+    let (y_buf, y) = buf(&w, 16, 0.0);
     let started = Instant::now();
     let err = w
         .submit(
             move |orch, _, _| {
-                orch.submit_sub(&first, TaskArgs::new().inout(&x))?;
-                // Wait until the first task runs; the second then waits for it.
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while first_started.load(Ordering::SeqCst) == 0 {
-                    assert!(Instant::now() < deadline, "the first task never started");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                orch.submit_sub(&second, TaskArgs::new().input(&x))?;
+                // Long enough to outlast the panic hook printing a backtrace.
+                orch.submit_sub(&first, TaskArgs::new().inout(&x).scalar(1000u64))?;
+                // The first task is READY at once and starts within milliseconds; the second
+                // then waits for it.
+                std::thread::sleep(Duration::from_millis(200));
+                orch.submit_sub(
+                    &second,
+                    TaskArgs::new().input(&x).output_existing(&y).scalar(7.0f32),
+                )?;
                 if panic {
                     panic!("orchestration exploded");
                 }
@@ -215,8 +211,8 @@ fn orchestration_failure(panic: bool) {
     assert!(source.to_string().contains(expected), "{source}");
     assert!(err.to_string().contains(&format!("run {run_id}")), "{err}");
     assert_eq!(
-        ran.load(Ordering::SeqCst),
-        0,
+        y_buf.read_vec::<f32>(0, 16).unwrap(),
+        vec![0.0; 16],
         "the unstarted task never ran"
     );
     assert_eq!(w.stats().live_tasks, 0);
@@ -231,20 +227,17 @@ fn orchestration_failure(panic: bool) {
     .expect("the next run is fine");
 }
 
-#[test]
-fn n32_orchestration_error_cancels_unstarted_tasks() {
-    with_timeout(30, || orchestration_failure(false));
+fn n32_orchestration_error_cancels_unstarted_tasks(mode: Mode) {
+    with_timeout(30, move || orchestration_failure(mode, false));
 }
 
-#[test]
-fn n33_orchestration_panic_cancels_unstarted_tasks() {
-    with_timeout(30, || orchestration_failure(true));
+fn n33_orchestration_panic_cancels_unstarted_tasks(mode: Mode) {
+    with_timeout(30, move || orchestration_failure(mode, true));
 }
 
-#[test]
-fn n37_group_member_failure_names_the_member() {
-    with_timeout(30, || {
-        let w = start(builder(2, 1));
+fn n37_group_member_failure_names_the_member(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 2, 1));
         let fail_if = chip(&w, "fail_if");
         let copy = copier(&w);
         let (_o, o) = buf(&w, 16, 0.0);
@@ -276,7 +269,13 @@ fn n37_group_member_failure_names_the_member() {
             panic!("the run must fail")
         };
         let text = e.to_string();
-        assert!(text.contains("task 0 'grp' on chip[1]: group member 1 of 2: L2 run failed: EXPLICIT_ORCH_FATAL (9)"), "{text}");
+        let chip1 = w.chip_name(1).unwrap();
+        assert!(
+            text.contains(&format!(
+                "task 0 'grp' on {chip1}: group member 1 of 2: L2 run failed: EXPLICIT_ORCH_FATAL (9)"
+            )),
+            "{text}"
+        );
         let consumer = e.report.task("consumer").unwrap();
         assert!(
             matches!(&consumer.outcome, TaskOutcome::Failed(f) if f.kind == FailureKind::Skipped)
@@ -288,3 +287,11 @@ fn n37_group_member_failure_names_the_member() {
         );
     });
 }
+
+both_modes!(
+    n30_failing_sub_skips_dependents_and_independent_branch_completes,
+    n31_fail_fast_then_the_next_run_starts_clean,
+    n32_orchestration_error_cancels_unstarted_tasks,
+    n33_orchestration_panic_cancels_unstarted_tasks,
+    n37_group_member_failure_names_the_member,
+);

@@ -12,16 +12,11 @@ fn producers(t: &TaskReport) -> Vec<u32> {
     t.producers.iter().map(|p: &TaskId| p.index).collect()
 }
 
-#[test]
-fn n25_inout_chain_runs_in_submit_order() {
-    with_timeout(20, || {
-        let w = start(builder(0, 3));
+fn n25_inout_chain_runs_in_submit_order(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 3));
         // x = x * 10 + scalar: the final value spells the execution order.
-        let step = sub(&w, "step", |_, a| {
-            let k = a.scalar(0)? as f32;
-            a.with_slice_mut::<f32, _>(0, |s| s.iter_mut().for_each(|v| *v = *v * 10.0 + k))?;
-            Ok(())
-        });
+        let step = sub(&w, "step");
         let (x_buf, x) = buf(&w, 8, 0.0);
         let report = w
             .run(
@@ -41,10 +36,9 @@ fn n25_inout_chain_runs_in_submit_order() {
     });
 }
 
-#[test]
-fn n26_disjoint_halves_have_independent_readers() {
-    with_timeout(20, || {
-        let w = start(builder(0, 2));
+fn n26_disjoint_halves_have_independent_readers(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2));
         let fill = filler(&w);
         let copy = copier(&w);
         let (m, _) = buf(&w, 16 * 4, 0.0);
@@ -79,10 +73,9 @@ fn n26_disjoint_halves_have_independent_readers() {
     });
 }
 
-#[test]
-fn n26_column_halves_are_independent_too() {
-    with_timeout(20, || {
-        let w = start(builder(0, 2));
+fn n26_column_halves_are_independent_too(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2));
         let fill = filler(&w);
         let (m, _) = buf(&w, 4 * 8, 0.0);
         let left = m.view(0, &[4, 4], &[8, 1], DType::F32).unwrap();
@@ -122,10 +115,9 @@ fn n26_column_halves_are_independent_too() {
     });
 }
 
-#[test]
-fn n27_distinct_buffers_never_alias() {
-    with_timeout(20, || {
-        let w = start(builder(0, 2));
+fn n27_distinct_buffers_never_alias(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2));
         let fill = filler(&w);
         let copy = copier(&w);
         let (_a, a) = buf(&w, 16, 0.0);
@@ -146,10 +138,9 @@ fn n27_distinct_buffers_never_alias() {
     });
 }
 
-fn war_run(track_war: bool) -> (TaskReport, TaskReport) {
-    let w = start(builder(0, 2).track_war(track_war));
-    let rec = Recorder::default();
-    let reader = recorded_sleeper(&w, &rec);
+fn war_run(mode: Mode, track_war: bool) -> (TaskReport, TaskReport) {
+    let w = start(builder(mode, 0, 2).track_war(track_war));
+    let reader = sleeper(&w);
     let fill = filler(&w);
     let (_x, x) = buf(&w, 16, 0.0);
     let report = w
@@ -172,23 +163,20 @@ fn war_run(track_war: bool) -> (TaskReport, TaskReport) {
     (report.tasks[0].clone(), report.tasks[1].clone())
 }
 
-#[test]
-fn n28_track_war_orders_a_writer_after_readers() {
-    with_timeout(20, || {
-        let (r, w) = war_run(true);
+fn n28_track_war_orders_a_writer_after_readers(mode: Mode) {
+    with_timeout(20, move || {
+        let (r, w) = war_run(mode, true);
         assert_eq!(producers(&w), vec![0]);
         assert!(w.dispatched.unwrap() >= r.finished.unwrap());
-        let (_r, w) = war_run(false);
+        let (_r, w) = war_run(mode, false);
         assert!(w.producers.is_empty(), "without track_war: no edge");
     });
 }
 
-#[test]
-fn n35_runs_never_interleave() {
-    with_timeout(20, || {
-        let w = start(builder(0, 2));
-        let rec = Recorder::default();
-        let s = recorded_sleeper(&w, &rec);
+fn n35_runs_never_interleave(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2));
+        let s = sleeper(&w);
         let r1 = w
             .submit(
                 move |orch, _, _| {
@@ -209,19 +197,18 @@ fn n35_runs_never_interleave() {
                 CallConfig::default(),
             )
             .unwrap();
-        r2.wait(Some(Duration::from_secs(10))).unwrap();
+        let report2 = r2.wait(Some(Duration::from_secs(10))).unwrap();
         assert!(r1.is_finished(), "runs complete in order");
-        let (_, end1) = rec.get("run1").unwrap();
-        let (start2, _) = rec.get("run2").unwrap();
+        let report1 = r1.wait(None).unwrap();
+        let end1 = report1.at(report1.tasks[0].finished.unwrap());
+        let start2 = report2.at(report2.tasks[0].dispatched.unwrap());
         assert!(start2 >= end1, "a run-2 task ran before run 1 completed");
-        assert_eq!(rec.names(), vec!["run1", "run2"]);
     });
 }
 
-#[test]
-fn n36_group_reserves_its_targets() {
-    with_timeout(20, || {
-        let w = start(builder(2, 0));
+fn n36_group_reserves_its_targets(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 2, 0));
         let sleep = chip(&w, "sleep_chip");
         let report = w
             .run(
@@ -254,6 +241,16 @@ fn n36_group_reserves_its_targets() {
             "the single for chip 0 overtook the group reserving chip 0"
         );
         assert_eq!(group.members.len(), 2);
-        assert_eq!(group.members[1].worker, "chip[1]");
+        assert_eq!(Some(&group.members[1].worker), w.chip_name(1).as_ref());
     });
 }
+
+both_modes!(
+    n25_inout_chain_runs_in_submit_order,
+    n26_disjoint_halves_have_independent_readers,
+    n26_column_halves_are_independent_too,
+    n27_distinct_buffers_never_alias,
+    n28_track_war_orders_a_writer_after_readers,
+    n35_runs_never_interleave,
+    n36_group_reserves_its_targets,
+);

@@ -9,10 +9,9 @@ use crate::common::*;
 
 const KIB: u32 = 1024;
 
-#[test]
-fn n38_alloc_writer_then_reader_and_reclaim() {
-    with_timeout(20, || {
-        let w = start(builder(0, 2).heap_ring_size(2 << 20));
+fn n38_alloc_writer_then_reader_and_reclaim(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2).heap_ring_size(2 << 20));
         let fill = filler(&w);
         let copy = copier(&w);
         let (out_buf, out) = buf(&w, 256 * KIB as usize, 0.0);
@@ -70,10 +69,9 @@ fn alloc_error(
     }
 }
 
-#[test]
-fn n39_provable_exhaustion_fails_at_once() {
-    with_timeout(20, || {
-        let w = start(builder(0, 1).heap_alloc_timeout(Duration::from_secs(30)));
+fn n39_provable_exhaustion_fails_at_once(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 1).heap_alloc_timeout(Duration::from_secs(30)));
         let started = Instant::now();
         let e = alloc_error(&w, |orch| {
             let _a = orch.alloc(&[150 * KIB], DType::F32)?; // 600 KiB
@@ -103,10 +101,9 @@ fn n39_provable_exhaustion_fails_at_once() {
     });
 }
 
-#[test]
-fn n40_unprovable_exhaustion_times_out() {
-    with_timeout(20, || {
-        let w = start(builder(0, 1).heap_alloc_timeout(Duration::from_millis(200)));
+fn n40_unprovable_exhaustion_times_out(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 1).heap_alloc_timeout(Duration::from_millis(200)));
         let s = sleeper(&w);
         let (tx, rx) = std::sync::mpsc::channel();
         let e = alloc_error(&w, move |orch| {
@@ -139,33 +136,39 @@ fn n40_unprovable_exhaustion_times_out() {
     });
 }
 
-#[test]
-fn n41_alloc_waits_for_the_reader_to_finish() {
-    with_timeout(20, || {
-        let w = start(builder(0, 1));
-        let rec = Recorder::default();
-        let s = recorded_sleeper(&w, &rec);
+fn n41_alloc_waits_for_the_reader_to_finish(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 1));
+        let s = sleeper(&w);
         let (tx, rx) = std::sync::mpsc::channel();
-        w.run(
-            move |orch, _, _| {
-                orch.scope(|o| {
-                    let t = o.alloc(&[150 * KIB], DType::F32)?;
-                    o.submit_sub(&s, TaskArgs::new().input(&t).scalar(100u64).label("reader"))?;
-                    Ok(())
-                })?;
-                orch.scope(|o| {
-                    let _t = o.alloc(&[150 * KIB], DType::F32)?;
-                    tx.send(Instant::now()).unwrap();
-                    Ok(())
-                })
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
-        .expect("the second alloc succeeds once the reader is done");
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    orch.scope(|o| {
+                        let t = o.alloc(&[150 * KIB], DType::F32)?;
+                        o.submit_sub(&s, TaskArgs::new().input(&t).scalar(100u64).label("reader"))?;
+                        Ok(())
+                    })?;
+                    orch.scope(|o| {
+                        let _t = o.alloc(&[150 * KIB], DType::F32)?;
+                        tx.send(Instant::now()).unwrap();
+                        Ok(())
+                    })
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .expect("the second alloc succeeds once the reader is done");
         let allocated = rx.recv().unwrap();
-        let (_, reader_end) = rec.get("reader").unwrap();
-        assert!(allocated >= reader_end);
+        let reader = report.task("reader").unwrap();
+        assert!(allocated >= report.at(reader.finished.unwrap()));
         assert_eq!(w.stats().heap_in_use, [0; 4]);
     });
 }
+
+both_modes!(
+    n38_alloc_writer_then_reader_and_reclaim,
+    n39_provable_exhaustion_fails_at_once,
+    n40_unprovable_exhaustion_times_out,
+    n41_alloc_waits_for_the_reader_to_finish,
+);

@@ -14,6 +14,7 @@
 pub mod args;
 pub mod dtype;
 pub mod error_code;
+pub mod node_wire;
 pub mod ring_config;
 pub mod wait;
 pub mod wire;

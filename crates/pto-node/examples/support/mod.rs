@@ -81,7 +81,7 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), Box<dyn Error +
 /// §8.1 `multi_chip_dispatch`: L3 with 2 chips and 1 sub worker. Chip i adds `a[i] + b[i]`
 /// into `out[i]`; the sub task sums both outputs into `total`. Checks the sums and, from the
 /// report, that the sub task had fan-in 2 and was dispatched after both chip tasks finished.
-pub(crate) fn multi_chip_dispatch() -> ExampleResult {
+pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
     const N: usize = 4096;
     pto_kernels::link();
     let worker = Worker::builder(3)
@@ -89,7 +89,7 @@ pub(crate) fn multi_chip_dispatch() -> ExampleResult {
         .chip_spec(0, small_chip(1 << 30))
         .chip_spec(1, small_chip(1 << 30))
         .sub_workers(1)
-        .endpoint_mode(EndpointMode::InProcess)
+        .endpoint_mode(mode)
         .heap_ring_size(1 << 20)
         .build()?;
     let add = worker.register(Callable::chip("vector_add"))?;
@@ -175,9 +175,10 @@ pub(crate) fn multi_chip_dispatch() -> ExampleResult {
         ensure(finished <= dispatched, || {
             format!("sum was dispatched at {dispatched:?}, before add{i} finished at {finished:?}")
         })?;
-        ensure(chip_task.members[0].worker == format!("chip[{i}]"), || {
-            format!("add{i} ran on {}", chip_task.members[0].worker)
-        })?;
+        ensure(
+            Some(&chip_task.members[0].worker) == worker.chip_name(i).as_ref(),
+            || format!("add{i} ran on {}", chip_task.members[0].worker),
+        )?;
     }
     writeln!(
         text,
@@ -219,21 +220,28 @@ pub(crate) fn per_task_overrides() -> [(&'static str, RuntimeEnv); 3] {
     ]
 }
 
-/// One run of §8.2 on a fresh Worker whose chip sees `env`: three `vector_add` tasks with
-/// derived configs plus `l2_default` without overrides; every output checked. Returns the
-/// report of each task by label, in submission order.
+/// One run of §8.2 on a fresh Worker whose chip sees the environment pairs `env` (in-process:
+/// an empty environment plus the pairs; a chip child: its own environment, which the pairs are
+/// added to at spawn): three `vector_add` tasks with derived configs plus `l2_default` without
+/// overrides; every output checked. Returns the report of each task, in submission order.
 pub(crate) fn per_task_run(
-    env: EnvSource,
+    mode: EndpointMode,
+    env: &[(&str, &str)],
 ) -> Result<Vec<TaskReport>, Box<dyn Error + Send + Sync>> {
     const N: usize = 1024;
     pto_kernels::link();
-    let worker = Worker::builder(3)
+    let mut builder = Worker::builder(3)
         .chips(1)
         .chip_spec(0, small_chip(16 << 30))
-        .endpoint_mode(EndpointMode::InProcess)
-        .heap_ring_size(1 << 20)
-        .chip_env_source(env)
-        .build()?;
+        .endpoint_mode(mode)
+        .heap_ring_size(1 << 20);
+    if mode == EndpointMode::InProcess {
+        builder = builder.chip_env_source(EnvSource::empty());
+    }
+    for (k, v) in env {
+        builder = builder.ring_env(*k, *v);
+    }
+    let worker = builder.build()?;
     let add = worker.register(Callable::chip("vector_add"))?;
     worker.init()?;
     let (_a, ta) = f32_buffer(&worker, N, |j| j as f32)?;
@@ -295,14 +303,14 @@ pub(crate) fn sizing_line(task: &TaskReport, resource: Resource) -> String {
 /// with source `call_config` (pairwise different); `l2_default` reports the environment
 /// snapshot (`ring_env`) in one run and the defaults in a run with an empty environment, and
 /// it is the only task that changes between the two.
-pub(crate) fn per_task_runtime_env() -> ExampleResult {
-    let env = EnvSource::empty().overlay([
+pub(crate) fn per_task_runtime_env(mode: EndpointMode) -> ExampleResult {
+    let env = [
         ("PTO2_RING_TASK_WINDOW", "256"),
         ("PTO2_RING_HEAP", "2097152"),
         ("PTO2_RING_DEP_POOL", "128"),
-    ]);
-    let with_env = per_task_run(env)?;
-    let without_env = per_task_run(EnvSource::empty())?;
+    ];
+    let with_env = per_task_run(mode, &env)?;
+    let without_env = per_task_run(mode, &[])?;
     let mut text = String::new();
     for (label, expected) in per_task_overrides() {
         let task = with_env

@@ -32,6 +32,7 @@ use super::{
 };
 use crate::callable::{CallableKind, CallableTable};
 use crate::error::FailureKind;
+use crate::shm::doorbell::Doorbell;
 use crate::sub::{MappedArgs, SubContext};
 
 enum LaneRequest {
@@ -56,7 +57,7 @@ struct LaneShared {
     /// The lane waits here for a request.
     wake: EventCount,
     /// The scheduler's doorbell, notified with every reply.
-    doorbell: Arc<EventCount>,
+    doorbell: Arc<Doorbell>,
 }
 
 /// What a lane runs.
@@ -88,7 +89,7 @@ impl InProcessEndpoint {
     pub(crate) fn start(
         name: String,
         work: LaneWork,
-        doorbell: Arc<EventCount>,
+        doorbell: Arc<Doorbell>,
         spin: SpinPolicy,
     ) -> std::io::Result<InProcessEndpoint> {
         let shared = Arc::new(LaneShared {
@@ -251,6 +252,7 @@ fn run_control(work: &LaneWork, cmd: ControlCmd) -> Result<ControlReply, Endpoin
         (ControlCmd::CommittedDeviceMemory, LaneWork::Sub { .. }) => {
             Err(EndpointError::Unsupported("COMMITTED_DEVICE_MEMORY"))
         }
+        (ControlCmd::Ping(data), _) => Ok(ControlReply::Echo(data)),
     }
 }
 
@@ -278,6 +280,7 @@ fn run_task(work: &LaneWork, req: &TaskRequest) -> Completion {
         member: req.member,
         result,
         exec_time: started.elapsed(),
+        inner: None,
     }
 }
 

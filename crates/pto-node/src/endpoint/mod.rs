@@ -9,9 +9,10 @@
 //! Implementations:
 //! - [`in_process`]: chips and subs on threads of this process, a one-slot hand-off per lane
 //!   passing Rust values (this issue);
-//! - child process (mailbox in a `memfd` segment, issue 6): `dispatch` encodes the request into
-//!   the frame (the `CallConfig` record, the args blob) and stores TASK_READY; `poll` reads the
-//!   state word of busy lanes; `health` comes from the monitor thread's pidfds;
+//! - [`child_process`]: a child process per lane behind a mailbox in a `memfd` segment:
+//!   `dispatch` encodes the request into the frame (the `CallConfig` record, the args blob) and
+//!   stores TASK_READY; `poll` reads the state word of busy lanes; `health` comes from the
+//!   monitor thread's pidfds;
 //! - remote (gRPC, later): `dispatch` queues to a tokio runtime thread, completions arrive on a
 //!   channel and ring the scheduler's doorbell.
 //!
@@ -19,6 +20,7 @@
 //! implementation can encode them or pass them on. The trait is crate-private for now; the
 //! remote endpoint crate will need it `pub` (a reviewed API change).
 
+pub(crate) mod child_process;
 pub(crate) mod in_process;
 
 use std::sync::Arc;
@@ -68,18 +70,24 @@ pub(crate) struct Completion {
     pub(crate) member: u32,
     pub(crate) result: Result<Option<ChipRunReport>, Failure>,
     pub(crate) exec_time: Duration,
+    /// Node tasks: the inner run's report (also when it failed).
+    pub(crate) inner: Option<Box<crate::report::RunReport>>,
 }
 
-/// Control commands (NODE_RUNTIME.md §4.7); the subset this issue needs (PING, MALLOC, COPY_*
-/// and the rest arrive with chip memory control).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Control commands (NODE_RUNTIME.md §4.7) the Worker issues today. MALLOC, FREE, COPY_TO,
+/// COPY_FROM, PREWARM and TRIM_ARENAS have wire encodings (`pto_types::node_wire::mailbox`) but
+/// wait for the chip memory API of `ChipWorker`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ControlCmd {
     CommittedDeviceMemory,
+    /// Echo the bytes (health, round-trip benchmark).
+    Ping(Vec<u8>),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ControlReply {
     Bytes(u64),
+    Echo(Vec<u8>),
 }
 
 /// A transport-level failure.
@@ -91,6 +99,9 @@ pub(crate) enum EndpointError {
     Dead(String),
     #[error("{0} is not supported by this worker")]
     Unsupported(&'static str),
+    /// The child answered with an error code.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Whether a lane can still serve requests.
@@ -106,6 +117,8 @@ pub(crate) enum ShutdownOutcome {
     Graceful,
     /// The lane's thread was still busy at the deadline and was left detached.
     Detached,
+    /// The child process did not exit in time and was killed.
+    Killed,
 }
 
 /// The scheduler's view of one child (NODE_RUNTIME.md §4.1).

@@ -38,6 +38,7 @@ use crate::callable::CallableKind;
 use crate::endpoint::{Completion, ControlCmd, ControlReply, EndpointError, Failure, TaskRequest};
 use crate::error::{FailureKind, RunError, SubmitError, TaskFailure};
 use crate::report::{MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport};
+use crate::shm::doorbell::Doorbell;
 use tensormap::{BufferKey, Footprint, TensorMap};
 
 /// A task slot: index into the slab and the generation it was claimed in.
@@ -45,6 +46,13 @@ use tensormap::{BufferKey, Footprint, TensorMap};
 pub(crate) struct SlotId {
     index: u32,
     generation: u32,
+}
+
+impl SlotId {
+    /// The slot's generation (the low half of a frame's task id).
+    pub(crate) fn generation(self) -> u32 {
+        self.generation
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +125,7 @@ struct Member {
     state: MemberState,
     exec_time: Duration,
     chip: Option<ChipRunReport>,
+    inner: Option<Box<RunReport>>,
     failure: Option<Failure>,
 }
 
@@ -233,6 +242,7 @@ impl RunState {
         RunReport {
             run_id: self.id,
             tasks: self.reports.iter().flatten().cloned().collect(),
+            started: self.started,
             wall: self.started.elapsed(),
         }
     }
@@ -281,6 +291,8 @@ pub(crate) struct EngineConfig {
     pub(crate) chip_names: Vec<String>,
     pub(crate) sub_names: Vec<String>,
     pub(crate) track_war: bool,
+    /// What next-level tasks run: chip callables at L3, node callables at L4.
+    pub(crate) next_level_kind: CallableKind,
 }
 
 /// All graph state (§2.1).
@@ -298,7 +310,7 @@ pub(crate) struct EngineState {
     pub(crate) controls: VecDeque<ControlJob>,
     /// Set by `close`: the scheduler stops once no lane is busy.
     pub(crate) stop: bool,
-    doorbell: Arc<EventCount>,
+    doorbell: Arc<Doorbell>,
     runs_changed: Arc<EventCount>,
 }
 
@@ -306,14 +318,14 @@ pub(crate) struct EngineState {
 pub(crate) struct Engine {
     pub(crate) state: Mutex<EngineState>,
     /// The scheduler's doorbell: new ready work, completions, control, stop.
-    pub(crate) doorbell: Arc<EventCount>,
+    pub(crate) doorbell: Arc<Doorbell>,
     /// Bumped when a run completes (submit back-pressure, close).
     pub(crate) runs_changed: Arc<EventCount>,
 }
 
 impl Engine {
     pub(crate) fn new(config: EngineConfig) -> Engine {
-        let doorbell = Arc::new(EventCount::new());
+        let doorbell = Arc::new(Doorbell::new());
         let runs_changed = Arc::new(EventCount::new());
         let chips = config.chip_names.len();
         let subs = config.sub_names.len();
@@ -366,6 +378,19 @@ impl EngineState {
 
     fn is_head(&self, run_id: u64) -> bool {
         self.runs.front().is_some_and(|r| r.id == run_id)
+    }
+
+    /// Adds a next-level lane (an L4's Worker child) named `name`.
+    pub(crate) fn add_next_level_lane(&mut self, name: String) {
+        self.config.chip_names.push(name);
+        self.directed.push(VecDeque::new());
+        self.dead_chips.push(None);
+    }
+
+    /// Renames the lanes (child processes are named with their pids once started).
+    pub(crate) fn set_lane_names(&mut self, chips: Vec<String>, subs: Vec<String>) {
+        self.config.chip_names = chips;
+        self.config.sub_names = subs;
     }
 
     /// Runs submitted and not yet completed.
@@ -642,6 +667,7 @@ impl EngineState {
                 state: MemberState::NotDispatched,
                 exec_time: Duration::ZERO,
                 chip: None,
+                inner: None,
                 failure: None,
             })
             .collect();
@@ -852,6 +878,7 @@ impl EngineState {
                     worker: m.lane.map(|l| self.lane_name(l)).unwrap_or_default(),
                     exec_time: m.exec_time,
                     chip: m.chip.clone(),
+                    inner: m.inner.clone(),
                 })
                 .collect(),
             submitted: s.submitted.saturating_duration_since(run.started),
@@ -966,6 +993,7 @@ impl EngineState {
 
     /// READY → RUNNING: one request per member.
     fn start(&mut self, id: SlotId, lanes: &[Lane], out: &mut Vec<Dispatch>) {
+        let next_level_kind = self.config.next_level_kind;
         let Some(slot) = self.slot_mut(id) else {
             return;
         };
@@ -986,7 +1014,7 @@ impl EngineState {
                     callable_id: slot.callable_id,
                     callable: Arc::clone(&slot.callable),
                     kind: match slot.kind {
-                        TaskKind::NextLevel => CallableKind::Chip,
+                        TaskKind::NextLevel => next_level_kind,
                         TaskKind::Sub => CallableKind::Sub,
                     },
                     label: slot.label.clone(),
@@ -1010,6 +1038,7 @@ impl EngineState {
             return;
         };
         m.exec_time = c.exec_time;
+        m.inner = c.inner;
         match c.result {
             Ok(report) => {
                 m.state = MemberState::Success;

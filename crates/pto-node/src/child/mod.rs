@@ -1,0 +1,242 @@
+//! The child's side: what a chip or sub worker process runs (NODE_RUNTIME.md §4.2, §4.6, §4.9,
+//! §5).
+//!
+//! [`crate::child_main`] (first in a binary's `main`) or [`crate::test_child_entry!`] (in a
+//! test binary) enters [`run`] when the environment has `PTO_CHILD=1`, and the process exits
+//! with its result; otherwise it returns at once. Start-up: adopt fds 3–6, map the control
+//! segment and the mailbox, check that the parent that started us is still our parent, check
+//! the frame's magic and version, decode the boot block, map the heap segment, build the role
+//! (a chip snapshots **its own** environment, which the parent gave the `ring_env` pairs, and
+//! builds its `ChipWorker`; every callable of the boot table must exist in this image), then
+//! `INIT_READY` (with the chip's environment problems, one per line) or `INIT_FAILED` (with the
+//! reason), and a bump of the doorbell.
+//!
+//! Then the loop: wait for the state word to leave the last value seen (spin, then park with a
+//! 250 ms timeout, rule M6), and serve `TASK_READY` (drain the descriptor socket, decode, run,
+//! reply, `TASK_DONE`, doorbell) and `CONTROL_REQUEST`; exit on `SHUTDOWN`, on the sticky
+//! shutdown words, when the parent is gone (`getppid` changed — `PR_SET_PDEATHSIG` is the
+//! first line) or when the socket reports EOF.
+
+pub(crate) mod serve;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pto_chip::ChipWorker;
+use pto_types::node_wire::boot::BootBlock;
+use pto_types::node_wire::control_segment::{self, SEGMENT_BYTES};
+use pto_types::node_wire::mailbox::{
+    self as frame, FIXED_BYTES, FRAME_BYTES, KindCode, MailboxState,
+};
+use pto_types::ring_config::env::EnvSource;
+
+use crate::shm::{Mailbox, Segment, SegmentKey, SharedDoorbell};
+
+/// Exit statuses of a child.
+const EXIT_OK: i32 = 0;
+const EXIT_INIT_FAILED: i32 = 2;
+const EXIT_PARENT_GONE: i32 = 3;
+const EXIT_BROKEN: i32 = 4;
+
+/// How long a parked child sleeps before it checks on its parent.
+const PARENT_CHECK: Duration = Duration::from_millis(250);
+
+/// Enters the child runtime when this process was started as a child (`PTO_CHILD=1`), and
+/// exits the process when it ends; otherwise returns at once. Call it first in `main`.
+pub fn child_main() {
+    let env = EnvSource::process();
+    if env.get("PTO_CHILD").as_deref() != Some(OsStr::new("1")) {
+        return;
+    }
+    let fds = env
+        .get("PTO_CHILD_FDS")
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "3,4,5,6".to_string());
+    let code = run(&fds);
+    std::process::exit(code);
+}
+
+/// What the role needs.
+pub(crate) enum Role {
+    Chip {
+        index: u32,
+        chip: Box<ChipWorker>,
+    },
+    Sub {
+        index: u32,
+    },
+    /// An L3 Worker child of an L4: the inner Worker with its own children.
+    Node {
+        index: u32,
+        worker: Box<crate::Worker>,
+    },
+}
+
+/// Everything a running child holds.
+pub(crate) struct Child {
+    pub(crate) name: String,
+    pub(crate) role: Role,
+    pub(crate) mailbox: Mailbox,
+    pub(crate) doorbell: SharedDoorbell,
+    pub(crate) sock: OwnedFd,
+    pub(crate) segments: HashMap<SegmentKey, Arc<Segment>>,
+    pub(crate) parent_pid: u32,
+    pub(crate) spin: Duration,
+}
+
+fn run(fds: &str) -> i32 {
+    let Ok([sock, ctl_fd, mailbox_fd, heap_fd]) = crate::spawn::adopt_child_fds(fds) else {
+        return EXIT_BROKEN;
+    };
+    let Ok(mailbox_seg) = Segment::from_fd(
+        SegmentKey {
+            owner: 0,
+            segment: u64::MAX,
+        },
+        mailbox_fd,
+        FRAME_BYTES,
+    ) else {
+        return EXIT_BROKEN;
+    };
+    let mailbox = Mailbox::new(Arc::new(mailbox_seg));
+    let Ok(ctl) = Segment::from_fd(
+        SegmentKey {
+            owner: 0,
+            segment: u64::MAX - 1,
+        },
+        ctl_fd,
+        SEGMENT_BYTES,
+    ) else {
+        return EXIT_BROKEN;
+    };
+    let mut ctl_bytes = vec![0u8; control_segment::HEADER_BYTES];
+    ctl.read(0, &mut ctl_bytes);
+    let doorbell = SharedDoorbell::new(Arc::new(ctl));
+    let fail = |message: String| -> i32 {
+        let mut fixed = vec![0u8; FIXED_BYTES];
+        let n = frame::encode_message(&message, &mut fixed);
+        frame::encode_reply(
+            &frame::ReplyHeader {
+                message_bytes: n,
+                child_pid: std::process::id(),
+                ..frame::ReplyHeader::default()
+            },
+            &mut fixed,
+        );
+        mailbox.write_child(&fixed, &[]);
+        let _ = mailbox.transition_to_init_failed();
+        doorbell.ring();
+        EXIT_INIT_FAILED
+    };
+    let header = match control_segment::decode(&ctl_bytes) {
+        Ok(h) => h,
+        Err(e) => return fail(e.to_string()),
+    };
+    // The parent may have died before PR_SET_PDEATHSIG took effect.
+    if parent_pid() != header.parent_pid {
+        return EXIT_PARENT_GONE;
+    }
+    let boot_len = match frame::decode_boot_header(&mailbox.read_fixed()) {
+        Ok(n) => n,
+        Err(e) => return fail(e.to_string()),
+    };
+    let boot = match BootBlock::decode(&mailbox.read_payload(boot_len)) {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    let heap_key = SegmentKey {
+        owner: header.worker_uid,
+        segment: 0,
+    };
+    let heap_len = header.heap_ring_size.saturating_mul(4) as usize;
+    let heap = match Segment::from_fd(heap_key, heap_fd, heap_len) {
+        Ok(s) => Arc::new(s),
+        Err(e) => return fail(format!("cannot map the heap-ring segment: {e}")),
+    };
+    let (name, role, message) = match serve::build_role(&boot) {
+        Ok(r) => r,
+        Err(message) => return fail(message),
+    };
+    let mut segments = HashMap::new();
+    segments.insert(heap_key, heap);
+    let mut child = Child {
+        name,
+        role,
+        mailbox,
+        doorbell,
+        sock,
+        segments,
+        parent_pid: header.parent_pid,
+        spin: Duration::from_micros(u64::from(boot.spin_us[1])),
+    };
+    // INIT_READY with the environment problems in the message area.
+    let mut fixed = vec![0u8; FIXED_BYTES];
+    let n = frame::encode_message(&message, &mut fixed);
+    frame::encode_reply(
+        &frame::ReplyHeader {
+            message_bytes: n,
+            child_pid: std::process::id(),
+            ..frame::ReplyHeader::default()
+        },
+        &mut fixed,
+    );
+    child.mailbox.write_child(&fixed, &[]);
+    if child.mailbox.transition_to_init_ready().is_err() {
+        return EXIT_BROKEN;
+    }
+    child.doorbell.ring();
+    let code = child.serve_loop();
+    // A node child closes its inner Worker (and so its own children) before it exits.
+    drop(child);
+    code
+}
+
+fn parent_pid() -> u32 {
+    rustix::process::getppid().map_or(0, |p| p.as_raw_pid() as u32)
+}
+
+impl Child {
+    fn serve_loop(&mut self) -> i32 {
+        let mut seen = MailboxState::InitReady.code();
+        loop {
+            if self.mailbox.shutdown_requested() || self.doorbell.shutdown_all() {
+                return EXIT_OK;
+            }
+            let now = self.mailbox.child_wait(seen, self.spin, PARENT_CHECK);
+            match MailboxState::from_code(now) {
+                Some(MailboxState::TaskReady) => {
+                    self.serve_task();
+                    seen = MailboxState::TaskDone.code();
+                }
+                Some(MailboxState::ControlRequest) => {
+                    self.serve_control();
+                    seen = MailboxState::ControlDone.code();
+                }
+                Some(MailboxState::Shutdown) => return EXIT_OK,
+                Some(_) if now != seen => seen = now,
+                Some(_) => {
+                    // Parked until the timeout: is anyone still there?
+                    if parent_pid() != self.parent_pid {
+                        return EXIT_PARENT_GONE;
+                    }
+                    if !self.drain_socket() {
+                        return EXIT_PARENT_GONE;
+                    }
+                }
+                None => return EXIT_BROKEN,
+            }
+        }
+    }
+}
+
+/// The role's kind, for messages.
+pub(crate) fn role_name(kind: KindCode, index: u32) -> String {
+    match kind {
+        KindCode::Chip => format!("chip_child[{index}]"),
+        KindCode::Sub => format!("sub_child[{index}]"),
+        KindCode::Node => format!("node_child[{index}]"),
+    }
+}

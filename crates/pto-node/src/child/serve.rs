@@ -1,0 +1,559 @@
+//! A child's work: building its role at start-up, serving task and control requests, and the
+//! descriptor socket (NODE_RUNTIME.md §4.3, §4.7, §4.8, §5).
+
+use std::io::IoSliceMut;
+use std::mem::MaybeUninit;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pto_chip::{ChipRunReport, ChipSpec, ChipWorker, RunContext};
+use pto_types::node_wire::FrameError;
+use pto_types::node_wire::args_blob::{TensorSpace, WireArgs, decode_args};
+use pto_types::node_wire::boot::{BootBlock, BootChipSpec};
+use pto_types::node_wire::mailbox::{
+    self as frame, CallableSection, ControlRequest, FIXED_BYTES, KindCode, Op, RESULT_BIND_FAILURE,
+    ReplyHeader, ReportArea,
+};
+use pto_types::node_wire::segment_msg::{MESSAGE_BYTES, SegmentMsg};
+use pto_types::node_wire::worker_spec::WorkerSpec;
+use pto_types::ring_config::env::EnvSource;
+use pto_types::wire::WireError;
+use pto_types::{BufferMemory, ErrorCode, TaskArgs};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+
+use super::{Child, Role, role_name};
+use crate::WorkerRunError;
+use crate::buffer::{BufferInner, Memory};
+use crate::callable::{find_node_callable, find_sub_callable};
+use crate::endpoint::in_process::{chip_failure, panic_message};
+use crate::error::FailureKind;
+use crate::report::TaskId;
+use crate::report::wire::run_to_wire;
+use crate::shm::{Segment, SegmentKey, SegmentWindow};
+use crate::sub::{MappedArgs, SubContext};
+use pto_types::node_wire::run_report::WireRunReport;
+
+/// `ChipSpec` from its boot-block form.
+pub(crate) fn chip_spec_from_boot(b: &BootChipSpec) -> ChipSpec {
+    let opt = |ns: Option<u64>| ns.map(Duration::from_nanos);
+    ChipSpec {
+        clusters: b.clusters,
+        device_memory_bytes: b.device_memory_bytes,
+        max_aicpu_threads: b.max_aicpu_threads,
+        tensormap_pool: b.tensormap_pool,
+        tensormap_buckets: b.tensormap_buckets,
+        scheduler_timeout: opt(b.scheduler_timeout_ns),
+        tensor_wait_timeout: opt(b.tensor_wait_timeout_ns),
+        alloc_backstop: Duration::from_nanos(b.alloc_backstop_ns),
+        spin: opt(b.spin_ns),
+        arena_cache_entries: b.arena_cache_entries,
+        strict_env: b.strict_env,
+        prewarm: b.prewarm,
+    }
+}
+
+/// The boot-block form of a `ChipSpec`.
+pub(crate) fn chip_spec_to_boot(s: &ChipSpec) -> BootChipSpec {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
+    BootChipSpec {
+        clusters: s.clusters,
+        device_memory_bytes: s.device_memory_bytes,
+        max_aicpu_threads: s.max_aicpu_threads,
+        tensormap_pool: s.tensormap_pool,
+        tensormap_buckets: s.tensormap_buckets,
+        scheduler_timeout_ns: s.scheduler_timeout.map(ns),
+        tensor_wait_timeout_ns: s.tensor_wait_timeout.map(ns),
+        alloc_backstop_ns: ns(s.alloc_backstop),
+        spin_ns: s.spin.map(ns),
+        arena_cache_entries: s.arena_cache_entries,
+        strict_env: s.strict_env,
+        prewarm: s.prewarm,
+    }
+}
+
+/// Builds the role the boot block names; returns its name, the role and the INIT_READY message,
+/// or the INIT_FAILED message.
+pub(super) fn build_role(boot: &BootBlock) -> Result<(String, Role, String), String> {
+    let name = role_name(boot.role, boot.index);
+    let missing: Vec<String> = boot
+        .callables
+        .iter()
+        .filter(|c| c.kind == boot.role)
+        .filter(|c| match c.kind {
+            KindCode::Chip => pto_chip::callable::find_chip_callable(&c.name).is_none(),
+            KindCode::Sub => find_sub_callable(&c.name).is_none(),
+            KindCode::Node => find_node_callable(&c.name).is_none(),
+        })
+        .map(|c| format!("{:?}", c.name))
+        .collect();
+    let pid = std::process::id();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{name} pid={pid}: this image lacks registered callable(s) {}",
+            missing.join(", ")
+        ));
+    }
+    match boot.role {
+        KindCode::Chip => {
+            let Some(spec) = &boot.chip else {
+                return Err(format!("{name}: the boot block has no chip spec"));
+            };
+            let mut spec = chip_spec_from_boot(spec);
+            spec.strict_env |= boot.strict_env;
+            // The chip's environment tier is this process's own environment (RING_CONFIG.md
+            // §4.1): the parent's, plus the Worker's ring_env pairs added at spawn.
+            let chip = ChipWorker::new(spec, EnvSource::process())
+                .map_err(|e| format!("{name} pid={pid}: {e}"))?;
+            let message = chip
+                .env()
+                .problems
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok((
+                name,
+                Role::Chip {
+                    index: boot.index,
+                    chip: Box::new(chip),
+                },
+                message,
+            ))
+        }
+        KindCode::Sub => Ok((name, Role::Sub { index: boot.index }, String::new())),
+        KindCode::Node => {
+            let Some(spec) = &boot.node else {
+                return Err(format!(
+                    "{name} pid={pid}: the boot block has no Worker spec"
+                ));
+            };
+            let spec = WorkerSpec::decode(spec).map_err(|e| format!("{name} pid={pid}: {e}"))?;
+            let budget = Duration::from_millis(boot.startup_budget_ms);
+            let worker = crate::Worker::from_spec(&spec, budget)
+                .map_err(|e| format!("{name} pid={pid}: {e}"))?;
+            worker
+                .init()
+                .map_err(|e| format!("{name} pid={pid}: {e}"))?;
+            Ok((
+                name,
+                Role::Node {
+                    index: boot.index,
+                    worker: Box::new(worker),
+                },
+                String::new(),
+            ))
+        }
+    }
+}
+
+/// A reply in the making.
+struct Reply {
+    header: ReplyHeader,
+    message: String,
+    report: Option<ReportArea>,
+    payload: Vec<u8>,
+}
+
+impl Reply {
+    fn ok() -> Reply {
+        Reply {
+            header: ReplyHeader::default(),
+            message: String::new(),
+            report: None,
+            payload: Vec::new(),
+        }
+    }
+
+    fn error(code: ErrorCode, message: String) -> Reply {
+        Reply {
+            header: ReplyHeader {
+                error_code: code.code() as i32,
+                ..ReplyHeader::default()
+            },
+            message,
+            report: None,
+            payload: Vec::new(),
+        }
+    }
+}
+
+/// `BAD_FRAME` or, for a well-formed record with an illegal config, `INVALID_CONFIG` (§4.8).
+fn frame_error(e: FrameError) -> Reply {
+    let code = match &e {
+        FrameError::Config(WireError::Invalid(_)) => ErrorCode::InvalidConfig,
+        _ => ErrorCode::BadFrame,
+    };
+    Reply::error(code, format!("{code}: {e}"))
+}
+
+impl Child {
+    /// Receives pending segment messages; false when the parent closed the socket.
+    pub(super) fn drain_socket(&mut self) -> bool {
+        loop {
+            let mut data = [0u8; MESSAGE_BYTES + 8];
+            let mut space = [MaybeUninit::<u8>::uninit(); 64];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let received = {
+                let mut iov = [IoSliceMut::new(&mut data)];
+                rustix::net::recvmsg(
+                    &self.sock,
+                    &mut iov,
+                    &mut control,
+                    RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+                )
+            };
+            let n = match received {
+                Ok(r) => r.bytes,
+                Err(rustix::io::Errno::AGAIN) => return true,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return false,
+            };
+            if n == 0 {
+                return false; // EOF: the parent is gone or closed us.
+            }
+            let mut fds = Vec::new();
+            for msg in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(iter) = msg {
+                    fds.extend(iter);
+                }
+            }
+            let Ok(msg) = SegmentMsg::decode(&data[..n.min(data.len())]) else {
+                continue; // a malformed message is ignored; tasks naming it fail later
+            };
+            let key = SegmentKey {
+                owner: msg.owner,
+                segment: msg.segment,
+            };
+            if msg.add {
+                if let Some(Ok(seg)) = fds
+                    .into_iter()
+                    .next()
+                    .map(|fd| Segment::from_fd(key, fd, msg.nbytes as usize))
+                {
+                    self.segments.insert(key, Arc::new(seg));
+                }
+            } else {
+                self.segments.remove(&key);
+            }
+        }
+    }
+
+    fn reply(&mut self, seq: u64, started: Instant, mut r: Reply) {
+        let mut fixed = vec![0u8; FIXED_BYTES];
+        r.header.reply_seq = seq;
+        r.header.child_pid = std::process::id();
+        r.header.exec_ns = started.elapsed().as_nanos() as u64;
+        r.header.message_bytes = frame::encode_message(&r.message, &mut fixed);
+        r.header.payload_bytes = r.payload.len() as u32;
+        frame::encode_reply(&r.header, &mut fixed);
+        if let Some(area) = &r.report {
+            frame::encode_report(area, &mut fixed);
+        }
+        self.mailbox.write_child(&fixed, &r.payload);
+    }
+
+    pub(super) fn serve_task(&mut self) {
+        let started = Instant::now();
+        let fixed = self.mailbox.read_fixed();
+        let (seq, reply) = match frame::decode_header(&fixed) {
+            Ok(h) if h.op == Op::Task => {
+                self.drain_socket();
+                (h.seq, self.run_task(&h, &fixed))
+            }
+            Ok(h) => (
+                h.seq,
+                Reply::error(
+                    ErrorCode::BadFrame,
+                    format!("op {} in a task frame", h.op.name()),
+                ),
+            ),
+            Err(e) => (frame_seq(&fixed), frame_error(e)),
+        };
+        self.reply(seq, started, reply);
+        let _ = self.mailbox.transition_to_task_done();
+        self.doorbell.ring();
+    }
+
+    fn run_task(&mut self, h: &frame::RequestHeader, fixed: &[u8]) -> Reply {
+        let callable = match frame::decode_callable(fixed) {
+            Ok(c) => c,
+            Err(e) => return frame_error(e),
+        };
+        let blob = self.mailbox.read_payload(h.args_bytes as usize);
+        let wire = match decode_args(&blob) {
+            Ok(w) => w,
+            Err(e) => return frame_error(e),
+        };
+        let task = TaskId {
+            run_id: h.run_id,
+            index: (h.task_id >> 32) as u32,
+        };
+        match (&self.role, callable.kind) {
+            (Role::Chip { index, chip }, KindCode::Chip) => {
+                let cfg = match frame::decode_config(fixed) {
+                    Ok(c) => c,
+                    Err(e) => return frame_error(e),
+                };
+                let args = match self.task_args(&wire, &callable) {
+                    Ok(a) => a,
+                    Err(r) => return *r,
+                };
+                let ctx = RunContext {
+                    chip: *index,
+                    label: callable.label.clone(),
+                    l3: Some((task.run_id, u64::from(task.index))),
+                };
+                match chip.run(&callable.name, &args, &cfg, &ctx) {
+                    Ok(report) => chip_reply(&report, chip.committed_device_memory()),
+                    Err(e) => {
+                        let f = chip_failure(&e);
+                        let mut r =
+                            Reply::error(f.code.unwrap_or(ErrorCode::InternalError), f.message);
+                        if f.kind == FailureKind::Bind {
+                            r.header.result = RESULT_BIND_FAILURE;
+                        }
+                        r
+                    }
+                }
+            }
+            (Role::Sub { index }, KindCode::Sub) => {
+                let index = *index;
+                let Some(f) = find_sub_callable(&callable.name) else {
+                    return Reply::error(
+                        ErrorCode::UnknownCallable,
+                        format!(
+                            "sub_child[{index}]: no sub callable {:?} in this image",
+                            callable.name
+                        ),
+                    );
+                };
+                let mapped = match self.mapped_args(&wire) {
+                    Ok(m) => m,
+                    Err(r) => return *r,
+                };
+                let ctx = SubContext {
+                    worker: index as usize,
+                    task,
+                    label: callable.label.clone(),
+                    member: (h.group_index, h.group_size),
+                };
+                match catch_unwind(AssertUnwindSafe(|| f(&ctx, &mapped))) {
+                    Ok(Ok(())) => Reply::ok(),
+                    Ok(Err(e)) => Reply::error(
+                        ErrorCode::CallableFailed,
+                        format!("sub_child[{index}]: {e}"),
+                    ),
+                    Err(panic) => Reply::error(
+                        ErrorCode::CallablePanicked,
+                        format!(
+                            "sub_child[{index}]: panicked: {}",
+                            panic_message(panic.as_ref())
+                        ),
+                    ),
+                }
+            }
+            (Role::Node { index, worker }, KindCode::Node) => {
+                let index = *index;
+                let Some(f) = find_node_callable(&callable.name) else {
+                    return Reply::error(
+                        ErrorCode::UnknownCallable,
+                        format!(
+                            "node_child[{index}]: no node callable {:?} in this image",
+                            callable.name
+                        ),
+                    );
+                };
+                let cfg = match frame::decode_config(fixed) {
+                    Ok(c) => c,
+                    Err(e) => return frame_error(e),
+                };
+                let args = match self.adopted_args(worker, &wire, &callable) {
+                    Ok(a) => a,
+                    Err(r) => return *r,
+                };
+                // The received CallConfig is the inner run's base config (RING_CONFIG.md §9:
+                // the L3 does not interpret runtime_env; its chips resolve it).
+                match worker.run(f, args, cfg) {
+                    Ok(report) => Reply {
+                        payload: WireRunReport::encode(&run_to_wire(&report)),
+                        ..Reply::ok()
+                    },
+                    Err(WorkerRunError::Failed(e)) => Reply {
+                        payload: WireRunReport::encode(&run_to_wire(&e.report)),
+                        ..Reply::error(ErrorCode::InnerRunFailed, e.to_string())
+                    },
+                    Err(WorkerRunError::Submit(e)) => {
+                        Reply::error(ErrorCode::InnerRunFailed, e.to_string())
+                    }
+                }
+            }
+            (_, kind) => Reply::error(
+                ErrorCode::UnsupportedOp,
+                format!("{}: a {kind:?} task cannot run on this worker", self.name),
+            ),
+        }
+    }
+
+    /// The memory of one wire tensor: its window in a mapped segment.
+    fn window(
+        &self,
+        w: &pto_types::node_wire::args_blob::WireTensor,
+    ) -> Result<(Arc<Segment>, usize), Box<Reply>> {
+        let unavailable = |why: String| {
+            Box::new(Reply::error(
+                ErrorCode::BufferUnavailable,
+                format!("{}: buffer {:?}: {why}", self.name, w.id),
+            ))
+        };
+        if w.location.space != TensorSpace::Host {
+            return Err(unavailable(format!(
+                "{:?} tensors are not supported by this child",
+                w.location.space
+            )));
+        }
+        let key = SegmentKey {
+            owner: w.id.owner_uid,
+            segment: w.location.segment,
+        };
+        let Some(seg) = self.segments.get(&key) else {
+            return Err(unavailable(format!(
+                "segment {} was never received",
+                key.segment
+            )));
+        };
+        let offset = w.location.segment_offset as usize;
+        let fits = offset
+            .checked_add(w.buffer_bytes as usize)
+            .is_some_and(|end| end <= seg.len());
+        if !fits {
+            return Err(unavailable("it does not fit its segment".to_string()));
+        }
+        Ok((Arc::clone(seg), offset))
+    }
+
+    fn task_args(
+        &self,
+        wire: &WireArgs,
+        callable: &CallableSection,
+    ) -> Result<TaskArgs, Box<Reply>> {
+        let mut args = TaskArgs::new();
+        for w in &wire.tensors {
+            let (seg, offset) = self.window(w)?;
+            let memory: Arc<dyn BufferMemory> = Arc::new(
+                SegmentWindow::new(seg, offset, w.buffer_bytes as usize)
+                    .expect("the window was checked"),
+            );
+            let t = w
+                .to_tensor(Some(memory))
+                .map_err(|e| Box::new(frame_error(e)))?;
+            args = args.tensor(w.tag, &t);
+        }
+        for &s in &wire.scalars {
+            args = args.scalar(s);
+        }
+        if let Some(label) = &callable.label {
+            args = args.label(label);
+        }
+        Ok(args)
+    }
+
+    /// Arguments for the inner Worker of a node child: every buffer becomes one of its
+    /// buffers under the original identity (so its own children receive the same segment).
+    fn adopted_args(
+        &self,
+        worker: &crate::Worker,
+        wire: &WireArgs,
+        callable: &CallableSection,
+    ) -> Result<TaskArgs, Box<Reply>> {
+        let mut args = TaskArgs::new();
+        for w in &wire.tensors {
+            let (seg, offset) = self.window(w)?;
+            let inner =
+                worker.adopt_buffer(w.id, Memory::Shared(seg), offset, w.buffer_bytes as usize);
+            let memory: Arc<dyn BufferMemory> = inner;
+            let t = w
+                .to_tensor(Some(memory))
+                .map_err(|e| Box::new(frame_error(e)))?;
+            args = args.tensor(w.tag, &t);
+        }
+        for &s in &wire.scalars {
+            args = args.scalar(s);
+        }
+        if let Some(label) = &callable.label {
+            args = args.label(label);
+        }
+        Ok(args)
+    }
+
+    fn mapped_args(&self, wire: &WireArgs) -> Result<MappedArgs, Box<Reply>> {
+        let mut tensors = Vec::with_capacity(wire.tensors.len());
+        for w in &wire.tensors {
+            let (seg, offset) = self.window(w)?;
+            let inner =
+                BufferInner::new_window(w.id, Memory::Shared(seg), offset, w.buffer_bytes as usize);
+            let t = w.to_tensor(None).map_err(|e| Box::new(frame_error(e)))?;
+            tensors.push((w.tag, t, inner));
+        }
+        Ok(MappedArgs::new(tensors, wire.scalars.clone()))
+    }
+
+    pub(super) fn serve_control(&mut self) {
+        let started = Instant::now();
+        let fixed = self.mailbox.read_fixed();
+        let (seq, reply) = match frame::decode_header(&fixed) {
+            Ok(h) => {
+                let at = frame::OFF_CONTROL_PAYLOAD;
+                let payload = &fixed[at..at + h.control_bytes as usize];
+                let reply = match ControlRequest::decode(h.op, payload) {
+                    Ok(req) => self.run_control(req),
+                    Err(e) => frame_error(e),
+                };
+                (h.seq, reply)
+            }
+            Err(e) => (frame_seq(&fixed), frame_error(e)),
+        };
+        self.reply(seq, started, reply);
+        let _ = self.mailbox.transition_to_control_done();
+        self.doorbell.ring();
+    }
+
+    fn run_control(&mut self, req: ControlRequest) -> Reply {
+        match (&self.role, req) {
+            (_, ControlRequest::Ping(data)) => Reply {
+                payload: data,
+                ..Reply::ok()
+            },
+            (Role::Chip { chip, .. }, ControlRequest::CommittedDeviceMemory) => {
+                let mut r = Reply::ok();
+                r.header.result = chip.committed_device_memory();
+                r
+            }
+            (_, req) => Reply::error(
+                ErrorCode::UnsupportedOp,
+                format!(
+                    "{}: {} is not supported by this child",
+                    self.name,
+                    req.op().name()
+                ),
+            ),
+        }
+    }
+}
+
+/// The request's seq even when the header does not decode (so the reply still echoes it).
+fn frame_seq(fixed: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&fixed[frame::OFF_SEQ..frame::OFF_SEQ + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// The report area and payload of a successful chip run.
+fn chip_reply(report: &ChipRunReport, device_committed: u64) -> Reply {
+    let (area, extra) = crate::report::wire::chip_to_wire(report, device_committed);
+    Reply {
+        report: Some(area),
+        payload: extra.encode(),
+        ..Reply::ok()
+    }
+}

@@ -1,0 +1,537 @@
+//! Child-process endpoints: each chip or sub worker is a process of its own, driven through a
+//! mailbox frame in a shared `memfd` segment (NODE_RUNTIME.md §4.1, §4.3, §4.5–§4.9).
+//!
+//! `dispatch` sends the descriptors of segments the child lacks (`SEGMENT_ADD` on its socket,
+//! `SEGMENT_DROP` for segments whose last buffer is gone), encodes the request into a private
+//! copy of the frame — header, the task's `CallConfig` record at offset 256, the callable
+//! section, the args blob — copies the parent's regions into the mapping and swaps the state
+//! to `TASK_READY` (rules M1–M6 of `shm::mailbox`). `poll` is one atomic load while the child
+//! works; on `TASK_DONE` it checks the echoed sequence number, decodes the reply (for chips the
+//! resolved sizing with provenance from the report area, rebuilt into a `ChipRunReport`) and
+//! stores `IDLE`. `health` reads the fate the monitor thread recorded; the cause names the
+//! child, its pid, the signal or exit status and the task it was running. A protocol violation
+//! (wrong sequence number, unexpected state, undecodable reply) kills the child and takes the
+//! same path. Shutdown sets the sticky word, stores `SHUTDOWN` when the parent owns the frame,
+//! waits for the exit and kills the child after the grace period.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use pto_chip::ChipRunReport;
+use pto_types::ErrorCode;
+use pto_types::node_wire::args_blob::{TensorLocation, TensorSpace, encode_args};
+use pto_types::node_wire::mailbox::{
+    self as frame, CallableSection, ChipReplyExtra, ControlRequest, FIXED_BYTES, FLAG_GROUP_MEMBER,
+    KindCode, MailboxState, Op, RESULT_BIND_FAILURE, RequestHeader,
+};
+use pto_types::node_wire::run_report::WireRunReport;
+use pto_types::node_wire::segment_msg::SegmentMsg;
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+
+use super::{
+    Completion, ControlCmd, ControlReply, Endpoint, EndpointError, Failure, Health,
+    ShutdownOutcome, TaskRequest,
+};
+use crate::callable::CallableKind;
+use crate::engine::SlotId;
+use crate::error::FailureKind;
+use crate::monitor::ChildStatus;
+use crate::report::TaskId;
+use crate::shm::{Mailbox, Segment, SegmentKey};
+
+/// Which kind of lane a child serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChildRole {
+    Chip(u32),
+    Sub(u32),
+    /// An L3 Worker child of an L4 (its next-level lane `i`).
+    Node(u32),
+}
+
+struct InFlight {
+    slot: SlotId,
+    member: u32,
+    task: TaskId,
+    label: Option<String>,
+    kind: CallableKind,
+}
+
+/// The scheduler's side of one child process.
+pub(crate) struct ChildProcessEndpoint {
+    name: String,
+    role: ChildRole,
+    mailbox: Mailbox,
+    sock: Option<OwnedFd>,
+    status: Arc<ChildStatus>,
+    seq: u64,
+    task: Option<InFlight>,
+    control: Option<Op>,
+    /// Segments whose descriptor the child holds (the heap ring is sent at spawn).
+    sent: HashMap<SegmentKey, Weak<Segment>>,
+    /// The chip's environment problems, from its INIT_READY message.
+    env_problems: Vec<String>,
+    /// A protocol violation: the child was killed for it.
+    violation: Option<String>,
+    shutting_down: bool,
+}
+
+impl ChildProcessEndpoint {
+    /// An endpoint for a child that reported INIT_READY (the frame is IDLE now).
+    pub(crate) fn new(
+        name: String,
+        role: ChildRole,
+        mailbox: Mailbox,
+        sock: OwnedFd,
+        status: Arc<ChildStatus>,
+        heap: &Arc<Segment>,
+        env_problems: Vec<String>,
+    ) -> ChildProcessEndpoint {
+        let mut sent = HashMap::new();
+        sent.insert(heap.key(), Arc::downgrade(heap));
+        ChildProcessEndpoint {
+            name,
+            role,
+            mailbox,
+            sock: Some(sock),
+            status,
+            seq: 0,
+            task: None,
+            control: None,
+            sent,
+            env_problems,
+            violation: None,
+            shutting_down: false,
+        }
+    }
+
+    fn fail_protocol(&mut self, what: String) {
+        if self.violation.is_none() {
+            tracing::error!(target: "pto::node", "{}: {what}; killing the child", self.name);
+            self.violation = Some(what);
+            self.status.kill();
+        }
+    }
+
+    /// Sends SEGMENT_DROP for segments no buffer uses any more, then SEGMENT_ADD for the ones
+    /// of this request the child lacks.
+    fn sync_segments(&mut self, segments: &[Arc<Segment>]) -> Result<(), EndpointError> {
+        let sock = self
+            .sock
+            .as_ref()
+            .ok_or_else(|| EndpointError::Dead("the socket is closed".to_string()))?;
+        let mut dropped = Vec::new();
+        self.sent.retain(|key, weak| {
+            let alive = weak.strong_count() > 0;
+            if !alive {
+                dropped.push(*key);
+            }
+            alive
+        });
+        for key in dropped {
+            let msg = SegmentMsg {
+                add: false,
+                owner: key.owner,
+                segment: key.segment,
+                generation: 0,
+                nbytes: 0,
+            };
+            send_msg(sock, &msg.encode(), None)
+                .map_err(|e| EndpointError::Dead(format!("SEGMENT_DROP failed: {e}")))?;
+        }
+        for seg in segments {
+            if self.sent.contains_key(&seg.key()) {
+                continue;
+            }
+            let msg = SegmentMsg {
+                add: true,
+                owner: seg.key().owner,
+                segment: seg.key().segment,
+                generation: 0,
+                nbytes: seg.len() as u64,
+            };
+            let sent = seg.with_fd(|fd| send_msg(sock, &msg.encode(), Some(fd)));
+            match sent {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    return Err(EndpointError::Dead(format!("SEGMENT_ADD failed: {e}")));
+                }
+                None => {
+                    return Err(EndpointError::Failed(
+                        "a buffer's segment was closed (the Worker is closing)".to_string(),
+                    ));
+                }
+            }
+            self.sent.insert(seg.key(), Arc::downgrade(seg));
+        }
+        Ok(())
+    }
+
+    fn header(
+        &mut self,
+        op: Op,
+        req: Option<&TaskRequest>,
+        args: u32,
+        control: u32,
+    ) -> RequestHeader {
+        self.seq += 1;
+        let (run_id, task_id, index, size) = match req {
+            Some(r) => (
+                r.task.run_id,
+                (u64::from(r.task.index) << 32) | u64::from(r.slot.generation()),
+                r.member,
+                r.group_size,
+            ),
+            None => (0, 0, 0, 1),
+        };
+        RequestHeader {
+            seq: self.seq,
+            op,
+            flags: if size > 1 { FLAG_GROUP_MEMBER } else { 0 },
+            run_id,
+            task_id,
+            group_index: index,
+            group_size: size,
+            args_bytes: args,
+            control_bytes: control,
+        }
+    }
+
+    /// Reads and checks the reply of the request `self.seq`; the frame must be in `done`.
+    fn take_reply(
+        &mut self,
+        done: MailboxState,
+    ) -> Result<(frame::ReplyHeader, Vec<u8>, Vec<u8>), String> {
+        let fixed = self.mailbox.read_fixed();
+        let reply = frame::decode_reply(&fixed).map_err(|e| format!("bad reply: {e}"))?;
+        if reply.reply_seq != self.seq {
+            return Err(format!(
+                "reply seq {} does not echo request seq {}",
+                reply.reply_seq, self.seq
+            ));
+        }
+        let payload = self.mailbox.read_payload(reply.payload_bytes as usize);
+        self.mailbox
+            .transition_to_idle(done)
+            .map_err(|v| v.to_string())?;
+        Ok((reply, fixed, payload))
+    }
+
+    /// A node child's inner run report (payload of successful and failed replies).
+    fn inner_report(&self, payload: &[u8]) -> Option<Box<crate::report::RunReport>> {
+        if !matches!(self.role, ChildRole::Node(_)) || payload.is_empty() {
+            return None;
+        }
+        let wire = WireRunReport::decode(payload).ok()?;
+        crate::report::wire::run_from_wire(&wire).ok().map(Box::new)
+    }
+
+    fn completion(
+        &self,
+        t: &InFlight,
+        reply: &frame::ReplyHeader,
+        fixed: &[u8],
+        payload: &[u8],
+    ) -> Result<Option<ChipRunReport>, Failure> {
+        if reply.error_code != 0 {
+            let code = u32::try_from(reply.error_code)
+                .ok()
+                .and_then(ErrorCode::from_code);
+            let kind = if reply.result == RESULT_BIND_FAILURE {
+                FailureKind::Bind
+            } else {
+                FailureKind::Task
+            };
+            return Err(Failure {
+                kind,
+                code,
+                message: frame::decode_message(fixed, reply.message_bytes),
+            });
+        }
+        match (self.role, t.kind) {
+            (ChildRole::Chip(index), CallableKind::Chip) => self
+                .chip_report(index, t.label.clone(), fixed, payload)
+                .map(Some)
+                .map_err(|e| Failure {
+                    kind: FailureKind::Endpoint,
+                    code: Some(ErrorCode::BadFrame),
+                    message: format!(
+                        "EndpointFailure: {}: undecodable chip report: {e}",
+                        self.name
+                    ),
+                }),
+            _ => Ok(None),
+        }
+    }
+
+    /// Rebuilds the chip's run report from the report area and the reply payload.
+    fn chip_report(
+        &self,
+        index: u32,
+        label: Option<String>,
+        fixed: &[u8],
+        payload: &[u8],
+    ) -> Result<ChipRunReport, String> {
+        let area = frame::decode_report(fixed).map_err(|e| e.to_string())?;
+        let extra = ChipReplyExtra::decode(payload).map_err(|e| e.to_string())?;
+        crate::report::wire::chip_from_wire(index, label, &area, extra, self.env_problems.clone())
+    }
+}
+
+/// One message on the descriptor socket, with an optional descriptor (`SCM_RIGHTS`).
+fn send_msg(
+    sock: &OwnedFd,
+    bytes: &[u8],
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    let mut space = [MaybeUninit::<u8>::uninit(); 64];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    if let Some(fd) = fd {
+        fds = [fd];
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+    }
+    let iov = [IoSlice::new(bytes)];
+    rustix::net::sendmsg(sock, &iov, &mut control, SendFlags::NOSIGNAL)?;
+    Ok(())
+}
+
+impl Endpoint for ChildProcessEndpoint {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_idle(&self) -> bool {
+        self.task.is_none() && self.control.is_none()
+    }
+
+    fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError> {
+        if let Health::Dead { cause } = self.health() {
+            return Err(EndpointError::Dead(cause));
+        }
+        if !self.is_idle() {
+            return Err(EndpointError::Busy);
+        }
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        let mut locations: Vec<TensorLocation> = Vec::with_capacity(req.buffers.len());
+        for b in &req.buffers {
+            let Some((_, loc)) = b.location() else {
+                return Err(EndpointError::Failed(format!(
+                    "buffer {:?} is not in shared memory",
+                    b.id()
+                )));
+            };
+            if let Some(seg) = b.segment()
+                && !segments.iter().any(|s| s.key() == seg.key())
+            {
+                segments.push(Arc::clone(seg));
+            }
+            locations.push(loc);
+        }
+        self.sync_segments(&segments)?;
+        let blob = encode_args(&req.args, |i, _| {
+            locations.get(i).copied().unwrap_or(TensorLocation {
+                space: TensorSpace::Host,
+                device_worker: None,
+                segment: 0,
+                segment_offset: 0,
+            })
+        });
+        let mut fixed = vec![0u8; FIXED_BYTES];
+        let h = self.header(Op::Task, Some(req), blob.len() as u32, 0);
+        frame::encode_header(&h, &mut fixed);
+        frame::encode_config(req.config.as_ref(), &mut fixed)
+            .map_err(|e| EndpointError::Failed(format!("cannot encode the CallConfig: {e}")))?;
+        frame::encode_callable(
+            &CallableSection {
+                id: req.callable_id,
+                kind: match req.kind {
+                    CallableKind::Chip => KindCode::Chip,
+                    CallableKind::Sub => KindCode::Sub,
+                    CallableKind::Node => KindCode::Node,
+                },
+                name: req.callable.to_string(),
+                label: req.label.clone(),
+            },
+            &mut fixed,
+        );
+        self.mailbox.write_parent(&fixed, &blob);
+        if let Err(v) = self.mailbox.transition_to_task_ready() {
+            self.fail_protocol(v.to_string());
+            return Err(EndpointError::Dead(v.to_string()));
+        }
+        self.task = Some(InFlight {
+            slot: req.slot,
+            member: req.member,
+            task: req.task,
+            label: req.label.clone(),
+            kind: req.kind,
+        });
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Option<Completion> {
+        self.task.as_ref()?;
+        if self.violation.is_some() {
+            return None;
+        }
+        match self.mailbox.state() {
+            Ok(MailboxState::TaskReady) => None,
+            Ok(MailboxState::TaskDone) => {
+                let t = self.task.take().expect("a task is in flight");
+                match self.take_reply(MailboxState::TaskDone) {
+                    Ok((reply, fixed, payload)) => {
+                        let result = self.completion(&t, &reply, &fixed, &payload);
+                        Some(Completion {
+                            slot: t.slot,
+                            member: t.member,
+                            result,
+                            exec_time: Duration::from_nanos(reply.exec_ns),
+                            inner: self.inner_report(&payload),
+                        })
+                    }
+                    Err(what) => {
+                        // Keep the task in flight: health reports the kill with its name.
+                        self.task = Some(t);
+                        self.fail_protocol(what);
+                        None
+                    }
+                }
+            }
+            Ok(other) => {
+                self.fail_protocol(format!("unexpected state {other:?} while a task runs"));
+                None
+            }
+            Err(raw) => {
+                self.fail_protocol(format!("unknown state word {raw}"));
+                None
+            }
+        }
+    }
+
+    fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError> {
+        if let Health::Dead { cause } = self.health() {
+            return Err(EndpointError::Dead(cause));
+        }
+        if !self.is_idle() {
+            return Err(EndpointError::Busy);
+        }
+        let req = match cmd {
+            ControlCmd::CommittedDeviceMemory => ControlRequest::CommittedDeviceMemory,
+            ControlCmd::Ping(data) => ControlRequest::Ping(data),
+        };
+        let payload = req
+            .encode()
+            .map_err(|e| EndpointError::Failed(e.to_string()))?;
+        let mut fixed = vec![0u8; FIXED_BYTES];
+        let h = self.header(req.op(), None, 0, payload.len() as u32);
+        frame::encode_header(&h, &mut fixed);
+        fixed[frame::OFF_CONTROL_PAYLOAD..frame::OFF_CONTROL_PAYLOAD + payload.len()]
+            .copy_from_slice(&payload);
+        self.mailbox.write_parent(&fixed, &[]);
+        if let Err(v) = self.mailbox.transition_to_control_request() {
+            self.fail_protocol(v.to_string());
+            return Err(EndpointError::Dead(v.to_string()));
+        }
+        self.control = Some(req.op());
+        Ok(())
+    }
+
+    fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>> {
+        let op = self.control?;
+        if let Health::Dead { cause } = self.health() {
+            self.control = None;
+            return Some(Err(EndpointError::Dead(cause)));
+        }
+        match self.mailbox.state() {
+            Ok(MailboxState::ControlRequest) => None,
+            Ok(MailboxState::ControlDone) => {
+                self.control = None;
+                match self.take_reply(MailboxState::ControlDone) {
+                    Ok((reply, fixed, payload)) => {
+                        if reply.error_code != 0 {
+                            return Some(Err(EndpointError::Failed(frame::decode_message(
+                                &fixed,
+                                reply.message_bytes,
+                            ))));
+                        }
+                        Some(Ok(match op {
+                            Op::Ping => ControlReply::Echo(payload),
+                            _ => ControlReply::Bytes(reply.result),
+                        }))
+                    }
+                    Err(what) => {
+                        self.fail_protocol(what.clone());
+                        Some(Err(EndpointError::Dead(what)))
+                    }
+                }
+            }
+            Ok(other) => {
+                self.control = None;
+                let what = format!("unexpected state {other:?} during {}", op.name());
+                self.fail_protocol(what.clone());
+                Some(Err(EndpointError::Dead(what)))
+            }
+            Err(raw) => {
+                self.control = None;
+                let what = format!("unknown state word {raw}");
+                self.fail_protocol(what.clone());
+                Some(Err(EndpointError::Dead(what)))
+            }
+        }
+    }
+
+    fn health(&self) -> Health {
+        let fate = match (self.status.exit(), &self.violation) {
+            (Some(exit), Some(v)) => format!("{} ({v})", exit.describe()),
+            (Some(exit), None) => exit.describe(),
+            (None, Some(v)) => format!("killed after a {v}"),
+            (None, None) => return Health::Alive,
+        };
+        let during = match &self.task {
+            Some(t) => match &t.label {
+                Some(l) => format!(" while running {} ('{l}') of run {}", t.task, t.task.run_id),
+                None => format!(" while running {} of run {}", t.task, t.task.run_id),
+            },
+            None => String::new(),
+        };
+        Health::Dead {
+            cause: format!("{} {fate}{during}", self.name),
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        self.mailbox.request_shutdown();
+        for from in [MailboxState::Idle, MailboxState::InitReady] {
+            if self.mailbox.transition_to_shutdown(from).is_ok() {
+                break;
+            }
+        }
+    }
+
+    fn finish_shutdown(&mut self, deadline: Instant) -> ShutdownOutcome {
+        // Closing our end of the socket is the child's second signal (EOF).
+        self.sock.take();
+        if self.status.wait_exit(deadline) {
+            return ShutdownOutcome::Graceful;
+        }
+        self.status.kill();
+        let _ = self
+            .status
+            .wait_exit(Instant::now() + Duration::from_secs(2));
+        ShutdownOutcome::Killed
+    }
+}
+
+impl Drop for ChildProcessEndpoint {
+    /// An endpoint dropped without a shutdown still asks its child to exit.
+    fn drop(&mut self) {
+        if !self.shutting_down {
+            self.begin_shutdown();
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The scheduler's doorbell (NODE_RUNTIME.md §3.4): one wake-up source for everything that
+//! creates work — a READY task, a run promotion, a child's reply, a child's death, a control
+//! request, stop.
+//!
+//! [`Doorbell`] starts local (a `pto_types::wait::EventCount`, enough when every waker is a
+//! thread of this process) and is attached to the node control segment when child processes
+//! start ([`Doorbell::attach`]); from then on it is the two-word futex protocol below, shared
+//! with the children. [`DoorbellWaiter`] is the scheduler's (and `init`'s) spin-then-park wait
+//! on either form, one step at a time like `pto_types::wait::Waiter`.
+//!
+//! Two-word protocol (the variant proved in `pto_types/src/wait/README.md`):
+//!
+//! - **N1** waker: `doorbell += 1` (`SeqCst`); **N2** waker: if `sched_parked == 1` (`SeqCst`),
+//!   `futex_wake(doorbell)`.
+//! - **W1** waiter: `v = doorbell` (`SeqCst`); **W3a** waiter: `sched_parked = 1` (`SeqCst`);
+//!   **W2** the caller re-checks every source; **W4** `futex_wait(doorbell, v)`.
+//!
+//! In the single `SeqCst` order either N2's load follows W3a (the waker wakes the waiter) or
+//! W3a follows N2's load — then W2 and the kernel's compare in W4 follow N1 and see the bump.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Instant;
+
+use pto_types::node_wire::control_segment::{OFF_DOORBELL, OFF_SCHED_PARKED, OFF_SHUTDOWN_ALL};
+use pto_types::wait::{EventCount, SpinPolicy, Waiter};
+
+use super::segment::{Segment, futex_wait, futex_wake};
+
+/// The doorbell words of a node control segment.
+#[derive(Clone, Debug)]
+pub(crate) struct SharedDoorbell {
+    seg: Arc<Segment>,
+}
+
+impl SharedDoorbell {
+    pub(crate) fn new(seg: Arc<Segment>) -> SharedDoorbell {
+        SharedDoorbell { seg }
+    }
+
+    /// N1 then N2.
+    pub(crate) fn ring(&self) {
+        self.seg.word(OFF_DOORBELL).fetch_add(1, SeqCst);
+        if self.seg.word(OFF_SCHED_PARKED).load(SeqCst) == 1 {
+            futex_wake(self.seg.word(OFF_DOORBELL), u32::MAX);
+        }
+    }
+
+    /// The sticky "every child exits" word (parent-only, 0 → 1).
+    pub(crate) fn set_shutdown_all(&self) {
+        self.seg.word(OFF_SHUTDOWN_ALL).store(1, SeqCst);
+    }
+
+    pub(crate) fn shutdown_all(&self) -> bool {
+        self.seg.word(OFF_SHUTDOWN_ALL).load(SeqCst) != 0
+    }
+}
+
+/// The scheduler's doorbell: local until child processes attach the shared words.
+#[derive(Debug, Default)]
+pub(crate) struct Doorbell {
+    local: EventCount,
+    shared: OnceLock<SharedDoorbell>,
+}
+
+impl Doorbell {
+    pub(crate) fn new() -> Doorbell {
+        Doorbell::default()
+    }
+
+    /// From now on rings go to the shared words (before any waiter or child exists).
+    pub(crate) fn attach(&self, shared: SharedDoorbell) {
+        let _ = self.shared.set(shared);
+    }
+
+    /// Closes the shared segment's descriptor (the mapping stays usable); for `close`.
+    pub(crate) fn close_shared_fd(&self) {
+        if let Some(s) = self.shared.get() {
+            s.seg.close_fd();
+        }
+    }
+
+    /// Announces new work; call it after making the work visible.
+    pub(crate) fn notify_one(&self) {
+        match self.shared.get() {
+            Some(s) => s.ring(),
+            None => self.local.notify_one(),
+        }
+    }
+}
+
+enum Mode<'a> {
+    Local(Waiter<'a>),
+    Shared {
+        bell: &'a SharedDoorbell,
+        policy: SpinPolicy,
+        spin_started: Option<Instant>,
+        yield_next: bool,
+        /// W1's value, taken once the window is over; the next step parks with it.
+        key: Option<u32>,
+    },
+}
+
+/// A spin-then-park wait on a [`Doorbell`], one step per call (the caller re-checks its
+/// sources between steps and calls `reset` after progress).
+pub(crate) struct DoorbellWaiter<'a> {
+    mode: Mode<'a>,
+}
+
+impl<'a> DoorbellWaiter<'a> {
+    pub(crate) fn new(bell: &'a Doorbell, policy: SpinPolicy) -> DoorbellWaiter<'a> {
+        let mode = match bell.shared.get() {
+            Some(shared) => Mode::Shared {
+                bell: shared,
+                policy,
+                spin_started: None,
+                yield_next: false,
+                key: None,
+            },
+            None => Mode::Local(Waiter::new(&bell.local, policy)),
+        };
+        DoorbellWaiter { mode }
+    }
+
+    /// One step; returns false when `deadline` passed.
+    pub(crate) fn wait(&mut self, deadline: Option<Instant>) -> bool {
+        match &mut self.mode {
+            Mode::Local(w) => !w.wait(deadline).is_timed_out(),
+            Mode::Shared {
+                bell,
+                policy,
+                spin_started,
+                yield_next,
+                key,
+            } => {
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return false;
+                }
+                let seg = &bell.seg;
+                if let Some(v) = *key {
+                    // W4: park while the doorbell still holds v (bounded by the deadline).
+                    let timeout = deadline.map(|d| d.saturating_duration_since(now));
+                    futex_wait(seg.word(OFF_DOORBELL), v, timeout);
+                    // Back to W1 with W3a still in force: the caller's next check is W2.
+                    *key = Some(seg.word(OFF_DOORBELL).load(SeqCst));
+                    return true;
+                }
+                let elapsed = now - *spin_started.get_or_insert(now);
+                if policy.parks_immediately() || elapsed >= policy.spin() {
+                    // W1, then W3a; the caller's next check is W2.
+                    *key = Some(seg.word(OFF_DOORBELL).load(SeqCst));
+                    seg.word(OFF_SCHED_PARKED).store(1, SeqCst);
+                } else if elapsed < policy.pure_spin() || !*yield_next {
+                    *yield_next = elapsed >= policy.pure_spin();
+                    std::hint::spin_loop();
+                } else {
+                    *yield_next = false;
+                    std::thread::yield_now();
+                }
+                true
+            }
+        }
+    }
+
+    /// A fresh spin window after progress (clears `sched_parked`).
+    pub(crate) fn reset(&mut self) {
+        match &mut self.mode {
+            Mode::Local(w) => w.reset(),
+            Mode::Shared {
+                bell,
+                spin_started,
+                yield_next,
+                key,
+                ..
+            } => {
+                if key.take().is_some() {
+                    bell.seg.word(OFF_SCHED_PARKED).store(0, SeqCst);
+                }
+                *spin_started = None;
+                *yield_next = false;
+            }
+        }
+    }
+}
+
+impl Drop for DoorbellWaiter<'_> {
+    fn drop(&mut self) {
+        self.reset();
+    }
+}
+
+/// Waits on `bell` until `ready` returns `Some` or `deadline` passes (one last check then).
+pub(crate) fn wait_on<T>(
+    bell: &Doorbell,
+    policy: SpinPolicy,
+    deadline: Option<Instant>,
+    mut ready: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let mut waiter = DoorbellWaiter::new(bell, policy);
+    loop {
+        if let Some(v) = ready() {
+            return Some(v);
+        }
+        if !waiter.wait(deadline) {
+            return ready();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::segment::SegmentKey;
+    use super::*;
+    use pto_types::node_wire::control_segment::SEGMENT_BYTES;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    /// A producer thread bumps a counter and rings; the consumer waits through the shared
+    /// doorbell with a zero spin window (always parking). A lost wake-up hangs the test.
+    #[test]
+    fn no_lost_wake_ups_through_the_futex_doorbell() {
+        let seg = Arc::new(
+            Segment::create(
+                SegmentKey {
+                    owner: 1,
+                    segment: u64::MAX - 1,
+                },
+                "pto-test-ctl",
+                SEGMENT_BYTES,
+            )
+            .unwrap(),
+        );
+        let bell = Arc::new(Doorbell::new());
+        bell.attach(SharedDoorbell::new(Arc::clone(&seg)));
+        let counter = Arc::new(AtomicU64::new(0));
+        const N: u64 = 3000;
+        let (b2, c2) = (Arc::clone(&bell), Arc::clone(&counter));
+        let producer = std::thread::spawn(move || {
+            for _ in 0..N {
+                c2.fetch_add(1, Ordering::SeqCst);
+                b2.notify_one();
+                if c2.load(Ordering::SeqCst) % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut seen = 0;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seen < N {
+            let got = wait_on(&bell, SpinPolicy::PARK_IMMEDIATELY, Some(deadline), || {
+                let now = counter.load(Ordering::SeqCst);
+                (now > seen).then_some(now)
+            });
+            seen = got.expect("woken before the deadline");
+        }
+        producer.join().unwrap();
+        assert_eq!(seg.word(OFF_SCHED_PARKED).load(SeqCst), 0);
+    }
+}
