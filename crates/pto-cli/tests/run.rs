@@ -117,3 +117,25 @@ fn diagnostics_go_under_the_output_directory_per_case() {
             .is_file()
     );
 }
+
+#[test]
+fn child_process_mode_runs_workers_as_processes() {
+    let dir = TempDir::new().unwrap();
+    for scene in [
+        "multi_chip_dispatch.toml",
+        "per_task_runtime_env.toml",
+        "vector_example.toml",
+    ] {
+        let out = pto(dir.path())
+            .arg("run")
+            .arg(scenes().join(scene))
+            .args(["--mode", "child-process", "--fast", "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{scene}: {}", stderr(&out));
+        for line in stdout(&out).lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["status"], "ok", "{line}");
+        }
+    }
+}

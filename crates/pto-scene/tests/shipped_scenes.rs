@@ -12,6 +12,9 @@ fn scenes_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenes")
 }
 
+// Child-process mode re-executes this test binary; this is the children's entry.
+pto_node::test_child_entry!();
+
 fn options(output: &Path) -> RunOptions {
     RunOptions {
         case: None,
@@ -43,11 +46,17 @@ fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'st
 }
 
 fn run_scene(file: &str) -> String {
+    run_scene_in(file, EndpointMode::InProcess)
+}
+
+fn run_scene_in(file: &str, mode: EndpointMode) -> String {
     let path = scenes_dir().join(file);
     with_timeout(120, move || {
         let scene = SceneFile::load(&path).unwrap_or_else(|e| panic!("{e}"));
         let out = tempfile::tempdir().unwrap();
-        let reports = run_file(&scene, &options(out.path()), |_| {}).unwrap();
+        let mut opts = options(out.path());
+        opts.env.mode = mode;
+        let reports = run_file(&scene, &opts, |_| {}).unwrap();
         let table = pto_scene::runner::render_table(&scene, &reports);
         for r in &reports {
             assert!(
@@ -96,16 +105,28 @@ fn scene_heterogeneous_fanout_per_task_sizing_reserves_less() {
     );
 }
 
+/// Issue 7: every shipped scene also passes with chips and subs as child processes.
 #[test]
-fn every_shipped_scene_file_is_tested() {
+fn every_shipped_scene_passes_in_child_process_mode() {
+    for file in shipped_files() {
+        run_scene_in(&file, EndpointMode::ChildProcess);
+    }
+}
+
+fn shipped_files() -> Vec<String> {
     let mut files: Vec<String> = std::fs::read_dir(scenes_dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".toml"))
         .collect();
     files.sort();
+    files
+}
+
+#[test]
+fn every_shipped_scene_file_is_tested() {
     assert_eq!(
-        files,
+        shipped_files(),
         [
             "heterogeneous_fanout.toml",
             "multi_chip_dispatch.toml",
