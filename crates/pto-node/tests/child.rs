@@ -403,6 +403,8 @@ fn n44_children_exit_when_their_parent_dies() {
     with_timeout(60, || {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("pids");
+        // A helper process that owns a Worker, to kill it from outside (row 44).
+        #[allow(clippy::disallowed_methods)]
         let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child::parent_death_helper", "--nocapture", "-q"])
             .env("PTO_TEST_PARENT_HELPER", &out)
