@@ -28,4 +28,6 @@ mod worker;
 pub use error::{BindError, ChipError, ChipRunError, Detector, Fatal, OrchResult, ResourceKind};
 pub use spec::ChipSpec;
 pub use task_id::TaskId;
-pub use worker::{ChipRunReport, ChipStartError, ChipWorker, RingUsage, RunContext};
+pub use worker::{
+    ChipRunReport, ChipStartError, ChipWorker, DEVICE_BUFFER_OWNER, RingUsage, RunContext,
+};

@@ -18,7 +18,9 @@ use parking_lot::Mutex;
 use pto_types::ring_config::env::{EnvError, EnvSnapshot, EnvSource};
 use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing, RingDefaults, resolve};
 use pto_types::wait::{SpinPolicy, Waiter};
-use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource, TaskArgs};
+use pto_types::{
+    BufferId, BufferMemory, BufferRef, CallConfig, ErrorCode, RING_COUNT, Resource, TaskArgs,
+};
 
 use crate::callable::{ChipCallable, find_chip_callable};
 use crate::diag::scope_stats::Metadata;
@@ -34,7 +36,7 @@ use crate::error::{BindError, ChipError, ChipRunError, Detector};
 use crate::footprint::Footprint;
 use crate::kernel::{CoreType, KernelCtx, KernelNameError, KernelRef, register_kernel_closure};
 use crate::memory::arena::{AcquireError, ArenaCache, ArenaOutcome};
-use crate::memory::device::{DeviceLedger, HOST_ADDR_BASE};
+use crate::memory::device::{AllocId, DeviceLedger, DeviceMemoryError, HOST_ADDR_BASE};
 use crate::orch::{OrchArgs, OrchFn, Scope, Tensor};
 use crate::spec::{ChipSpec, ChipSpecError, EffectiveChipSpec};
 use crate::task_id::TaskId;
@@ -191,6 +193,78 @@ impl ChipWorker {
     /// Device memory accounted now (cached arenas and allocations).
     pub fn committed_device_memory(&self) -> u64 {
         self.state.lock().ledger.committed_bytes()
+    }
+
+    /// Allocates `bytes` of device memory (zeroed, lazily committed), evicting idle cached
+    /// arenas if that makes it fit (chip memory control, NODE_RUNTIME.md §1.6). A tensor over
+    /// it is passed to runs like any buffer: [`ChipWorker::device_buffer`].
+    pub fn malloc(&self, bytes: u64, align: u64) -> Result<AllocId, DeviceMemoryError> {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        if bytes > state.ledger.free_bytes() {
+            let _ = state.arenas.make_room(bytes, &mut state.ledger);
+        }
+        state.ledger.malloc(bytes, align)
+    }
+
+    /// Frees a device allocation; returns its size.
+    pub fn free(&self, id: AllocId) -> Result<u64, DeviceMemoryError> {
+        self.state.lock().ledger.free(id)
+    }
+
+    /// A buffer reference to a device allocation, usable in `TaskArgs` of this chip's runs.
+    /// The allocation stays alive while the reference does, even after `free`.
+    pub fn device_buffer(&self, id: AllocId) -> Result<BufferRef, DeviceMemoryError> {
+        let state = self.state.lock();
+        let allocation = state
+            .ledger
+            .allocation(id)
+            .ok_or(DeviceMemoryError::UnknownAllocation { id })?;
+        let memory: Arc<dyn BufferMemory> =
+            Arc::clone(allocation.memory()) as Arc<dyn BufferMemory>;
+        Ok(BufferRef::with_memory(
+            BufferId {
+                owner_uid: DEVICE_BUFFER_OWNER,
+                buffer_id: allocation.base(),
+                generation: 0,
+            },
+            memory,
+        ))
+    }
+
+    /// Copies `src` into a device allocation at `offset` (COPY_TO). Not while a run uses it.
+    pub fn copy_to_device(
+        &self,
+        id: AllocId,
+        offset: u64,
+        src: &[u8],
+    ) -> Result<(), DeviceMemoryError> {
+        let state = self.state.lock();
+        let allocation = state
+            .ledger
+            .allocation(id)
+            .ok_or(DeviceMemoryError::UnknownAllocation { id })?;
+        check_range(allocation.bytes(), offset, src.len() as u64)?;
+        allocation.memory().write_bytes(offset as usize, src);
+        Ok(())
+    }
+
+    /// Copies `len` bytes of a device allocation from `offset` (COPY_FROM).
+    pub fn copy_from_device(
+        &self,
+        id: AllocId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, DeviceMemoryError> {
+        let state = self.state.lock();
+        let allocation = state
+            .ledger
+            .allocation(id)
+            .ok_or(DeviceMemoryError::UnknownAllocation { id })?;
+        check_range(allocation.bytes(), offset, len)?;
+        Ok(allocation
+            .memory()
+            .read_bytes(offset as usize, len as usize))
     }
 
     /// Registers a kernel closure (in-process use; see `register_kernel_closure`).
@@ -532,6 +606,18 @@ impl Drop for ChipWorker {
             }
             let _ = t.join();
         }
+    }
+}
+
+/// `owner_uid` of buffer identities that name device allocations (their `buffer_id` is the
+/// allocation's device address, unique and never reused on a chip).
+pub const DEVICE_BUFFER_OWNER: u64 = u64::MAX;
+
+/// `offset + len` must lie inside an allocation of `bytes`.
+fn check_range(bytes: u64, offset: u64, len: u64) -> Result<(), DeviceMemoryError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= bytes => Ok(()),
+        _ => Err(DeviceMemoryError::OutOfRange { offset, len, bytes }),
     }
 }
 

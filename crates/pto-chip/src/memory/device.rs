@@ -69,6 +69,8 @@ pub enum DeviceMemoryError {
     AddressSpaceExhausted { need: u64 },
     /// The host could not map memory to back the device bytes.
     HostMap { bytes: u64, message: String },
+    /// A copy range `offset..offset + len` is not inside an allocation of `bytes`.
+    OutOfRange { offset: u64, len: u64, bytes: u64 },
 }
 
 impl fmt::Display for DeviceMemoryError {
@@ -97,6 +99,11 @@ impl fmt::Display for DeviceMemoryError {
             DeviceMemoryError::HostMap { bytes, message } => {
                 write!(f, "cannot map {bytes} bytes of host memory: {message}")
             }
+            DeviceMemoryError::OutOfRange { offset, len, bytes } => write!(
+                f,
+                "bytes {offset}..{} are outside the {bytes}-byte device allocation",
+                offset.saturating_add(*len)
+            ),
         }
     }
 }
