@@ -55,6 +55,13 @@ element!(f32 => F32, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16
 pub(crate) enum Memory {
     Anon(Arc<Mapping>),
     Shared(Arc<Segment>),
+    /// A chip's device allocation (`alloc_child_tensor`): no host bytes in this process; the
+    /// chip resolves it (in-process lane: `ChipWorker::device_buffer`; child: the wire tensor).
+    Device {
+        chip: u32,
+        alloc: u64,
+        bytes: usize,
+    },
 }
 
 impl Memory {
@@ -62,6 +69,7 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.as_ptr(),
             Memory::Shared(s) => s.as_ptr(),
+            Memory::Device { .. } => std::ptr::null_mut(),
         }
     }
 
@@ -69,6 +77,7 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.len(),
             Memory::Shared(s) => s.len(),
+            Memory::Device { bytes, .. } => *bytes,
         }
     }
 
@@ -77,6 +86,8 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.read::<T>(at, count),
             Memory::Shared(s) => s.read_elems::<T>(at, count),
+            // `check_elems` refuses device buffers before any read.
+            Memory::Device { .. } => Vec::new(),
         }
     }
 
@@ -84,12 +95,13 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.write::<T>(at, src),
             Memory::Shared(s) => s.write_elems::<T>(at, src),
+            Memory::Device { .. } => {}
         }
     }
 
     pub(crate) fn segment(&self) -> Option<&Arc<Segment>> {
         match self {
-            Memory::Anon(_) => None,
+            Memory::Anon(_) | Memory::Device { .. } => None,
             Memory::Shared(s) => Some(s),
         }
     }
@@ -211,6 +223,29 @@ impl BufferInner {
         self.id
     }
 
+    /// A device allocation `alloc` of `bytes` on chip `chip`, named by `id` in this Worker.
+    pub(crate) fn new_device(
+        id: BufferId,
+        chip: u32,
+        alloc: u64,
+        bytes: usize,
+    ) -> Arc<BufferInner> {
+        BufferInner::new_window(id, Memory::Device { chip, alloc, bytes }, 0, bytes)
+    }
+
+    /// `(chip, allocation id)` of a device buffer.
+    pub(crate) fn device(&self) -> Option<(u32, u64)> {
+        match self.memory {
+            Memory::Device { chip, alloc, .. } => Some((chip, alloc)),
+            _ => None,
+        }
+    }
+
+    /// Bytes of the buffer.
+    pub(crate) fn bytes(&self) -> usize {
+        self.len
+    }
+
     /// The shared segment holding the buffer, if any.
     pub(crate) fn segment(&self) -> Option<&Arc<Segment>> {
         self.memory.segment()
@@ -315,7 +350,11 @@ impl BufferInner {
 
     fn check_elems<T>(&self, offset: usize, count: usize) -> Result<usize, BufferError> {
         let size = std::mem::size_of::<T>();
-        let len = self.len / size;
+        let len = if self.device().is_some() {
+            0 // device memory has no host bytes here (use Worker::copy_from)
+        } else {
+            self.len / size
+        };
         let end = offset.checked_add(count).filter(|&e| e <= len);
         match end {
             Some(_) => Ok((self.base / size) + offset),
@@ -428,6 +467,10 @@ impl HostBuffer {
         HostBuffer { inner }
     }
 
+    pub(crate) fn inner(&self) -> &Arc<BufferInner> {
+        &self.inner
+    }
+
     /// The buffer's identity `(owner_uid, buffer_id, generation)`.
     pub fn id(&self) -> BufferId {
         self.inner.id
@@ -509,6 +552,11 @@ impl BufferTable {
             t.inserts_since_sweep = 0;
         }
         t.map.insert(inner.id, Arc::downgrade(inner));
+    }
+
+    /// Forgets a buffer (a freed device allocation): tasks naming it are refused.
+    pub(crate) fn remove(&self, id: BufferId) {
+        self.map.lock().map.remove(&id);
     }
 
     /// The live buffer behind `r`, if `r` is one of this table's buffers.

@@ -164,6 +164,9 @@ pub enum OrchError {
     Config(#[from] ConfigError),
     #[error("orchestration panicked: {0}")]
     Panic(String),
+    /// Chip memory control inside the orchestration (`orch.alloc_child_tensor`, …).
+    #[error(transparent)]
+    Control(#[from] ControlError),
     #[error("{0}")]
     Message(String),
 }
@@ -240,6 +243,22 @@ pub enum ControlError {
     Endpoint { worker: String, message: String },
     #[error("timed out waiting for {worker}")]
     Timeout { worker: String },
+    /// Inside an orchestration function, chip control runs only before the run's first submit.
+    #[error("chip control inside a run is allowed only before the run's first submit")]
+    AfterFirstSubmit,
+    /// `copy_to` / `copy_from` copy whole tensors: the sizes must be equal.
+    #[error(
+        "the device tensor has {device} bytes, the host buffer {host}; copies need equal sizes"
+    )]
+    SizeMismatch { device: u64, host: u64 },
+    /// A level-4 Worker has no chips of its own.
+    #[error("a level-4 Worker has no chips; chip control belongs to its L3 children")]
+    NoChips,
+    /// The device tensor or host buffer belongs to another Worker (or was freed).
+    #[error("{what} is not a live buffer of this Worker")]
+    Foreign { what: String },
+    #[error("invalid shape: {reason}")]
+    BadShape { reason: String },
 }
 
 /// How a task failed.

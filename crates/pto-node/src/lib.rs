@@ -44,6 +44,7 @@ mod buffer;
 pub mod builder;
 pub mod callable;
 mod child;
+mod device;
 mod endpoint;
 mod engine;
 pub mod error;
@@ -62,6 +63,7 @@ pub use buffer::{Element, HostBuffer};
 pub use builder::{ChildExe, EndpointMode, WorkerBuilder};
 pub use callable::{Callable, CallableHandle, CallableKind, NodeFn, SubFn};
 pub use child::child_main;
+pub use device::DeviceTensor;
 pub use error::{
     AddWorkerError, AllocError, BufferError, BuildError, ControlError, FailureKind, InitError,
     OrchError, RegisterError, RunError, ScopeError, SubmitError, SubmitRunError, TaskFailure,

@@ -18,11 +18,12 @@ use std::sync::Arc;
 
 use pto_types::{BufferId, CallConfig, DType, TaskArgs, Tensor};
 
-use crate::buffer::BufferInner;
+use crate::buffer::{BufferInner, HostBuffer};
 use crate::callable::{CallableHandle, CallableKind};
+use crate::device::DeviceTensor;
 use crate::engine::tensormap::{BufferKey, Footprint, Overlap};
 use crate::engine::{Access, NewTask, Placement, SlotId};
-use crate::error::{AllocError, OrchError, ScopeError, SubmitError};
+use crate::error::{AllocError, ControlError, OrchError, ScopeError, SubmitError};
 use crate::heap::HEAP_RINGS;
 use crate::report::{TaskId, TaskKind};
 use crate::worker::WorkerShared;
@@ -123,7 +124,7 @@ impl<'run> Orchestrator<'run> {
         config.validate().map_err(SubmitError::InvalidConfig)?;
         self.check_worker(worker)?;
         let label = args.label_str().map(str::to_string);
-        let p = self.prepare(args, None)?;
+        let p = self.prepare(args, None, Some(worker))?;
         let id = self.push(NewTask {
             kind: TaskKind::NextLevel,
             callable_id: h.id(),
@@ -163,7 +164,7 @@ impl<'run> Orchestrator<'run> {
             }
         }
         let label = args_list[0].label_str().map(str::to_string);
-        let (members, accesses) = self.prepare_all(args_list)?;
+        let (members, accesses) = self.prepare_all(args_list, Some(workers))?;
         let id = self.push(NewTask {
             kind: TaskKind::NextLevel,
             callable_id: h.id(),
@@ -206,7 +207,7 @@ impl<'run> Orchestrator<'run> {
             return Err(SubmitError::GroupTooLarge { size, sub_workers });
         }
         let label = args_list[0].label_str().map(str::to_string);
-        let (members, accesses) = self.prepare_all(args_list)?;
+        let (members, accesses) = self.prepare_all(args_list, None)?;
         self.push(NewTask {
             kind: TaskKind::Sub,
             callable_id: h.id(),
@@ -290,6 +291,50 @@ impl<'run> Orchestrator<'run> {
         Ok(tensor)
     }
 
+    /// Chip control inside a run (§1.6): only before the run's first submit; the call first
+    /// waits until this run heads the FIFO (every earlier run completed).
+    fn control_run(&self) -> Result<Option<u64>, ControlError> {
+        if self.submitted > 0 {
+            return Err(ControlError::AfterFirstSubmit);
+        }
+        Ok(Some(self.run_id))
+    }
+
+    /// `Worker::alloc_child_tensor` inside the run, before its first submit.
+    pub fn alloc_child_tensor(
+        &mut self,
+        worker: usize,
+        shape: &[u32],
+        dtype: DType,
+    ) -> Result<DeviceTensor, ControlError> {
+        let run = self.control_run()?;
+        self.shared.alloc_child_tensor(worker, shape, dtype, run)
+    }
+
+    /// `Worker::copy_to` inside the run, before its first submit.
+    pub fn copy_to(&mut self, dst: &DeviceTensor, src: &HostBuffer) -> Result<(), ControlError> {
+        let run = self.control_run()?;
+        self.shared.copy_to_device(dst, src, run)
+    }
+
+    /// `Worker::copy_from` inside the run, before its first submit.
+    pub fn copy_from(&mut self, src: &DeviceTensor, dst: &HostBuffer) -> Result<(), ControlError> {
+        let run = self.control_run()?;
+        self.shared.copy_from_device(src, dst, run)
+    }
+
+    /// `Worker::free` inside the run, before its first submit.
+    pub fn free(&mut self, t: DeviceTensor) -> Result<u64, ControlError> {
+        let run = self.control_run()?;
+        self.shared.free_device(t, run)
+    }
+
+    /// `Worker::committed_device_memory` inside the run, before its first submit.
+    pub fn committed_device_memory(&mut self, chip: usize) -> Result<u64, ControlError> {
+        let run = self.control_run()?;
+        self.shared.committed(chip, run)
+    }
+
     /// Pops every frame (the run's function returned or failed).
     pub(crate) fn end_all_scopes(&mut self) {
         while let Some(frame) = self.frames.pop() {
@@ -328,23 +373,31 @@ impl<'run> Orchestrator<'run> {
         Ok(())
     }
 
+    /// `workers`: the members' next-level workers; `None` for sub tasks.
     fn prepare_all(
         &self,
         args_list: Vec<TaskArgs>,
+        workers: Option<&[usize]>,
     ) -> Result<(Vec<Member>, Vec<Access>), SubmitError> {
         let mut members = Vec::with_capacity(args_list.len());
         let mut accesses = Vec::new();
         let group = args_list.len() > 1;
         for (m, args) in args_list.into_iter().enumerate() {
-            let p = self.prepare(args, group.then_some(m))?;
+            let p = self.prepare(args, group.then_some(m), workers.map(|w| w[m]))?;
             members.push((p.args, p.buffers));
             accesses.extend(p.accesses);
         }
         Ok((members, accesses))
     }
 
-    /// Step 1 of §2.5 for one argument list.
-    fn prepare(&self, args: TaskArgs, member: Option<usize>) -> Result<Prepared, SubmitError> {
+    /// Step 1 of §2.5 for one argument list, run on next-level worker `worker` (`None`: a sub
+    /// task). A device tensor may appear only in a task for its own chip (§9 row 20).
+    fn prepare(
+        &self,
+        args: TaskArgs,
+        member: Option<usize>,
+        worker: Option<usize>,
+    ) -> Result<Prepared, SubmitError> {
         let in_member = |reason: String| match member {
             Some(m) => format!("group member {m}: {reason}"),
             None => reason,
@@ -365,6 +418,22 @@ impl<'run> Orchestrator<'run> {
                     )),
                 });
             };
+            let device_worker = b.device().map(|(chip, _)| chip);
+            if let Some(chip) = device_worker {
+                let reason = match worker {
+                    None => Some("device tensors cannot be used by sub tasks".to_string()),
+                    Some(w) if w != chip as usize => Some(format!(
+                        "device tensor belongs to chip {chip}, not chip {w}"
+                    )),
+                    Some(_) => None,
+                };
+                if let Some(reason) = reason {
+                    return Err(SubmitError::InvalidArgs {
+                        index: Some(i),
+                        reason: in_member(reason),
+                    });
+                }
+            }
             buffers.push(b);
             if let Some(footprint) = Footprint::of(t) {
                 accesses.push((
@@ -373,7 +442,7 @@ impl<'run> Orchestrator<'run> {
                         tag: *tag,
                         key: BufferKey {
                             buffer: t.buffer().id(),
-                            device_worker: None,
+                            device_worker,
                         },
                         footprint,
                     },

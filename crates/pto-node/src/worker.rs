@@ -29,12 +29,13 @@ use pto_types::node_wire::mailbox::KindCode;
 use pto_types::node_wire::worker_spec::WorkerSpec;
 use pto_types::ring_config::env::EnvSource;
 use pto_types::wait::{SpinPolicy, wait_until};
-use pto_types::{BufferId, CallConfig, TaskArgs};
+use pto_types::{BufferId, CallConfig, DType, TaskArgs};
 
 use crate::buffer::{BufferInner, BufferTable, HostBuffer, Memory};
 use crate::builder::{EndpointMode, WorkerBuilder, WorkerOptions};
 use crate::callable::{Callable, CallableHandle, CallableKind, CallableTable};
 use crate::child::serve::{chip_spec_from_boot, chip_spec_to_boot};
+use crate::device::DeviceTensor;
 use crate::endpoint::in_process::{InProcessEndpoint, LaneWork, panic_message};
 use crate::endpoint::{ControlCmd, ControlReply, Endpoint};
 use crate::engine::{ControlJob, ControlSlot, Engine, EngineConfig, Lane, RunFence};
@@ -86,6 +87,79 @@ pub(crate) struct WorkerShared {
 impl WorkerShared {
     pub(crate) fn next_buffer_id(&self) -> u64 {
         self.next_buffer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs one control command on `lane` (§1.6). Outside runs (`in_run: None`) only when no
+    /// run is unfinished; inside run `in_run` (before its first submit, checked by the
+    /// Orchestrator) once that run heads the FIFO, so every lane is idle.
+    pub(crate) fn control(
+        &self,
+        lane: Lane,
+        cmd: ControlCmd,
+        in_run: Option<u64>,
+    ) -> Result<ControlReply, ControlError> {
+        if *self.lifecycle.lock() != Lifecycle::Ready {
+            return Err(ControlError::NotReady);
+        }
+        let (index, count) = match lane {
+            Lane::Chip(w) => (w, self.options.chips),
+            Lane::Sub(s) => (s, self.options.sub_workers),
+        };
+        if index >= count {
+            return Err(ControlError::UnknownWorker { worker: index });
+        }
+        let name = {
+            let names = self.names.lock();
+            match lane {
+                Lane::Chip(w) => names.0[w].clone(),
+                Lane::Sub(s) => names.1[s].clone(),
+            }
+        };
+        if let Some(run_id) = in_run {
+            // Earlier runs always complete (§3), so this wait has a progress guarantee.
+            let _ = wait_until(&self.engine.runs_changed, self.waiter_spin(), None, || {
+                self.engine.state.lock().is_head(run_id).then_some(())
+            });
+        }
+        let reply = Arc::new(ControlSlot::default());
+        {
+            let mut st = self.engine.state.lock();
+            let runs = st.unfinished_runs();
+            let own = usize::from(in_run.is_some_and(|r| st.is_head(r)));
+            if runs > own {
+                return Err(ControlError::RunsInFlight { count: runs });
+            }
+            st.controls.push_back(ControlJob {
+                lane,
+                cmd,
+                reply: Arc::clone(&reply),
+            });
+        }
+        self.engine.doorbell.notify_one();
+        let deadline = Instant::now() + self.options.control_timeout;
+        let result = wait_until(&reply.done, self.waiter_spin(), Some(deadline), || {
+            reply.value.lock().take()
+        })
+        .map_err(|_| {
+            // The frame's owner is unknown now: a child process is killed (the scheduler then
+            // sees it die and fails what it held); §4.7.
+            if let Some(rt) = &*self.children.lock() {
+                let status = match lane {
+                    Lane::Chip(w) => rt.chip_status.get(w),
+                    Lane::Sub(s) => rt.sub_status.get(s),
+                };
+                if let Some(status) = status {
+                    status.kill();
+                }
+            }
+            ControlError::Timeout {
+                worker: name.clone(),
+            }
+        })?;
+        result.map_err(|e| ControlError::Endpoint {
+            worker: name,
+            message: e.to_string(),
+        })
     }
 
     fn waiter_spin(&self) -> SpinPolicy {
@@ -673,13 +747,34 @@ impl Worker {
     /// Device memory accounted on chip `chip` (cached arenas and allocations). Runs only when
     /// no run is unfinished (chip control shares the lane with tasks, §1.6).
     pub fn committed_device_memory(&self, chip: usize) -> Result<u64, ControlError> {
-        match self.control(Lane::Chip(chip), ControlCmd::CommittedDeviceMemory)? {
-            ControlReply::Bytes(b) => Ok(b),
-            ControlReply::Echo(_) => Err(ControlError::Endpoint {
-                worker: format!("chip {chip}"),
-                message: "unexpected reply to COMMITTED_DEVICE_MEMORY".to_string(),
-            }),
-        }
+        self.shared.committed(chip, None)
+    }
+
+    /// Allocates a row-major `shape` of `dtype` in chip `worker`'s device memory (§1.3, §1.6);
+    /// between runs only. Use its tensor in tasks for that chip; release it with `free`.
+    pub fn alloc_child_tensor(
+        &self,
+        worker: usize,
+        shape: &[u32],
+        dtype: DType,
+    ) -> Result<DeviceTensor, ControlError> {
+        self.shared.alloc_child_tensor(worker, shape, dtype, None)
+    }
+
+    /// Copies the whole host buffer `src` into `dst` (equal sizes); between runs only.
+    pub fn copy_to(&self, dst: &DeviceTensor, src: &HostBuffer) -> Result<(), ControlError> {
+        self.shared.copy_to_device(dst, src, None)
+    }
+
+    /// Copies the whole device tensor `src` into the host buffer `dst` (equal sizes); between
+    /// runs only.
+    pub fn copy_from(&self, src: &DeviceTensor, dst: &HostBuffer) -> Result<(), ControlError> {
+        self.shared.copy_from_device(src, dst, None)
+    }
+
+    /// Frees a device tensor; returns the bytes released. Between runs only.
+    pub fn free(&self, t: DeviceTensor) -> Result<u64, ControlError> {
+        self.shared.free_device(t, None)
     }
 
     /// Sends PING with `data` to chip `chip` (or, with `sub: true`, sub worker `chip`) and
@@ -691,74 +786,16 @@ impl Worker {
         } else {
             Lane::Chip(worker)
         };
-        match self.control(lane, ControlCmd::Ping(data.to_vec()))? {
+        match self
+            .shared
+            .control(lane, ControlCmd::Ping(data.to_vec()), None)?
+        {
             ControlReply::Echo(v) => Ok(v),
-            ControlReply::Bytes(_) => Err(ControlError::Endpoint {
+            _ => Err(ControlError::Endpoint {
                 worker: format!("worker {worker}"),
                 message: "unexpected reply to PING".to_string(),
             }),
         }
-    }
-
-    fn control(&self, lane: Lane, cmd: ControlCmd) -> Result<ControlReply, ControlError> {
-        if *self.shared.lifecycle.lock() != Lifecycle::Ready {
-            return Err(ControlError::NotReady);
-        }
-        let (index, count) = match lane {
-            Lane::Chip(w) => (w, self.shared.options.chips),
-            Lane::Sub(s) => (s, self.shared.options.sub_workers),
-        };
-        if index >= count {
-            return Err(ControlError::UnknownWorker { worker: index });
-        }
-        let name = {
-            let names = self.shared.names.lock();
-            match lane {
-                Lane::Chip(w) => names.0[w].clone(),
-                Lane::Sub(s) => names.1[s].clone(),
-            }
-        };
-        let reply = Arc::new(ControlSlot::default());
-        {
-            let mut st = self.shared.engine.state.lock();
-            let runs = st.unfinished_runs();
-            if runs > 0 {
-                return Err(ControlError::RunsInFlight { count: runs });
-            }
-            st.controls.push_back(ControlJob {
-                lane,
-                cmd,
-                reply: Arc::clone(&reply),
-            });
-        }
-        self.shared.engine.doorbell.notify_one();
-        let deadline = Instant::now() + self.shared.options.control_timeout;
-        let result = wait_until(
-            &reply.done,
-            self.shared.waiter_spin(),
-            Some(deadline),
-            || reply.value.lock().take(),
-        )
-        .map_err(|_| {
-            // The frame's owner is unknown now: a child process is killed (the scheduler then
-            // sees it die and fails what it held); §4.7.
-            if let Some(rt) = &*self.shared.children.lock() {
-                let status = match lane {
-                    Lane::Chip(w) => rt.chip_status.get(w),
-                    Lane::Sub(s) => rt.sub_status.get(s),
-                };
-                if let Some(status) = status {
-                    status.kill();
-                }
-            }
-            ControlError::Timeout {
-                worker: name.clone(),
-            }
-        })?;
-        result.map_err(|e| ControlError::Endpoint {
-            worker: name,
-            message: e.to_string(),
-        })
     }
 
     /// Live slots, unfinished runs and heap-ring use now.

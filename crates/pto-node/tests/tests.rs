@@ -22,5 +22,6 @@ mod failure;
 mod graph;
 mod heap;
 mod l4;
+mod memory;
 
 pto_node::test_child_entry!();

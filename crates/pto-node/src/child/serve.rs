@@ -7,9 +7,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pto_chip::memory::{AllocId, DeviceMemoryError};
 use pto_chip::{ChipRunReport, ChipSpec, ChipWorker, RunContext};
 use pto_types::node_wire::FrameError;
-use pto_types::node_wire::args_blob::{TensorSpace, WireArgs, decode_args};
+use pto_types::node_wire::args_blob::{TensorSpace, WireArgs, decode_args, decode_tensor};
 use pto_types::node_wire::boot::{BootBlock, BootChipSpec};
 use pto_types::node_wire::mailbox::{
     self as frame, CallableSection, ControlRequest, FIXED_BYTES, KindCode, Op, RESULT_BIND_FAILURE,
@@ -19,7 +20,7 @@ use pto_types::node_wire::segment_msg::{MESSAGE_BYTES, SegmentMsg};
 use pto_types::node_wire::worker_spec::WorkerSpec;
 use pto_types::ring_config::env::EnvSource;
 use pto_types::wire::WireError;
-use pto_types::{BufferMemory, ErrorCode, TaskArgs};
+use pto_types::{BufferMemory, ErrorCode, TaskArgs, Tensor};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
 use super::{Child, Role, role_name};
@@ -432,6 +433,56 @@ impl Child {
         Ok((Arc::clone(seg), offset))
     }
 
+    /// The host bytes a COPY_TO / COPY_FROM names: the window of its wire tensor, which must
+    /// cover `nbytes` from the buffer's first byte.
+    fn host_window(&self, host: &[u8], nbytes: u64) -> Result<(Arc<Segment>, usize), Box<Reply>> {
+        let w = decode_tensor(host, 0).map_err(|e| Box::new(frame_error(e)))?;
+        let (seg, offset) = self.window(&w)?;
+        if nbytes > w.buffer_bytes {
+            return Err(Box::new(Reply::error(
+                ErrorCode::BufferUnavailable,
+                format!(
+                    "{}: a copy of {nbytes} bytes exceeds the {}-byte host buffer",
+                    self.name, w.buffer_bytes
+                ),
+            )));
+        }
+        Ok((seg, offset))
+    }
+
+    /// A device wire tensor over this chip's allocation (`ChipWorker::device_buffer`).
+    fn device_tensor(
+        &self,
+        chip: &ChipWorker,
+        index: u32,
+        w: &pto_types::node_wire::args_blob::WireTensor,
+    ) -> Result<Tensor, Box<Reply>> {
+        let unavailable = |why: String| {
+            Box::new(Reply::error(
+                ErrorCode::BufferUnavailable,
+                format!("{}: device buffer {:?}: {why}", self.name, w.id),
+            ))
+        };
+        if w.location.device_worker != Some(index) {
+            return Err(unavailable(format!(
+                "it belongs to chip {:?}",
+                w.location.device_worker
+            )));
+        }
+        let buffer = chip
+            .device_buffer(AllocId(w.location.segment))
+            .map_err(|e| unavailable(e.to_string()))?;
+        if buffer.bytes() != w.buffer_bytes {
+            return Err(unavailable(format!(
+                "the allocation has {} bytes, the tensor names {}",
+                buffer.bytes(),
+                w.buffer_bytes
+            )));
+        }
+        Tensor::new(buffer, w.byte_offset, &w.shape, &w.strides, w.dtype)
+            .map_err(|e| unavailable(e.to_string()))
+    }
+
     fn task_args(
         &self,
         wire: &WireArgs,
@@ -439,6 +490,13 @@ impl Child {
     ) -> Result<TaskArgs, Box<Reply>> {
         let mut args = TaskArgs::new();
         for w in &wire.tensors {
+            if w.location.space == TensorSpace::Device
+                && let Role::Chip { chip, index } = &self.role
+            {
+                let t = self.device_tensor(chip, *index, w)?;
+                args = args.tensor(w.tag, &t);
+                continue;
+            }
             let (seg, offset) = self.window(w)?;
             let memory: Arc<dyn BufferMemory> = Arc::new(
                 SegmentWindow::new(seg, offset, w.buffer_bytes as usize)
@@ -519,7 +577,83 @@ impl Child {
     }
 
     fn run_control(&mut self, req: ControlRequest) -> Reply {
+        if matches!(
+            req,
+            ControlRequest::CopyTo { .. } | ControlRequest::CopyFrom { .. }
+        ) {
+            self.drain_socket();
+        }
+        let device = |e: DeviceMemoryError| {
+            Reply::error(
+                ErrorCode::DeviceMemoryExhausted,
+                format!("{}: {e}", self.name),
+            )
+        };
         match (&self.role, req) {
+            (Role::Chip { chip, .. }, ControlRequest::Malloc { nbytes, alignment }) => {
+                let id = match chip.malloc(nbytes, alignment) {
+                    Ok(id) => id,
+                    Err(e) => return device(e),
+                };
+                let address = match chip.device_buffer(id) {
+                    Ok(b) => b.id().buffer_id,
+                    Err(e) => return device(e),
+                };
+                let mut r = Reply::ok();
+                r.header.result = id.0;
+                r.payload = address.to_le_bytes().to_vec();
+                r
+            }
+            (Role::Chip { chip, .. }, ControlRequest::Free { alloc }) => {
+                match chip.free(AllocId(alloc)) {
+                    Ok(bytes) => {
+                        let mut r = Reply::ok();
+                        r.header.result = bytes;
+                        r
+                    }
+                    Err(e) => device(e),
+                }
+            }
+            (
+                Role::Chip { chip, .. },
+                ControlRequest::CopyTo {
+                    alloc,
+                    device_offset,
+                    nbytes,
+                    host,
+                },
+            ) => {
+                let (seg, at) = match self.host_window(&host, nbytes) {
+                    Ok(w) => w,
+                    Err(r) => return *r,
+                };
+                let bytes = seg.read_elems::<u8>(at, nbytes as usize);
+                match chip.copy_to_device(AllocId(alloc), device_offset, &bytes) {
+                    Ok(()) => Reply::ok(),
+                    Err(e) => device(e),
+                }
+            }
+            (
+                Role::Chip { chip, .. },
+                ControlRequest::CopyFrom {
+                    alloc,
+                    device_offset,
+                    nbytes,
+                    host,
+                },
+            ) => {
+                let (seg, at) = match self.host_window(&host, nbytes) {
+                    Ok(w) => w,
+                    Err(r) => return *r,
+                };
+                match chip.copy_from_device(AllocId(alloc), device_offset, nbytes) {
+                    Ok(bytes) => {
+                        seg.write_elems::<u8>(at, &bytes);
+                        Reply::ok()
+                    }
+                    Err(e) => device(e),
+                }
+            }
             (_, ControlRequest::Ping(data)) => Reply {
                 payload: data,
                 ..Reply::ok()

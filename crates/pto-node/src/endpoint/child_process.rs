@@ -23,19 +23,23 @@ use std::time::{Duration, Instant};
 
 use pto_chip::ChipRunReport;
 use pto_types::ErrorCode;
-use pto_types::node_wire::args_blob::{TensorLocation, TensorSpace, encode_args};
+use pto_types::node_wire::args_blob::{
+    TensorLocation, TensorSpace, WIRE_TENSOR_BYTES, encode_args, encode_tensor,
+};
 use pto_types::node_wire::mailbox::{
     self as frame, CallableSection, ChipReplyExtra, ControlRequest, FIXED_BYTES, FLAG_GROUP_MEMBER,
     KindCode, MailboxState, Op, RESULT_BIND_FAILURE, RequestHeader,
 };
 use pto_types::node_wire::run_report::WireRunReport;
 use pto_types::node_wire::segment_msg::SegmentMsg;
+use pto_types::{DType, Tensor, TensorTag};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 use super::{
     Completion, ControlCmd, ControlReply, Endpoint, EndpointError, Failure, Health,
     ShutdownOutcome, TaskRequest,
 };
+use crate::buffer::BufferInner;
 use crate::callable::CallableKind;
 use crate::engine::SlotId;
 use crate::error::FailureKind;
@@ -267,6 +271,30 @@ impl ChildProcessEndpoint {
         }
     }
 
+    /// The 112-byte wire tensor naming a whole host buffer (bytes as `U8`) for COPY_TO /
+    /// COPY_FROM; sends its segment first if the child lacks it.
+    fn host_wire_tensor(&mut self, host: &Arc<BufferInner>) -> Result<Vec<u8>, EndpointError> {
+        let (Some(seg), Some((_, loc))) = (host.segment(), host.location()) else {
+            return Err(EndpointError::Failed(format!(
+                "buffer {:?} is not in shared memory",
+                host.id()
+            )));
+        };
+        let seg = Arc::clone(seg);
+        self.sync_segments(&[seg])?;
+        let len = u32::try_from(host.bytes()).map_err(|_| {
+            EndpointError::Failed(format!(
+                "a copy of {} bytes exceeds one 4 GiB wire tensor",
+                host.bytes()
+            ))
+        })?;
+        let t = Tensor::contiguous(host.buffer_ref(), &[len], DType::U8)
+            .map_err(|e| EndpointError::Failed(e.to_string()))?;
+        let mut out = vec![0u8; WIRE_TENSOR_BYTES];
+        encode_tensor(TensorTag::Input, &t, &loc, &mut out);
+        Ok(out)
+    }
+
     /// Rebuilds the chip's run report from the report area and the reply payload.
     fn chip_report(
         &self,
@@ -318,6 +346,15 @@ impl Endpoint for ChildProcessEndpoint {
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         let mut locations: Vec<TensorLocation> = Vec::with_capacity(req.buffers.len());
         for b in &req.buffers {
+            if let Some((chip, alloc)) = b.device() {
+                locations.push(TensorLocation {
+                    space: TensorSpace::Device,
+                    device_worker: Some(chip),
+                    segment: alloc,
+                    segment_offset: 0,
+                });
+                continue;
+            }
             let Some((_, loc)) = b.location() else {
                 return Err(EndpointError::Failed(format!(
                     "buffer {:?} is not in shared memory",
@@ -422,6 +459,39 @@ impl Endpoint for ChildProcessEndpoint {
         let req = match cmd {
             ControlCmd::CommittedDeviceMemory => ControlRequest::CommittedDeviceMemory,
             ControlCmd::Ping(data) => ControlRequest::Ping(data),
+            ControlCmd::Malloc { bytes, align } => ControlRequest::Malloc {
+                nbytes: bytes,
+                alignment: align,
+            },
+            ControlCmd::Free { alloc } => ControlRequest::Free { alloc },
+            ControlCmd::CopyTo {
+                alloc,
+                offset,
+                ref host,
+            }
+            | ControlCmd::CopyFrom {
+                alloc,
+                offset,
+                ref host,
+            } => {
+                let wire = self.host_wire_tensor(host)?;
+                let nbytes = host.bytes() as u64;
+                if matches!(cmd, ControlCmd::CopyTo { .. }) {
+                    ControlRequest::CopyTo {
+                        alloc,
+                        device_offset: offset,
+                        nbytes,
+                        host: wire,
+                    }
+                } else {
+                    ControlRequest::CopyFrom {
+                        alloc,
+                        device_offset: offset,
+                        nbytes,
+                        host: wire,
+                    }
+                }
+            }
         };
         let payload = req
             .encode()
@@ -460,6 +530,16 @@ impl Endpoint for ChildProcessEndpoint {
                         }
                         Some(Ok(match op {
                             Op::Ping => ControlReply::Echo(payload),
+                            Op::Malloc => {
+                                let mut address = [0u8; 8];
+                                let n = payload.len().min(8);
+                                address[..n].copy_from_slice(&payload[..n]);
+                                ControlReply::Alloc {
+                                    alloc: reply.result,
+                                    address: u64::from_le_bytes(address),
+                                }
+                            }
+                            Op::CopyTo | Op::CopyFrom => ControlReply::Done,
                             _ => ControlReply::Bytes(reply.result),
                         }))
                     }

@@ -21,10 +21,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use pto_chip::memory::{AllocId, DeviceMemoryError};
 use pto_chip::{BindError, ChipRunError, ChipWorker, RunContext};
 use pto_types::ring_config::resolve::SizingError;
 use pto_types::wait::{EventCount, SpinPolicy, wait_until};
-use pto_types::{CallConfig, ErrorCode};
+use pto_types::{CallConfig, ErrorCode, TaskArgs, Tensor};
 
 use super::{
     Completion, ControlCmd, ControlReply, Endpoint, EndpointError, Failure, Health,
@@ -245,15 +246,99 @@ fn lane_main(lane: Arc<LaneShared>, work: LaneWork, spin: SpinPolicy) {
 }
 
 fn run_control(work: &LaneWork, cmd: ControlCmd) -> Result<ControlReply, EndpointError> {
-    match (cmd, work) {
-        (ControlCmd::CommittedDeviceMemory, LaneWork::Chip { chip, .. }) => {
+    let chip = match (&cmd, work) {
+        (ControlCmd::Ping(data), _) => return Ok(ControlReply::Echo(data.clone())),
+        (_, LaneWork::Chip { chip, .. }) => chip,
+        (cmd, LaneWork::Sub { .. }) => return Err(EndpointError::Unsupported(cmd_name(cmd))),
+    };
+    let device = |e: DeviceMemoryError| EndpointError::Failed(e.to_string());
+    match cmd {
+        ControlCmd::Ping(_) => unreachable!("answered above"),
+        ControlCmd::CommittedDeviceMemory => {
             Ok(ControlReply::Bytes(chip.committed_device_memory()))
         }
-        (ControlCmd::CommittedDeviceMemory, LaneWork::Sub { .. }) => {
-            Err(EndpointError::Unsupported("COMMITTED_DEVICE_MEMORY"))
+        ControlCmd::Malloc { bytes, align } => {
+            let id = chip.malloc(bytes, align).map_err(device)?;
+            let address = chip.device_buffer(id).map_err(device)?.id().buffer_id;
+            Ok(ControlReply::Alloc {
+                alloc: id.0,
+                address,
+            })
         }
-        (ControlCmd::Ping(data), _) => Ok(ControlReply::Echo(data)),
+        ControlCmd::Free { alloc } => Ok(ControlReply::Bytes(
+            chip.free(AllocId(alloc)).map_err(device)?,
+        )),
+        ControlCmd::CopyTo {
+            alloc,
+            offset,
+            host,
+        } => {
+            let bytes = host
+                .read_raw::<u8>(0, host.bytes())
+                .map_err(|e| EndpointError::Failed(e.to_string()))?;
+            chip.copy_to_device(AllocId(alloc), offset, &bytes)
+                .map_err(device)?;
+            Ok(ControlReply::Done)
+        }
+        ControlCmd::CopyFrom {
+            alloc,
+            offset,
+            host,
+        } => {
+            let bytes = chip
+                .copy_from_device(AllocId(alloc), offset, host.bytes() as u64)
+                .map_err(device)?;
+            host.write_raw::<u8>(0, &bytes)
+                .map_err(|e| EndpointError::Failed(e.to_string()))?;
+            Ok(ControlReply::Done)
+        }
     }
+}
+
+/// The wire name of a control command.
+pub(crate) fn cmd_name(cmd: &ControlCmd) -> &'static str {
+    match cmd {
+        ControlCmd::CommittedDeviceMemory => "COMMITTED_DEVICE_MEMORY",
+        ControlCmd::Ping(_) => "PING",
+        ControlCmd::Malloc { .. } => "MALLOC",
+        ControlCmd::Free { .. } => "FREE",
+        ControlCmd::CopyTo { .. } => "COPY_TO",
+        ControlCmd::CopyFrom { .. } => "COPY_FROM",
+    }
+}
+
+/// The task's arguments with every device tensor re-pointed at the chip's own allocation
+/// (`ChipWorker::device_buffer`), keeping the view.
+fn chip_args(chip: &ChipWorker, req: &TaskRequest) -> Result<Option<TaskArgs>, Failure> {
+    if !req.buffers.iter().any(|b| b.device().is_some()) {
+        return Ok(None);
+    }
+    let unavailable = |reason: String| Failure {
+        kind: FailureKind::Bind,
+        code: Some(ErrorCode::BufferUnavailable),
+        message: format!("L2 bind failed: {}: {reason}", ErrorCode::BufferUnavailable),
+    };
+    let mut args = TaskArgs::new();
+    for ((tag, t), b) in req.args.tensors().iter().zip(&req.buffers) {
+        let t = match b.device() {
+            Some((_, alloc)) => {
+                let buffer = chip
+                    .device_buffer(AllocId(alloc))
+                    .map_err(|e| unavailable(e.to_string()))?;
+                Tensor::new(buffer, t.byte_offset(), t.shape(), t.strides(), t.dtype())
+                    .map_err(|e| unavailable(e.to_string()))?
+            }
+            None => t.clone(),
+        };
+        args = args.tensor(*tag, &t);
+    }
+    for &s in req.args.scalars() {
+        args = args.scalar(s);
+    }
+    if let Some(label) = req.args.label_str() {
+        args = args.label(label);
+    }
+    Ok(Some(args))
 }
 
 fn run_task(work: &LaneWork, req: &TaskRequest) -> Completion {
@@ -296,9 +381,15 @@ fn run_chip(
     };
     let default = CallConfig::default();
     let cfg = req.config.as_ref().unwrap_or(&default);
-    chip.run(&req.callable, &req.args, cfg, &ctx)
-        .map(Some)
-        .map_err(|e| chip_failure(&e))
+    let device_args = chip_args(chip, req)?;
+    chip.run(
+        &req.callable,
+        device_args.as_ref().unwrap_or(&req.args),
+        cfg,
+        &ctx,
+    )
+    .map(Some)
+    .map_err(|e| chip_failure(&e))
 }
 
 /// Maps a chip error to a failure with the reply code of NODE_RUNTIME.md §4.8.

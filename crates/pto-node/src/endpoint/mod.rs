@@ -74,20 +74,47 @@ pub(crate) struct Completion {
     pub(crate) inner: Option<Box<crate::report::RunReport>>,
 }
 
-/// Control commands (NODE_RUNTIME.md §4.7) the Worker issues today. MALLOC, FREE, COPY_TO,
-/// COPY_FROM, PREWARM and TRIM_ARENAS have wire encodings (`pto_types::node_wire::mailbox`) but
-/// wait for the chip memory API of `ChipWorker`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Control commands (NODE_RUNTIME.md §4.7, §1.6) the Worker issues today. PREWARM,
+/// RESOLVE_CONFIG and TRIM_ARENAS have wire encodings (`pto_types::node_wire::mailbox`) only.
+#[derive(Clone, Debug)]
 pub(crate) enum ControlCmd {
     CommittedDeviceMemory,
     /// Echo the bytes (health, round-trip benchmark).
     Ping(Vec<u8>),
+    /// Allocate device memory on the chip.
+    Malloc {
+        bytes: u64,
+        align: u64,
+    },
+    /// Free a device allocation.
+    Free {
+        alloc: u64,
+    },
+    /// Copy the whole host buffer `host` into allocation `alloc` at `offset`.
+    CopyTo {
+        alloc: u64,
+        offset: u64,
+        host: Arc<BufferInner>,
+    },
+    /// Copy `host.bytes()` bytes of allocation `alloc` from `offset` into `host`.
+    CopyFrom {
+        alloc: u64,
+        offset: u64,
+        host: Arc<BufferInner>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ControlReply {
     Bytes(u64),
     Echo(Vec<u8>),
+    /// MALLOC: the allocation id and its device address.
+    Alloc {
+        alloc: u64,
+        address: u64,
+    },
+    /// COPY_TO / COPY_FROM.
+    Done,
 }
 
 /// A transport-level failure.

@@ -376,7 +376,7 @@ impl EngineState {
         self.runs.iter_mut().find(|r| r.id == run_id)
     }
 
-    fn is_head(&self, run_id: u64) -> bool {
+    pub(crate) fn is_head(&self, run_id: u64) -> bool {
         self.runs.front().is_some_and(|r| r.id == run_id)
     }
 
