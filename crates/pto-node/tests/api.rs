@@ -101,8 +101,8 @@ fn n04_unknown_callable(mode: Mode) {
         Err(RegisterError::BadName { .. })
     ));
     // Same name, same handle.
-    let a = w.register(Callable::chip("vector_add")).unwrap();
-    assert_eq!(w.register(Callable::chip("vector_add")).unwrap(), a);
+    let a = w.register(Callable::chip("elementwise_add")).unwrap();
+    assert_eq!(w.register(Callable::chip("elementwise_add")).unwrap(), a);
     assert_eq!(a.kind(), CallableKind::Chip);
     let s = w.register(Callable::sub("sum_outputs")).unwrap();
     assert_ne!(s, a);
@@ -154,7 +154,7 @@ fn rejected(
 fn n14_to_n19_synchronous_rejections(mode: Mode) {
     with_timeout(30, move || {
         let w = start(builder(mode, 2, 1));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let s = sleeper(&w);
         let (_a, a) = buf(&w, 64, 1.0);
         let (_o, o) = buf(&w, 64, 0.0);

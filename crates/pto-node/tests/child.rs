@@ -89,9 +89,9 @@ fn ping_through_the_mailbox_and_names_with_pids() {
     });
 }
 
-/// Runs `vector_add` on chip 0 once per config; returns each task's resolved sizing.
+/// Runs `elementwise_add` on chip 0 once per config; returns each task's resolved sizing.
 fn sizings(w: &Worker, configs: Vec<(&'static str, CallConfig)>) -> Vec<(String, ResolvedSizing)> {
-    let add = chip(w, "vector_add");
+    let add = chip(w, "elementwise_add");
     let (_a, a) = buf(w, 256, 1.0);
     let outs: Vec<_> = configs.iter().map(|_| buf(w, 256, 0.0)).collect();
     let out_tensors: Vec<_> = outs.iter().map(|(_, t)| t.clone()).collect();
@@ -264,7 +264,7 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
         let victim_name = w.chip_name(0).unwrap();
         let victim = pid_of(&victim_name);
         let fail_if = chip(&w, "fail_if");
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let copy = copier(&w);
         let (_o, o) = buf(&w, 64, 0.0);
         let (c_buf, c) = buf(&w, 64, -1.0);

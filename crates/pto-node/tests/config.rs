@@ -17,11 +17,11 @@ use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
-/// Submits `vector_add` with `config` in a fresh run; returns the synchronous result and checks
+/// Submits `elementwise_add` with `config` in a fresh run; returns the synchronous result and checks
 /// that a rejected submit created nothing and did not fail the run.
 fn submit_with(mode: Mode, config: CallConfig) -> Result<(), SubmitError> {
     let w = start(builder(mode, 1, 0));
-    let add = chip(&w, "vector_add");
+    let add = chip(&w, "elementwise_add");
     let (_a, a) = buf(&w, 64, 1.0);
     let (_o, o) = buf(&w, 64, 0.0);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -129,7 +129,7 @@ fn n13_diagnostics_without_prefix_or_empty_prefix(mode: Mode) {
 fn t18_rejection_leaves_no_trace_and_the_next_submit_succeeds(mode: Mode) {
     with_timeout(20, move || {
         let w = start(builder(mode, 1, 0));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (o_buf, o) = buf(&w, 64, 0.0);
         let report = w
@@ -162,7 +162,7 @@ fn t18_rejection_leaves_no_trace_and_the_next_submit_succeeds(mode: Mode) {
 fn c3_rejection_propagated_with_question_mark_fails_the_run(mode: Mode) {
     with_timeout(20, move || {
         let w = start(builder(mode, 1, 0));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let err = w
             .run(
@@ -183,7 +183,7 @@ fn c3_rejection_propagated_with_question_mark_fails_the_run(mode: Mode) {
     });
 }
 
-/// Runs one `vector_add` task per config on chip 0 of a Worker whose chip sees `env`;
+/// Runs one `elementwise_add` task per config on chip 0 of a Worker whose chip sees `env`;
 /// returns the task reports in order.
 fn run_sized(
     mode: Mode,
@@ -195,7 +195,7 @@ fn run_sized(
         b = b.ring_env(*k, *v);
     }
     let w = start(b);
-    let add = chip(&w, "vector_add");
+    let add = chip(&w, "elementwise_add");
     let (_a, a) = buf(&w, 64, 1.0);
     let outs: Vec<_> = configs.iter().map(|_| buf(&w, 64, 0.0)).collect();
     let out_tensors: Vec<_> = outs.iter().map(|(_, t)| t.clone()).collect();
@@ -293,7 +293,7 @@ fn n47_arena_cache_hits_for_equal_sizings(mode: Mode) {
 fn n48_device_memory_exhausted_names_chip_bytes_and_capacity(mode: Mode) {
     with_timeout(30, move || {
         let w = start(builder(mode, 1, 0).chip_spec(0, small_chip(64 * MIB)));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (_o, o) = buf(&w, 64, 0.0);
         let sized = |heap: u64| {
@@ -390,7 +390,7 @@ fn t72_t73_derived_configs_keep_diagnostics_and_write_per_task_directories(mode:
             ..CallConfig::default()
         };
         let w = start(builder(mode, 1, 0));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (_o, o) = buf(&w, 64, 0.0);
         let report = w
@@ -459,7 +459,7 @@ fn t74_blank_task_config_warns_once_per_run(mode: Mode) {
             .with_env_filter("pto::node=warn")
             .finish();
         let w = start(builder(mode, 1, 0));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let (_a, a) = buf(&w, 64, 1.0);
         let (o_buf, o) = buf(&w, 64, 0.0);
         tracing::subscriber::with_default(subscriber, || {
@@ -491,7 +491,7 @@ fn t74_blank_task_config_warns_once_per_run(mode: Mode) {
 fn t88_bind_failure_poisons_dependents_only(mode: Mode) {
     with_timeout(30, move || {
         let w = start(builder(mode, 1, 1).chip_spec(0, small_chip(4 << 30)));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let copy = copier(&w);
         let fill = filler(&w);
         let (_a, a) = buf(&w, 64, 1.0);

@@ -89,7 +89,7 @@ fn done_heterogeneous_fanout_reserves_per_task_sizing(mode: Mode) {
         }
         let w = start(b);
         let attn = chip(&w, "vector_example");
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let (_a, a) = buf(&w, N, 2.0);
         let (_b, bt) = buf(&w, N, 3.0);
         let (f_buf, f) = buf(&w, N, 0.0);

@@ -31,7 +31,7 @@ fn n30_run(
     // exist when it fails (otherwise fail-fast could reject them first).
     let boom = sub(w, "fail_after");
     let sub_name = w.sub_name(0).unwrap();
-    let add = chip(w, "vector_add");
+    let add = chip(w, "elementwise_add");
     let (_a, a) = buf(w, 64, 1.0);
     let (_x, x) = buf(w, 64, 0.0);
     let (_d, d) = buf(w, 64, -1.0);

@@ -33,7 +33,7 @@ fn l3_pipeline(
     args: &TaskArgs,
     cfg: &CallConfig,
 ) -> Result<(), OrchError> {
-    let add = orch.callable(CallableKind::Chip, "vector_add")?;
+    let add = orch.callable(CallableKind::Chip, "elementwise_add")?;
     let t = args.tensors();
     if t.len() != 4 {
         return Err(OrchError::msg("l3_pipeline takes a, b, out0, out1"));
@@ -87,7 +87,7 @@ fn l3() -> Worker {
         .shutdown_grace(Duration::from_secs(2))
         .build()
         .unwrap();
-    w.register(Callable::chip("vector_add")).unwrap();
+    w.register(Callable::chip("elementwise_add")).unwrap();
     w.register(Callable::chip("fail_if")).unwrap();
     w.register(Callable::sub("sum_outputs")).unwrap();
     w
@@ -156,7 +156,7 @@ fn n02_add_worker_requires_level_4() {
     started.close();
     assert_eq!(l4.add_worker(started), Err(AddWorkerError::ChildNotNew));
     assert!(matches!(
-        l4.register(Callable::chip("vector_add")),
+        l4.register(Callable::chip("elementwise_add")),
         Err(pto_node::RegisterError::WrongLevel { level: 4, .. })
     ));
     assert!(Worker::builder(4).chips(1).build().is_err());

@@ -32,7 +32,7 @@ fn submit_error(
 fn n20_device_tensor_of_another_chip_is_rejected(mode: Mode) {
     with_timeout(60, move || {
         let w = start(builder(mode, 2, 1));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let s = sleeper(&w);
         let d = w.alloc_child_tensor(1, &[64], DType::F32).unwrap();
         assert_eq!(d.worker(), 1);
@@ -74,7 +74,7 @@ fn n20_device_tensor_of_another_chip_is_rejected(mode: Mode) {
 fn n50_control_runs_only_before_the_first_submit(mode: Mode) {
     with_timeout(60, move || {
         let w = start(builder(mode, 1, 1));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let s = sleeper(&w);
         let n = 256usize;
         // A control call inside a run first waits until the run heads the FIFO.
@@ -198,7 +198,7 @@ fn n51_free_while_a_run_is_unfinished(mode: Mode) {
 fn child_memory_example(mode: Mode) {
     with_timeout(60, move || {
         let w = start(builder(mode, 1, 0));
-        let add = chip(&w, "vector_add");
+        let add = chip(&w, "elementwise_add");
         let n = 1024usize;
         let weight: Vec<f32> = (0..n).map(|i| (i as f32) * 0.5).collect();
         let (host_w, _) = f32_buffer(&w, n, |i| weight[i]).unwrap();

@@ -1,6 +1,7 @@
 //! Shared pieces of the pto-node examples (NODE_RUNTIME.md §8.1 and §8.2).
 //!
-//! The callables (`vector_add` on chips, `sum_outputs` on sub workers) are registered here once
+//! The chip callable is pto-kernels' `elementwise_add` (`out = a + b`); the sub callable
+//! `sum_outputs` is registered here once
 //! and the examples' logic lives in plain functions, so each example binary's `main` and the
 //! integration tests (`tests/examples.rs`) run exactly the same code.
 #![allow(dead_code)]
@@ -9,7 +10,6 @@ use std::error::Error;
 use std::fmt::Write as _;
 
 use pto_chip::ChipSpec;
-use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
 use pto_node::{
     Callable, EndpointMode, HostBuffer, MappedArgs, SubContext, TaskError, TaskReport, Worker,
 };
@@ -18,20 +18,6 @@ use pto_types::ring_config::resolve::SizeSource;
 use pto_types::{CallConfig, DType, Resource, RuntimeEnv, TaskArgs, TaskOverrides, Tensor};
 
 pub(crate) type ExampleResult = Result<String, Box<dyn Error + Send + Sync>>;
-
-/// L2 orchestration `vector_add`: `out = a + b` (entry tensors a, b, out; f32).
-pub(crate) fn vector_add<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
-    s.submit_aiv(
-        pto_kernels::vector::ADD,
-        KernelArgs::new()
-            .input(a.tensor(0))
-            .input(a.tensor(1))
-            .output_existing(a.tensor(2)),
-    )?;
-    Ok(())
-}
-
-pto_chip::register_chip!("vector_add", vector_add, expected_args = 3);
 
 /// Sub callable `sum_outputs`: the last tensor (write-tagged) = sum of all the others.
 pub(crate) fn sum_outputs(_ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
@@ -92,7 +78,7 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
         .endpoint_mode(mode)
         .heap_ring_size(1 << 20)
         .build()?;
-    let add = worker.register(Callable::chip("vector_add"))?;
+    let add = worker.register(Callable::chip("elementwise_add"))?;
     let sum = worker.register(Callable::sub("sum_outputs"))?;
     worker.init()?;
     let mut a = Vec::new();
@@ -104,7 +90,7 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
         out.push(f32_buffer(&worker, N, |_| 0.0)?);
     }
     let total = f32_buffer(&worker, N, |_| -1.0)?;
-    // Small per-task sizing: vector_add submits one kernel at depth 0.
+    // Small per-task sizing: elementwise_add submits one kernel at depth 0.
     let overrides = TaskOverrides {
         aicpu_thread_num: None,
         runtime_env: RuntimeEnv::default()
@@ -222,7 +208,7 @@ pub(crate) fn per_task_overrides() -> [(&'static str, RuntimeEnv); 3] {
 
 /// One run of §8.2 on a fresh Worker whose chip sees the environment pairs `env` (in-process:
 /// an empty environment plus the pairs; a chip child: its own environment, which the pairs are
-/// added to at spawn): three `vector_add` tasks with derived configs plus `l2_default` without
+/// added to at spawn): three `elementwise_add` tasks with derived configs plus `l2_default` without
 /// overrides; every output checked. Returns the report of each task, in submission order.
 pub(crate) fn per_task_run(
     mode: EndpointMode,
@@ -242,7 +228,7 @@ pub(crate) fn per_task_run(
         builder = builder.ring_env(*k, *v);
     }
     let worker = builder.build()?;
-    let add = worker.register(Callable::chip("vector_add"))?;
+    let add = worker.register(Callable::chip("elementwise_add"))?;
     worker.init()?;
     let (_a, ta) = f32_buffer(&worker, N, |j| j as f32)?;
     let (_b, tb) = f32_buffer(&worker, N, |_| 0.5)?;
