@@ -195,12 +195,15 @@ pto_chip::register_chip!("sleep_chip", sleep_chip, expected_args = 1);
 
 /// L2 orchestration `fail_if`: fails with EXPLICIT_ORCH_FATAL when `scalar(0) != 0`, else
 /// sleeps `scalar(1)` ms.
+/// L2 orchestration `fail_if`: scalar 0 = fail, scalar 1 = milliseconds to take first (a
+/// failing member sleeps before failing, so a test can finish submitting before fail-fast).
 fn fail_if<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let fail: u64 = a.scalar(0);
+    let ms: u64 = a.scalar(1);
     if fail != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
         return Err(s.report_fatal("this member was asked to fail"));
     }
-    let ms: u64 = a.scalar(1);
     s.submit_aiv(SLEEP, KernelArgs::new().scalar(ms))?;
     Ok(())
 }

@@ -250,7 +250,8 @@ fn n37_group_member_failure_names_the_member(mode: Mode) {
                         .scalar(0u64)
                         .scalar(0u64)
                         .label("grp");
-                    let m1 = TaskArgs::new().scalar(1u64).scalar(0u64);
+                    // Member 1 fails after 200 ms, once the consumer below is submitted.
+                    let m1 = TaskArgs::new().scalar(1u64).scalar(200u64);
                     orch.submit_next_level_group(&fail_if, vec![m0, m1], &small_cfg(), &[0, 1])?;
                     orch.submit_sub(
                         &copy,

@@ -584,10 +584,17 @@ impl Child {
             self.drain_socket();
         }
         let device = |e: DeviceMemoryError| {
-            Reply::error(
-                ErrorCode::DeviceMemoryExhausted,
-                format!("{}: {e}", self.name),
-            )
+            // Reply codes of NODE_RUNTIME.md §4.8: capacity problems are 1004, a bad allocation
+            // id or copy range is 1005, a malformed request is 1001.
+            let code = match e {
+                DeviceMemoryError::Exhausted { .. }
+                | DeviceMemoryError::AddressSpaceExhausted { .. }
+                | DeviceMemoryError::HostMap { .. } => ErrorCode::DeviceMemoryExhausted,
+                DeviceMemoryError::UnknownAllocation { .. }
+                | DeviceMemoryError::OutOfRange { .. } => ErrorCode::BufferUnavailable,
+                DeviceMemoryError::InvalidAlign { .. } => ErrorCode::BadFrame,
+            };
+            Reply::error(code, format!("{}: {e}", self.name))
         };
         match (&self.role, req) {
             (Role::Chip { chip, .. }, ControlRequest::Malloc { nbytes, alignment }) => {
