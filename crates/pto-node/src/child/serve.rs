@@ -507,13 +507,7 @@ impl Child {
                 .map_err(|e| Box::new(frame_error(e)))?;
             args = args.tensor(w.tag, &t);
         }
-        for &s in &wire.scalars {
-            args = args.scalar(s);
-        }
-        if let Some(label) = &callable.label {
-            args = args.label(label);
-        }
-        Ok(args)
+        Ok(with_scalars_and_label(args, wire, callable))
     }
 
     /// Arguments for the inner Worker of a node child: every buffer becomes one of its
@@ -535,13 +529,7 @@ impl Child {
                 .map_err(|e| Box::new(frame_error(e)))?;
             args = args.tensor(w.tag, &t);
         }
-        for &s in &wire.scalars {
-            args = args.scalar(s);
-        }
-        if let Some(label) = &callable.label {
-            args = args.label(label);
-        }
-        Ok(args)
+        Ok(with_scalars_and_label(args, wire, callable))
     }
 
     fn mapped_args(&self, wire: &WireArgs) -> Result<MappedArgs, Box<Reply>> {
@@ -697,4 +685,19 @@ fn chip_reply(report: &ChipRunReport, device_committed: u64) -> Reply {
         payload: extra.encode(),
         ..Reply::ok()
     }
+}
+
+/// Adds the wire's scalars and the callable's label to `args` (tensors come first).
+fn with_scalars_and_label(
+    mut args: TaskArgs,
+    wire: &WireArgs,
+    callable: &CallableSection,
+) -> TaskArgs {
+    for &s in &wire.scalars {
+        args = args.scalar(s);
+    }
+    if let Some(label) = &callable.label {
+        args = args.label(label);
+    }
+    args
 }
