@@ -5,7 +5,7 @@
 
 use anyhow::Context as _;
 use pto_kernels::paged_attention::{check, golden, make_inputs};
-use pto_node::{Callable, Worker};
+use pto_node::{Callable, SubmitError, Worker};
 use pto_types::{DType, ErrorCode, TaskArgs, Tensor};
 
 use super::l2::pa_case;
@@ -105,7 +105,12 @@ impl Scene for HeterogeneousFanout {
                     .input(&a)
                     .output_existing(o)
                     .label(&format!("ew{i}"));
-                orch.submit_next_level(&add, args, &ew_cfg, i % CHIPS)?;
+                match orch.submit_next_level(&add, args, &ew_cfg, i % CHIPS) {
+                    // A task of this run already failed (e.g. an arena that does not fit a
+                    // small chip): stop submitting; the run's report says which and why.
+                    Err(SubmitError::RunFailed(_)) => return Ok(()),
+                    other => other?,
+                };
             }
             Ok(())
         })?;
