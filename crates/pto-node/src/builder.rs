@@ -64,6 +64,8 @@ pub(crate) struct WorkerOptions {
     pub(crate) strict_env: bool,
     pub(crate) chip_env_source: Option<EnvSource>,
     pub(crate) track_war: bool,
+    pub(crate) liveness_timeout: Duration,
+    pub(crate) task_timeout: Option<Duration>,
 }
 
 /// Builds a [`Worker`]; see NODE_RUNTIME.md §1.1 for every option.
@@ -89,7 +91,12 @@ pub struct WorkerBuilder {
     strict_env: bool,
     chip_env_source: Option<EnvSource>,
     track_war: bool,
+    liveness_timeout: Duration,
+    task_timeout: Option<Duration>,
 }
+
+/// The default of `liveness_timeout`.
+pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Smallest `heap_ring_size`.
 pub const MIN_HEAP_RING_SIZE: u64 = 64 << 10;
@@ -117,6 +124,8 @@ impl WorkerBuilder {
             strict_env: false,
             chip_env_source: None,
             track_war: false,
+            liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
+            task_timeout: None,
         }
     }
 
@@ -184,6 +193,24 @@ impl WorkerBuilder {
 
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.shutdown_grace = d;
+        self
+    }
+
+    /// How long a child process may go without answering a liveness probe before it is killed
+    /// and treated as dead (default 5 s). Probes are answered by a thread of the child that
+    /// callables never block, so a long task is not "unresponsive"; bound those with
+    /// [`WorkerBuilder::task_timeout`]. Child-process mode only (threads cannot stop).
+    pub fn liveness_timeout(mut self, d: Duration) -> Self {
+        self.liveness_timeout = d;
+        self
+    }
+
+    /// How long one task may run (default: no limit). A child-process task that runs longer
+    /// fails with `TASK_TIMEOUT`, and its child is killed and restarted (a callable cannot be
+    /// cancelled safely in place). In-process, the task fails with `SCHEDULER_TIMEOUT` (the
+    /// chip watchdog's code) and the lane stays busy until the callable returns.
+    pub fn task_timeout(mut self, d: Option<Duration>) -> Self {
+        self.task_timeout = d;
         self
     }
 
@@ -286,6 +313,8 @@ impl WorkerBuilder {
             ("heap_alloc_timeout", self.heap_alloc_timeout),
             ("close_timeout", self.close_timeout),
             ("shutdown_grace", self.shutdown_grace),
+            ("liveness_timeout", self.liveness_timeout),
+            ("task_timeout", self.task_timeout.unwrap_or(Duration::MAX)),
         ] {
             if d.is_zero() {
                 return err(option, "must be greater than zero".to_string());
@@ -318,6 +347,8 @@ impl WorkerBuilder {
             strict_env: self.strict_env,
             chip_env_source: self.chip_env_source,
             track_war: self.track_war,
+            liveness_timeout: self.liveness_timeout,
+            task_timeout: self.task_timeout,
         }))
     }
 }

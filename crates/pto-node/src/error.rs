@@ -52,6 +52,13 @@ pub enum InitError {
     },
     #[error("cannot start a Worker thread: {0}")]
     Thread(String),
+    /// This process was started as a pto child (`PTO_CHILD=1`) but its `main` did not call
+    /// `pto_node::child_main()` first; starting children would start this image again, without
+    /// end, so nothing is started.
+    #[error(
+        "this process was started as a pto child process (PTO_CHILD=1) but did not call pto_node::child_main() first in main (test binaries: pto_node::test_child_entry!()); refusing to start child processes, which would run this program again without end"
+    )]
+    ChildMainMissing,
 }
 
 /// Why `Worker::add_worker` refused a child Worker (NODE_RUNTIME.md §6.1).
@@ -301,7 +308,8 @@ impl fmt::Display for TaskFailure {
         if let Some(label) = &self.label {
             write!(f, " '{label}'")?;
         }
-        if !self.worker.is_empty() {
+        // An endpoint failure's message names the child already; say it once.
+        if !self.worker.is_empty() && !self.message.contains(&self.worker) {
             write!(f, " on {}", self.worker)?;
         }
         write!(f, ": {}", self.message)

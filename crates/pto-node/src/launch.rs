@@ -12,8 +12,10 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use pto_types::node_wire::boot::{BootBlock, BootCallable};
 use pto_types::node_wire::control_segment::{self, ControlHeader, SEGMENT_BYTES};
@@ -26,10 +28,11 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use crate::builder::{ChildExe, WorkerOptions};
 use crate::callable::{CallableKind, CallableTable};
 use crate::child::serve::chip_spec_to_boot;
+use crate::child::{EXIT_BROKEN, EXIT_INIT_FAILED, EXIT_PARENT_GONE};
 use crate::endpoint::Endpoint;
-use crate::endpoint::child_process::{ChildProcessEndpoint, ChildRole};
+use crate::endpoint::child_process::{ChildProcessEndpoint, ChildRole, ReadyChild};
 use crate::error::InitError;
-use crate::monitor::{ChildStatus, Monitor};
+use crate::monitor::{ChildStatus, ExitInfo, Monitor, SpawnHandle};
 use crate::shm::doorbell::{Doorbell, wait_on};
 use crate::shm::{Mailbox, Segment, SegmentKey, SharedDoorbell};
 use crate::spawn::{SpawnSpec, TEST_ENTRY_ARGS};
@@ -38,9 +41,6 @@ use crate::spawn::{SpawnSpec, TEST_ENTRY_ARGS};
 pub(crate) struct ChildRuntime {
     pub(crate) monitor: Monitor,
     pub(crate) control: Arc<Segment>,
-    /// Each chip's and sub worker's process, by index.
-    pub(crate) chip_status: Vec<Arc<ChildStatus>>,
-    pub(crate) sub_status: Vec<Arc<ChildStatus>>,
 }
 
 impl ChildRuntime {
@@ -60,7 +60,8 @@ pub(crate) struct Launched {
     pub(crate) runtime: ChildRuntime,
 }
 
-struct Pending {
+/// A spawned child that has not reported ready yet.
+pub(crate) struct Pending {
     base_name: String,
     role: ChildRole,
     mailbox: Mailbox,
@@ -72,246 +73,168 @@ impl Pending {
     fn name(&self) -> String {
         format!("{} pid={}", self.base_name, self.status.pid())
     }
+
+    /// `Some(Ok)` once ready, `Some(Err(message))` once it failed or exited, `None` meanwhile.
+    fn progress(&self) -> Option<Result<(), String>> {
+        match self.mailbox.state() {
+            Ok(MailboxState::InitReady) => Some(Ok(())),
+            Ok(MailboxState::InitFailed) => {
+                let fixed = self.mailbox.read_fixed();
+                Some(Err(frame::decode_reply(&fixed)
+                    .map(|r| frame::decode_message(&fixed, r.message_bytes))
+                    .unwrap_or_else(|e| {
+                        format!("undecodable INIT_FAILED reply: {e}")
+                    })))
+            }
+            Ok(MailboxState::Booting) => self.status.exit().map(|exit| Err(early_exit(exit))),
+            other => Some(Err(format!(
+                "mailbox protocol violation at start-up: state {other:?}"
+            ))),
+        }
+    }
+
+    /// Asks the child to exit, waits until `deadline`, then kills it.
+    fn stop(&self, deadline: Instant) {
+        self.mailbox.request_shutdown();
+        let _ = self.mailbox.transition_to_shutdown(MailboxState::InitReady);
+        if !self.status.wait_exit(deadline) {
+            self.status.kill();
+        }
+    }
 }
 
-/// Starts every child of the Worker; on failure nothing is left running.
-pub(crate) fn launch(
-    options: &WorkerOptions,
-    uid: u64,
-    callables: &CallableTable,
-    doorbell: &Arc<Doorbell>,
-    heap: &Arc<Segment>,
-    node_specs: &[Vec<u8>],
-) -> Result<Launched, InitError> {
-    let started = Instant::now();
-    let deadline = started + options.startup_timeout;
-    let thread_err = |e: std::io::Error| InitError::Thread(e.to_string());
-    let control = Arc::new(
-        Segment::create(
-            SegmentKey {
-                owner: uid,
-                segment: u64::MAX,
-            },
-            &format!("pto-{uid:x}-ctl"),
-            SEGMENT_BYTES,
-        )
-        .map_err(thread_err)?,
-    );
-    let mut header = vec![0u8; control_segment::HEADER_BYTES];
-    control_segment::encode(
-        &ControlHeader {
-            parent_pid: std::process::id(),
-            worker_uid: uid,
-            heap_ring_size: options.heap_ring_size,
-        },
-        &mut header,
-    );
-    control.write(0, &header);
-    let shared = SharedDoorbell::new(Arc::clone(&control));
-    doorbell.attach(shared.clone());
-    let mut monitor = Monitor::start(Arc::clone(doorbell)).map_err(thread_err)?;
-    let (exe, args) = match &options.child_exe {
-        ChildExe::CurrentExe => (
-            std::env::current_exe().map_err(thread_err)?,
-            TEST_ENTRY_ARGS
-                .iter()
-                .map(OsString::from)
-                .collect::<Vec<_>>(),
+/// Why a child that exited before INIT_READY did so; the `child_main()` hint only where it can
+/// be the cause (the image ran its own `main` instead of the child runtime).
+fn early_exit(exit: ExitInfo) -> String {
+    let ours = [EXIT_INIT_FAILED, EXIT_PARENT_GONE, EXIT_BROKEN];
+    match exit {
+        ExitInfo::Exited(code) if !ours.contains(&code) => format!(
+            "{} before start-up completed (does the image call pto_node::child_main() first in main, or declare pto_node::test_child_entry!()?)",
+            exit.describe()
         ),
-        ChildExe::Path(p) => (p.clone(), Vec::new()),
-    };
-    let table: Vec<BootCallable> = callables
-        .entries()
-        .into_iter()
-        .map(|(id, kind, name)| BootCallable {
-            id,
-            kind: match kind {
-                CallableKind::Chip => KindCode::Chip,
-                CallableKind::Sub => KindCode::Sub,
-                CallableKind::Node => KindCode::Node,
-            },
-            name: name.to_string(),
-        })
-        .collect();
-    let spin_us = |d: std::time::Duration| d.as_micros().min(u128::from(u32::MAX)) as u32;
-    let mut pending: Vec<Pending> = Vec::new();
-    let roles = (0..options.chips)
-        .map(|i| ChildRole::Chip(i as u32))
-        .chain((0..node_specs.len()).map(|i| ChildRole::Node(i as u32)))
-        .chain((0..options.sub_workers).map(|i| ChildRole::Sub(i as u32)));
-    for role in roles {
-        let (kind, index, base_name) = match role {
-            ChildRole::Chip(i) => (KindCode::Chip, i, format!("chip_child[{i}]")),
-            ChildRole::Sub(i) => (KindCode::Sub, i, format!("sub_child[{i}]")),
-            ChildRole::Node(i) => (KindCode::Node, i, format!("node_child[{i}]")),
+        _ => format!("{} before start-up completed", exit.describe()),
+    }
+}
+
+/// Everything needed to start one child of a Worker, at `init` and for every restart.
+pub(crate) struct ChildFactory {
+    options: WorkerOptions,
+    exe: PathBuf,
+    args: Vec<OsString>,
+    table: Vec<BootCallable>,
+    control: Arc<Segment>,
+    heap: Arc<Segment>,
+    node_specs: Vec<Vec<u8>>,
+    spawner: SpawnHandle,
+    doorbell: Arc<Doorbell>,
+    uid: u64,
+}
+
+impl ChildFactory {
+    /// `chip_child[1]`, `sub_child[0]`, `node_child[2]`.
+    pub(crate) fn base_name(role: ChildRole) -> String {
+        match role {
+            ChildRole::Chip(i) => format!("chip_child[{i}]"),
+            ChildRole::Sub(i) => format!("sub_child[{i}]"),
+            ChildRole::Node(i) => format!("node_child[{i}]"),
+        }
+    }
+
+    fn boot_block(&self, role: ChildRole, deadline: Instant) -> Result<Vec<u8>, String> {
+        let spin_us = |d: Duration| d.as_micros().min(u128::from(u32::MAX)) as u32;
+        let o = &self.options;
+        let (kind, index) = match role {
+            ChildRole::Chip(i) => (KindCode::Chip, i),
+            ChildRole::Sub(i) => (KindCode::Sub, i),
+            ChildRole::Node(i) => (KindCode::Node, i),
         };
-        let spawned = (|| -> Result<Pending, String> {
-            let seg = Segment::create(
-                SegmentKey {
-                    owner: uid,
-                    segment: u64::MAX - 1,
-                },
-                &format!("pto-{uid:x}-mbox-{base_name}"),
-                FRAME_BYTES,
-            )
-            .map_err(|e| e.to_string())?;
-            let mailbox = Mailbox::new(Arc::new(seg));
-            let boot = BootBlock {
-                role: kind,
-                index,
-                startup_budget_ms: deadline
-                    .saturating_duration_since(Instant::now())
-                    .as_millis() as u64,
-                spin_us: [
-                    spin_us(options.scheduler_spin),
-                    spin_us(options.lane_spin),
-                    spin_us(options.waiter_spin),
-                ],
-                strict_env: options.strict_env,
-                chip: match role {
-                    ChildRole::Chip(i) => Some(chip_spec_to_boot(&options.chip_specs[i as usize])),
-                    ChildRole::Sub(_) | ChildRole::Node(_) => None,
-                },
-                callables: table.clone(),
-                node: match role {
-                    ChildRole::Node(i) => Some(node_specs[i as usize].clone()),
-                    _ => None,
-                },
-            };
-            let boot = boot.encode().map_err(|e| e.to_string())?;
-            let mut fixed = vec![0u8; FIXED_BYTES];
-            frame::encode_boot_header(boot.len() as u32, &mut fixed);
-            mailbox.write_parent(&fixed, &boot);
-            let (ours, theirs) = rustix::net::socketpair(
-                AddressFamily::UNIX,
-                SocketType::SEQPACKET,
-                SocketFlags::CLOEXEC,
-                None,
-            )
-            .map_err(|e| e.to_string())?;
-            let raw = |s: &Arc<Segment>| {
-                s.with_fd(|fd| fd.as_raw_fd())
-                    .ok_or_else(|| "a segment descriptor is closed".to_string())
-            };
-            let env = match role {
-                ChildRole::Chip(_) => options.ring_env.clone(),
-                // A node child applies its own Worker's ring_env to its chips.
-                ChildRole::Sub(_) | ChildRole::Node(_) => Vec::new(),
-            };
-            let spec = SpawnSpec {
-                exe: exe.clone(),
-                args: args.clone(),
-                env,
-                fds: [
-                    theirs.as_raw_fd(),
-                    raw(&control)?,
-                    raw(mailbox.segment())?,
-                    raw(heap)?,
-                ],
-            };
-            let status = monitor
-                .spawn(spec)
-                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-            drop(theirs);
-            Ok(Pending {
-                base_name: base_name.clone(),
-                role,
-                mailbox,
-                sock: ours,
-                status,
-            })
-        })();
-        match spawned {
-            Ok(p) => pending.push(p),
-            Err(message) => {
-                rollback(&pending, &mut monitor, options);
-                return Err(InitError::ChildFailed {
-                    child: base_name,
-                    pid: None,
-                    message,
-                });
-            }
+        BootBlock {
+            role: kind,
+            index,
+            startup_budget_ms: deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64,
+            spin_us: [
+                spin_us(o.scheduler_spin),
+                spin_us(o.lane_spin),
+                spin_us(o.waiter_spin),
+            ],
+            strict_env: o.strict_env,
+            chip: match role {
+                ChildRole::Chip(i) => Some(chip_spec_to_boot(&o.chip_specs[i as usize])),
+                ChildRole::Sub(_) | ChildRole::Node(_) => None,
+            },
+            callables: self.table.clone(),
+            node: match role {
+                ChildRole::Node(i) => Some(self.node_specs[i as usize].clone()),
+                _ => None,
+            },
         }
+        .encode()
+        .map_err(|e| e.to_string())
     }
-    // The handshake: every child ready, or the first failure, or the deadline.
-    enum Outcome {
-        Ready,
-        Failed(usize, String),
+
+    /// Spawns the child for `role`: its mailbox (start-up frame, state BOOTING), a
+    /// `SOCK_SEQPACKET` pair, and the process with fds 3–6.
+    fn start(&self, role: ChildRole, deadline: Instant) -> Result<Pending, String> {
+        let base_name = Self::base_name(role);
+        let seg = Segment::create(
+            SegmentKey {
+                owner: self.uid,
+                segment: u64::MAX - 1,
+            },
+            &format!("pto-{:x}-mbox-{base_name}", self.uid),
+            FRAME_BYTES,
+        )
+        .map_err(|e| e.to_string())?;
+        let mailbox = Mailbox::new(Arc::new(seg));
+        let boot = self.boot_block(role, deadline)?;
+        let mut fixed = vec![0u8; FIXED_BYTES];
+        frame::encode_boot_header(boot.len() as u32, &mut fixed);
+        mailbox.write_parent(&fixed, &boot);
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        let raw = |s: &Arc<Segment>| {
+            s.with_fd(|fd| fd.as_raw_fd())
+                .ok_or_else(|| "a segment descriptor is closed (the Worker is closing)".to_string())
+        };
+        let env = match role {
+            ChildRole::Chip(_) => self.options.ring_env.clone(),
+            // A node child applies its own Worker's ring_env to its chips.
+            ChildRole::Sub(_) | ChildRole::Node(_) => Vec::new(),
+        };
+        let spec = SpawnSpec {
+            exe: self.exe.clone(),
+            args: self.args.clone(),
+            env,
+            fds: [
+                theirs.as_raw_fd(),
+                raw(&self.control)?,
+                raw(mailbox.segment())?,
+                raw(&self.heap)?,
+            ],
+        };
+        let status = self
+            .spawner
+            .spawn(spec)
+            .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
+        drop(theirs);
+        Ok(Pending {
+            base_name,
+            role,
+            mailbox,
+            sock: ours,
+            status,
+        })
     }
-    let outcome = wait_on(
-        doorbell,
-        SpinPolicy::new(options.waiter_spin),
-        Some(deadline),
-        || {
-            let mut all_ready = true;
-            for (i, p) in pending.iter().enumerate() {
-                match p.mailbox.state() {
-                    Ok(MailboxState::InitReady) => {}
-                    Ok(MailboxState::InitFailed) => {
-                        let fixed = p.mailbox.read_fixed();
-                        let message = frame::decode_reply(&fixed)
-                            .map(|r| frame::decode_message(&fixed, r.message_bytes))
-                            .unwrap_or_else(|e| format!("undecodable INIT_FAILED reply: {e}"));
-                        return Some(Outcome::Failed(i, message));
-                    }
-                    Ok(MailboxState::Booting) => {
-                        if let Some(exit) = p.status.exit() {
-                            return Some(Outcome::Failed(
-                                i,
-                                format!(
-                                    "{} before start-up completed (does the image call pto_node::child_main() first in main, or declare pto_node::test_child_entry!()?)",
-                                    exit.describe()
-                                ),
-                            ));
-                        }
-                        all_ready = false;
-                    }
-                    other => {
-                        return Some(Outcome::Failed(
-                            i,
-                            format!("mailbox protocol violation at start-up: state {other:?}"),
-                        ));
-                    }
-                }
-            }
-            all_ready.then_some(Outcome::Ready)
-        },
-    );
-    match outcome {
-        Some(Outcome::Ready) => {}
-        Some(Outcome::Failed(i, message)) => {
-            let child = pending[i].base_name.clone();
-            let pid = Some(pending[i].status.pid());
-            rollback(&pending, &mut monitor, options);
-            return Err(InitError::ChildFailed {
-                child,
-                pid,
-                message,
-            });
-        }
-        None => {
-            let names = pending
-                .iter()
-                .filter(|p| p.mailbox.state() != Ok(MailboxState::InitReady))
-                .map(|p| p.base_name.clone())
-                .collect();
-            rollback(&pending, &mut monitor, options);
-            return Err(InitError::Timeout { pending: names });
-        }
-    }
-    let mut launched = Launched {
-        chips: Vec::new(),
-        subs: Vec::new(),
-        chip_names: Vec::new(),
-        sub_names: Vec::new(),
-        runtime: ChildRuntime {
-            monitor,
-            control,
-            chip_status: Vec::new(),
-            sub_status: Vec::new(),
-        },
-    };
-    for p in pending {
+
+    /// The endpoint of a child that reported INIT_READY; its liveness probes start now.
+    fn endpoint(self: &Arc<Self>, p: Pending) -> ChildProcessEndpoint {
         let fixed = p.mailbox.read_fixed();
         let message = frame::decode_reply(&fixed)
             .map(|r| frame::decode_message(&fixed, r.message_bytes))
@@ -326,48 +249,250 @@ pub(crate) fn launch(
         }
         // M1: INIT_READY belongs to the parent; IDLE wakes nobody.
         let _ = p.mailbox.transition_to_idle(MailboxState::InitReady);
+        p.status.start_probing(p.mailbox.clone());
+        // The monitor may be parked without a timeout: let it schedule the probes.
+        self.spawner.poke();
         let name = p.name();
-        match p.role {
-            ChildRole::Chip(_) | ChildRole::Node(_) => {
-                launched.runtime.chip_status.push(Arc::clone(&p.status))
-            }
-            ChildRole::Sub(_) => launched.runtime.sub_status.push(Arc::clone(&p.status)),
+        ChildProcessEndpoint::new(
+            ReadyChild {
+                name,
+                role: p.role,
+                mailbox: p.mailbox,
+                sock: p.sock,
+                status: p.status,
+                env_problems,
+            },
+            &self.heap,
+            Some(Arc::clone(self)),
+        )
+    }
+
+    /// Rings the scheduler's doorbell (a restart finished).
+    pub(crate) fn notify_scheduler(&self) {
+        self.doorbell.notify_one();
+    }
+
+    /// After `delay`, starts a replacement child for `role` and waits (blocking this thread,
+    /// never the scheduler) until it is ready, failed, exited, `startup_timeout` passed or
+    /// `cancel` was set; a child that did not become ready is stopped.
+    pub(crate) fn restart(
+        self: &Arc<Self>,
+        role: ChildRole,
+        delay: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<ChildProcessEndpoint, String> {
+        let cancelled = || cancel.load(Ordering::SeqCst);
+        let wake = Instant::now() + delay;
+        while Instant::now() < wake && !cancelled() {
+            std::thread::sleep(
+                wake.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(10)),
+            );
         }
-        let ep = ChildProcessEndpoint::new(
-            name.clone(),
-            p.role,
-            p.mailbox,
-            p.sock,
-            p.status,
-            heap,
-            env_problems,
-        );
-        match p.role {
+        if cancelled() {
+            return Err("the Worker is closing".to_string());
+        }
+        let deadline = Instant::now() + self.options.startup_timeout;
+        let p = self.start(role, deadline)?;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match p.progress() {
+                Some(Ok(())) => return Ok(self.endpoint(p)),
+                Some(Err(message)) => {
+                    p.stop(Instant::now() + self.options.shutdown_grace);
+                    return Err(format!("{}: {message}", p.name()));
+                }
+                None if cancelled() => {
+                    p.stop(Instant::now());
+                    return Err("the Worker is closing".to_string());
+                }
+                None if Instant::now() >= deadline => {
+                    p.stop(Instant::now());
+                    return Err(format!(
+                        "{} did not report ready within startup_timeout ({:?})",
+                        p.name(),
+                        self.options.startup_timeout
+                    ));
+                }
+                // Start-up only: a short poll keeps the doorbell's one parked waiter (the
+                // scheduler) its own.
+                None => std::thread::sleep(pause),
+            }
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The node control segment, written before any child starts.
+fn control_segment(options: &WorkerOptions, uid: u64) -> std::io::Result<Arc<Segment>> {
+    let control = Arc::new(Segment::create(
+        SegmentKey {
+            owner: uid,
+            segment: u64::MAX,
+        },
+        &format!("pto-{uid:x}-ctl"),
+        SEGMENT_BYTES,
+    )?);
+    let mut header = vec![0u8; control_segment::HEADER_BYTES];
+    control_segment::encode(
+        &ControlHeader {
+            parent_pid: std::process::id(),
+            worker_uid: uid,
+            heap_ring_size: options.heap_ring_size,
+        },
+        &mut header,
+    );
+    control.write(0, &header);
+    Ok(control)
+}
+
+fn boot_table(callables: &CallableTable) -> Vec<BootCallable> {
+    callables
+        .entries()
+        .into_iter()
+        .map(|(id, kind, name)| BootCallable {
+            id,
+            kind: match kind {
+                CallableKind::Chip => KindCode::Chip,
+                CallableKind::Sub => KindCode::Sub,
+                CallableKind::Node => KindCode::Node,
+            },
+            name: name.to_string(),
+        })
+        .collect()
+}
+
+/// Starts every child of the Worker; on failure nothing is left running.
+pub(crate) fn launch(
+    options: &WorkerOptions,
+    uid: u64,
+    callables: &CallableTable,
+    doorbell: &Arc<Doorbell>,
+    heap: &Arc<Segment>,
+    node_specs: &[Vec<u8>],
+) -> Result<Launched, InitError> {
+    let deadline = Instant::now() + options.startup_timeout;
+    let thread_err = |e: std::io::Error| InitError::Thread(e.to_string());
+    let control = control_segment(options, uid).map_err(thread_err)?;
+    doorbell.attach(SharedDoorbell::new(Arc::clone(&control)));
+    let mut monitor =
+        Monitor::start(Arc::clone(doorbell), options.liveness_timeout).map_err(thread_err)?;
+    let (exe, args) = match &options.child_exe {
+        ChildExe::CurrentExe => (
+            std::env::current_exe().map_err(thread_err)?,
+            TEST_ENTRY_ARGS.iter().map(OsString::from).collect(),
+        ),
+        ChildExe::Path(p) => (p.clone(), Vec::new()),
+    };
+    let factory = Arc::new(ChildFactory {
+        options: options.clone(),
+        exe,
+        args,
+        table: boot_table(callables),
+        control: Arc::clone(&control),
+        heap: Arc::clone(heap),
+        node_specs: node_specs.to_vec(),
+        spawner: monitor.handle(),
+        doorbell: Arc::clone(doorbell),
+        uid,
+    });
+    let roles = (0..options.chips)
+        .map(|i| ChildRole::Chip(i as u32))
+        .chain((0..node_specs.len()).map(|i| ChildRole::Node(i as u32)))
+        .chain((0..options.sub_workers).map(|i| ChildRole::Sub(i as u32)));
+    let mut pending: Vec<Pending> = Vec::new();
+    for role in roles {
+        match factory.start(role, deadline) {
+            Ok(p) => pending.push(p),
+            Err(message) => {
+                rollback(&pending, &mut monitor, options);
+                return Err(InitError::ChildFailed {
+                    child: ChildFactory::base_name(role),
+                    pid: None,
+                    message,
+                });
+            }
+        }
+    }
+    if let Err(e) = handshake(&pending, doorbell, options, deadline) {
+        rollback(&pending, &mut monitor, options);
+        return Err(e);
+    }
+    let mut launched = Launched {
+        chips: Vec::new(),
+        subs: Vec::new(),
+        chip_names: Vec::new(),
+        sub_names: Vec::new(),
+        runtime: ChildRuntime { monitor, control },
+    };
+    for p in pending {
+        let name = p.name();
+        let role = p.role;
+        let ep: Box<dyn Endpoint> = Box::new(factory.endpoint(p));
+        match role {
             ChildRole::Chip(_) | ChildRole::Node(_) => {
                 launched.chip_names.push(name);
-                launched.chips.push(Box::new(ep));
+                launched.chips.push(ep);
             }
             ChildRole::Sub(_) => {
                 launched.sub_names.push(name);
-                launched.subs.push(Box::new(ep));
+                launched.subs.push(ep);
             }
         }
     }
     Ok(launched)
 }
 
+/// Waits until every child is ready, one failed or exited, or the deadline passed.
+fn handshake(
+    pending: &[Pending],
+    doorbell: &Arc<Doorbell>,
+    options: &WorkerOptions,
+    deadline: Instant,
+) -> Result<(), InitError> {
+    let outcome = wait_on(
+        doorbell,
+        SpinPolicy::new(options.waiter_spin),
+        Some(deadline),
+        || {
+            let mut all_ready = true;
+            for (i, p) in pending.iter().enumerate() {
+                match p.progress() {
+                    Some(Ok(())) => {}
+                    Some(Err(message)) => return Some(Err((i, message))),
+                    None => all_ready = false,
+                }
+            }
+            all_ready.then_some(Ok(()))
+        },
+    );
+    match outcome {
+        Some(Ok(())) => Ok(()),
+        Some(Err((i, message))) => Err(InitError::ChildFailed {
+            child: pending[i].base_name.clone(),
+            pid: Some(pending[i].status.pid()),
+            message,
+        }),
+        None => Err(InitError::Timeout {
+            pending: pending
+                .iter()
+                .filter(|p| p.mailbox.state() != Ok(MailboxState::InitReady))
+                .map(|p| p.base_name.clone())
+                .collect(),
+        }),
+    }
+}
+
 /// Stops every started child: `SHUTDOWN` where the parent owns the frame, the sticky words
 /// for the rest, SIGKILL after `shutdown_grace`, reap (the monitor stops last).
 fn rollback(pending: &[Pending], monitor: &mut Monitor, options: &WorkerOptions) {
+    let deadline = Instant::now() + options.shutdown_grace;
     for p in pending {
         p.mailbox.request_shutdown();
         let _ = p.mailbox.transition_to_shutdown(MailboxState::InitReady);
     }
-    let deadline = Instant::now() + options.shutdown_grace;
     for p in pending {
-        if !p.status.wait_exit(deadline) {
-            p.status.kill();
-        }
+        p.stop(deadline);
     }
     monitor.stop();
 }
@@ -410,7 +535,7 @@ mod tests {
         mailbox.write_parent(&fixed, &[]);
         let doorbell = Arc::new(Doorbell::new());
         doorbell.attach(SharedDoorbell::new(Arc::clone(&control)));
-        let mut monitor = Monitor::start(Arc::clone(&doorbell)).unwrap();
+        let mut monitor = Monitor::start(Arc::clone(&doorbell), Duration::from_secs(5)).unwrap();
         let (_ours, theirs) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,

@@ -60,7 +60,7 @@ mod sub;
 mod worker;
 
 pub use buffer::{Element, HostBuffer};
-pub use builder::{ChildExe, EndpointMode, WorkerBuilder};
+pub use builder::{ChildExe, DEFAULT_LIVENESS_TIMEOUT, EndpointMode, WorkerBuilder};
 pub use callable::{Callable, CallableHandle, CallableKind, NodeFn, SubFn};
 pub use child::child_main;
 pub use device::DeviceTensor;
@@ -71,7 +71,8 @@ pub use error::{
 };
 pub use orch::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use report::{
-    CloseReport, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport, WorkerStats,
+    CloseReport, LaneStats, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport,
+    WorkerStats,
 };
 pub use sub::{MappedArgs, SubContext, TaskError};
 pub use worker::{RunHandle, Worker};

@@ -101,6 +101,20 @@ pub struct RunReport {
     pub started: Instant,
     /// From `submit` to the run's completion.
     pub wall: Duration,
+    /// Every lane of the Worker when the run completed: name, restarts so far, availability
+    /// (empty in an L4's copy of an inner run's report).
+    pub lanes: Vec<LaneStats>,
+}
+
+/// One lane (chip, Worker child or sub worker) of a Worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneStats {
+    /// `chip_child[1] pid=4242` (the current child), `sub[0]`.
+    pub name: String,
+    /// How many times its child process was restarted after dying.
+    pub restarts: u32,
+    /// False while the lane is dead or being restarted (submits to it are refused).
+    pub available: bool,
 }
 
 impl RunReport {
@@ -140,6 +154,8 @@ pub struct WorkerStats {
     pub unfinished_runs: usize,
     /// Bytes held by `alloc` slabs, per heap ring.
     pub heap_in_use: [u64; 4],
+    /// Chip (or Worker-child) lanes first, then sub lanes.
+    pub lanes: Vec<LaneStats>,
 }
 
 /// Wire forms of reports: an L3 child sends its inner run's report to its L4 parent
@@ -380,6 +396,7 @@ pub(crate) mod wire {
             tasks,
             started: now.checked_sub(wall).unwrap_or(now),
             wall,
+            lanes: Vec::new(),
         })
     }
 }

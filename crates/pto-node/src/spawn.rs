@@ -142,6 +142,24 @@ pub(crate) fn adopt_child_fds(list: &str) -> io::Result<[OwnedFd; 4]> {
         // for this purpose; nothing else in the process owns it.
         out.push(unsafe { OwnedFd::from_raw_fd(n) });
     }
+    // Only what a Worker hands over is adopted: fd 3 a SOCK_SEQPACKET socket, fds 4-6 memfds
+    // (sealing is a memfd/tmpfs property). Anything else means PTO_CHILD came from elsewhere,
+    // and nothing may be mapped or written through those descriptors.
+    match rustix::net::sockopt::socket_type(&out[0]) {
+        Ok(rustix::net::SocketType::SEQPACKET) => {}
+        _ => {
+            return Err(io::Error::other(format!(
+                "inherited fd {a} is not a pto descriptor socket"
+            )));
+        }
+    }
+    for (fd, n) in out[1..].iter().zip([b, c, d]) {
+        if rustix::fs::fcntl_get_seals(fd).is_err() {
+            return Err(io::Error::other(format!(
+                "inherited fd {n} is not a pto shared-memory segment"
+            )));
+        }
+    }
     let mut it = out.into_iter();
     Ok([
         it.next().expect("4 fds"),

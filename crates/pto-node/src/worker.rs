@@ -80,8 +80,6 @@ pub(crate) struct WorkerShared {
     children: Mutex<Option<ChildRuntime>>,
     /// Every shared segment this Worker created; their descriptors close at `close`.
     segments: Mutex<Vec<Weak<Segment>>>,
-    /// The names of the chip and sub workers (`chip[0]`, `chip_child[0] pid=4242`).
-    names: Mutex<(Vec<String>, Vec<String>)>,
 }
 
 impl WorkerShared {
@@ -109,10 +107,11 @@ impl WorkerShared {
             return Err(ControlError::UnknownWorker { worker: index });
         }
         let name = {
-            let names = self.names.lock();
+            let st = self.engine.state.lock();
+            let (chips, subs) = st.lane_names();
             match lane {
-                Lane::Chip(w) => names.0[w].clone(),
-                Lane::Sub(s) => names.1[s].clone(),
+                Lane::Chip(w) => chips[w].clone(),
+                Lane::Sub(s) => subs[s].clone(),
             }
         };
         if let Some(run_id) = in_run {
@@ -142,16 +141,13 @@ impl WorkerShared {
         })
         .map_err(|_| {
             // The frame's owner is unknown now: a child process is killed (the scheduler then
-            // sees it die and fails what it held); §4.7.
-            if let Some(rt) = &*self.children.lock() {
-                let status = match lane {
-                    Lane::Chip(w) => rt.chip_status.get(w),
-                    Lane::Sub(s) => rt.sub_status.get(s),
-                };
-                if let Some(status) = status {
-                    status.kill();
-                }
-            }
+            // sees it die, fails what it held and restarts it); §4.7.
+            let why = format!(
+                "no reply to a control command within control_timeout ({:?})",
+                self.options.control_timeout
+            );
+            self.engine.state.lock().kills.push((lane, why));
+            self.engine.doorbell.notify_one();
             ControlError::Timeout {
                 worker: name.clone(),
             }
@@ -168,7 +164,7 @@ impl WorkerShared {
 
     /// Next-level workers: chips at L3, Worker children at L4.
     pub(crate) fn next_level_workers(&self) -> usize {
-        self.names.lock().0.len()
+        self.engine.state.lock().lane_names().0.len()
     }
 
     /// Makes a buffer of another Worker (an L4 parent's segment, mapped by this process) one of
@@ -236,8 +232,8 @@ impl Worker {
             .map(|i| format!("sub[{i}]"))
             .collect();
         let engine = Engine::new(EngineConfig {
-            chip_names: chip_names.clone(),
-            sub_names: sub_names.clone(),
+            chip_names,
+            sub_names,
             track_war: options.track_war,
             next_level_kind: if options.level >= 4 {
                 CallableKind::Node
@@ -261,7 +257,6 @@ impl Worker {
                 node_children: Mutex::new(Vec::new()),
                 children: Mutex::new(None),
                 segments: Mutex::new(Vec::new()),
-                names: Mutex::new((chip_names, sub_names)),
             }),
         }
     }
@@ -286,12 +281,26 @@ impl Worker {
     /// The name failures and reports give chip `i`: `chip[0]` in-process, `chip_child[0]
     /// pid=4242` for a child process (after `init`).
     pub fn chip_name(&self, i: usize) -> Option<String> {
-        self.shared.names.lock().0.get(i).cloned()
+        self.shared
+            .engine
+            .state
+            .lock()
+            .lane_names()
+            .0
+            .get(i)
+            .cloned()
     }
 
     /// The name of sub worker `i` (`sub[0]`, `sub_child[0] pid=4243`).
     pub fn sub_name(&self, i: usize) -> Option<String> {
-        self.shared.names.lock().1.get(i).cloned()
+        self.shared
+            .engine
+            .state
+            .lock()
+            .lane_names()
+            .1
+            .get(i)
+            .cloned()
     }
 
     /// The pids of this Worker's child processes (child-process mode), whether or not they are
@@ -353,7 +362,6 @@ impl Worker {
         let index = children.len();
         children.push(child);
         let name = format!("node[{index}]");
-        self.shared.names.lock().0.push(name.clone());
         self.shared.engine.state.lock().add_next_level_lane(name);
         Ok(index)
     }
@@ -380,6 +388,9 @@ impl Worker {
 
     fn init_inner(&self) -> Result<(), InitError> {
         let options = &self.shared.options;
+        if options.mode == EndpointMode::ChildProcess && crate::child::is_unentered_child() {
+            return Err(InitError::ChildMainMissing);
+        }
         let (chips, subs) = match options.mode {
             EndpointMode::InProcess => self.start_in_process()?,
             EndpointMode::ChildProcess => self.start_children()?,
@@ -390,6 +401,7 @@ impl Worker {
             subs,
             spin: SpinPolicy::new(options.scheduler_spin),
             shutdown_grace: options.shutdown_grace,
+            task_timeout: options.task_timeout,
         };
         let handle = std::thread::Builder::new()
             .name("pto-node-sched".to_string())
@@ -594,8 +606,7 @@ impl Worker {
             .engine
             .state
             .lock()
-            .set_lane_names(launched.chip_names.clone(), launched.sub_names.clone());
-        *self.shared.names.lock() = (launched.chip_names, launched.sub_names);
+            .set_lane_names(launched.chip_names, launched.sub_names);
         self.shared
             .segments
             .lock()
@@ -808,6 +819,7 @@ impl Worker {
             live_tasks,
             unfinished_runs,
             heap_in_use: self.shared.heap.get().map_or([0; 4], |h| h.in_use()),
+            lanes: self.shared.engine.state.lock().lane_stats(),
         }
     }
 

@@ -15,12 +15,12 @@ use crate::common::*;
 const MIB: u64 = 1 << 20;
 
 /// The pid in a child worker name (`chip_child[0] pid=4242`).
-fn pid_of(name: &str) -> u32 {
+pub(crate) fn pid_of(name: &str) -> u32 {
     name.rsplit("pid=").next().unwrap().parse().unwrap()
 }
 
 /// Whether `pid` is a live (not zombie) process.
-fn running(pid: u32) -> bool {
+pub(crate) fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name.
@@ -35,7 +35,7 @@ fn running(pid: u32) -> bool {
 }
 
 /// Whether `pid` is a child of this process (alive or zombie).
-fn is_my_child(pid: u32) -> bool {
+pub(crate) fn is_my_child(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -48,7 +48,7 @@ fn is_my_child(pid: u32) -> bool {
 }
 
 /// This process's descriptors that are `memfd`s of the Worker `uid`.
-fn worker_memfds(uid: u64) -> Vec<String> {
+pub(crate) fn worker_memfds(uid: u64) -> Vec<String> {
     let needle = format!("memfd:pto-{uid:x}-");
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
@@ -58,7 +58,7 @@ fn worker_memfds(uid: u64) -> Vec<String> {
         .collect()
 }
 
-fn dev_shm() -> BTreeSet<String> {
+pub(crate) fn dev_shm() -> BTreeSet<String> {
     std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))

@@ -22,6 +22,7 @@ mod failure;
 mod graph;
 mod heap;
 mod l4;
+mod liveness;
 mod memory;
 
 pto_node::test_child_entry!();

@@ -2,7 +2,8 @@
 //!
 //! Chip runtime codes (1–199) keep the reference implementation's numbers and names
 //! (CHIP_RUNTIME.md §5.1); reply codes (1001–1009) are what a child reports over the mailbox
-//! (NODE_RUNTIME.md §4.8). Reserved numbers (6, 10, 101–104) are never reused. pto adds 12
+//! (NODE_RUNTIME.md §4.8); 1010–1012 are decided by the parent about a child (task timeout,
+//! death, unresponsiveness) and never travel on the wire. Reserved numbers (6, 10, 101–104) are never reused. pto adds 12
 //! ORCH_PANIC, 110 KERNEL_PANIC (CHIP_RUNTIME.md §3.9) and 120 INTERNAL_ERROR (a caught panic in a
 //! scheduler thread: the run fails, the chip survives).
 
@@ -33,6 +34,9 @@ pub enum ErrorCode {
     CallablePanicked,
     InnerRunFailed,
     UnsupportedOp,
+    TaskTimeout,
+    ChildDied,
+    ChildUnresponsive,
 }
 
 /// One row of the table.
@@ -43,7 +47,7 @@ struct Row {
     hint: &'static str,
 }
 
-const TABLE: [Row; 22] = [
+const TABLE: [Row; 25] = [
     Row {
         code: ErrorCode::ScopeDeadlock,
         number: 1,
@@ -175,6 +179,24 @@ const TABLE: [Row; 22] = [
         number: 1009,
         name: "UNSUPPORTED_OP",
         hint: "the operation is not valid for this child",
+    },
+    Row {
+        code: ErrorCode::TaskTimeout,
+        number: 1010,
+        name: "TASK_TIMEOUT",
+        hint: "the task ran longer than WorkerBuilder::task_timeout (pto run --task-timeout); its child was killed and restarted: raise the timeout or look for a callable that never returns",
+    },
+    Row {
+        code: ErrorCode::ChildDied,
+        number: 1011,
+        name: "CHILD_DIED",
+        hint: "the child process that owned the task died (signal or exit); its lane is restarted in the background, the task is not retried",
+    },
+    Row {
+        code: ErrorCode::ChildUnresponsive,
+        number: 1012,
+        name: "CHILD_UNRESPONSIVE",
+        hint: "the child stopped answering liveness probes (stopped, or stuck outside any callable) and was killed; raise WorkerBuilder::liveness_timeout (pto run --liveness-timeout) if it is only slow",
     },
 ];
 

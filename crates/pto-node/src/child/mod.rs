@@ -17,12 +17,14 @@
 //! shutdown words, when the parent is gone (`getppid` changed — `PR_SET_PDEATHSIG` is the
 //! first line) or when the socket reports EOF.
 
+mod liveness;
 pub(crate) mod serve;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use pto_chip::ChipWorker;
@@ -35,11 +37,25 @@ use pto_types::ring_config::env::EnvSource;
 
 use crate::shm::{Mailbox, Segment, SegmentKey, SharedDoorbell};
 
+use liveness::{Health, Phase};
+
 /// Exit statuses of a child.
 const EXIT_OK: i32 = 0;
-const EXIT_INIT_FAILED: i32 = 2;
-const EXIT_PARENT_GONE: i32 = 3;
-const EXIT_BROKEN: i32 = 4;
+pub(crate) const EXIT_INIT_FAILED: i32 = 2;
+pub(crate) const EXIT_PARENT_GONE: i32 = 3;
+pub(crate) const EXIT_BROKEN: i32 = 4;
+
+/// Set once this process entered the child runtime: only then may it build child-process
+/// Workers while `PTO_CHILD=1` (an L4's node child does), never as an image that skipped
+/// `child_main()` and would start itself again without end.
+static ENTERED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process was started as a pto child but did not enter the child runtime
+/// (`PTO_CHILD=1` without `child_main()` first in `main`).
+pub(crate) fn is_unentered_child() -> bool {
+    !ENTERED.load(Ordering::SeqCst)
+        && EnvSource::process().get("PTO_CHILD").as_deref() == Some(OsStr::new("1"))
+}
 
 /// How long a parked child sleeps before it checks on its parent.
 const PARENT_CHECK: Duration = Duration::from_millis(250);
@@ -51,11 +67,22 @@ pub fn child_main() {
     if env.get("PTO_CHILD").as_deref() != Some(OsStr::new("1")) {
         return;
     }
+    ENTERED.store(true, Ordering::SeqCst);
     let fds = env
         .get("PTO_CHILD_FDS")
         .map(|v| v.to_string_lossy().into_owned())
         .unwrap_or_else(|| "3,4,5,6".to_string());
-    let code = run(&fds);
+    let fds = match crate::spawn::adopt_child_fds(&fds) {
+        Ok(fds) => fds,
+        Err(e) => {
+            // Not started by a Worker: PTO_CHILD=1 came from the user's environment.
+            eprintln!(
+                "error: PTO_CHILD=1 is set, but this process was not started by a pto Worker ({e}); PTO_CHILD is reserved for pto's child processes: unset it and run again"
+            );
+            std::process::exit(EXIT_INIT_FAILED);
+        }
+    };
+    let code = run(fds);
     std::process::exit(code);
 }
 
@@ -85,12 +112,16 @@ pub(crate) struct Child {
     pub(crate) segments: HashMap<SegmentKey, Arc<Segment>>,
     pub(crate) parent_pid: u32,
     pub(crate) spin: Duration,
+    /// What the serving thread is doing, for the liveness thread.
+    pub(crate) health: Arc<Health>,
+    /// Segments whose descriptor could not be received, with why.
+    pub(crate) lost_segments: HashMap<SegmentKey, String>,
+    /// A node child passes segments on to its own children, so it keeps their descriptors;
+    /// chip and sub children close each one as soon as it is mapped.
+    pub(crate) keeps_fds: bool,
 }
 
-fn run(fds: &str) -> i32 {
-    let Ok([sock, ctl_fd, mailbox_fd, heap_fd]) = crate::spawn::adopt_child_fds(fds) else {
-        return EXIT_BROKEN;
-    };
+fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
     let Ok(mailbox_seg) = Segment::from_fd(
         SegmentKey {
             owner: 0,
@@ -160,8 +191,17 @@ fn run(fds: &str) -> i32 {
         Ok(r) => r,
         Err(message) => return fail(message),
     };
+    let health = Arc::new(Health::default());
+    if liveness::start(mailbox.clone(), Arc::clone(&health)).is_err() {
+        return fail("cannot start the liveness thread".to_string());
+    }
+    let keeps_fds = matches!(role, Role::Node { .. });
+    if !keeps_fds {
+        heap.close_fd();
+    }
     let mut segments = HashMap::new();
     segments.insert(heap_key, heap);
+    raise_fd_limit();
     let mut child = Child {
         name,
         role,
@@ -171,6 +211,9 @@ fn run(fds: &str) -> i32 {
         segments,
         parent_pid: header.parent_pid,
         spin: Duration::from_micros(u64::from(boot.spin_us[1])),
+        health,
+        lost_segments: HashMap::new(),
+        keeps_fds,
     };
     // INIT_READY with the environment problems in the message area.
     let mut fixed = vec![0u8; FIXED_BYTES];
@@ -189,9 +232,29 @@ fn run(fds: &str) -> i32 {
     }
     child.doorbell.ring();
     let code = child.serve_loop();
-    // A node child closes its inner Worker (and so its own children) before it exits.
+    // A node child closes its inner Worker (and so its own children) before it exits; the
+    // liveness thread keeps answering meanwhile.
+    child.health.enter(Phase::Working);
+    let health = Arc::clone(&child.health);
     drop(child);
+    health.stop();
     code
+}
+
+/// Raises the soft descriptor limit to the hard one: a child holds descriptors only briefly
+/// (segments are closed once mapped), but a burst of `SEGMENT_ADD`s must not be lost to a low
+/// soft limit.
+fn raise_fd_limit() {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
 }
 
 fn parent_pid() -> u32 {
@@ -205,7 +268,9 @@ impl Child {
             if self.mailbox.shutdown_requested() || self.doorbell.shutdown_all() {
                 return EXIT_OK;
             }
+            self.health.enter(Phase::Waiting);
             let now = self.mailbox.child_wait(seen, self.spin, PARENT_CHECK);
+            self.health.enter(Phase::Serving);
             match MailboxState::from_code(now) {
                 Some(MailboxState::TaskReady) => {
                     self.serve_task();

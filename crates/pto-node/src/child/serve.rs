@@ -3,6 +3,7 @@
 
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use pto_types::wire::WireError;
 use pto_types::{BufferMemory, ErrorCode, TaskArgs, Tensor};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
+use super::liveness::Phase;
 use super::{Child, Role, role_name};
 use crate::WorkerRunError;
 use crate::buffer::{BufferInner, Memory};
@@ -204,8 +206,8 @@ impl Child {
                     RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
                 )
             };
-            let n = match received {
-                Ok(r) => r.bytes,
+            let (n, truncated) = match received {
+                Ok(r) => (r.bytes, r.flags.contains(rustix::net::ReturnFlags::CTRUNC)),
                 Err(rustix::io::Errno::AGAIN) => return true,
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => return false,
@@ -222,20 +224,43 @@ impl Child {
             let Ok(msg) = SegmentMsg::decode(&data[..n.min(data.len())]) else {
                 continue; // a malformed message is ignored; tasks naming it fail later
             };
-            let key = SegmentKey {
-                owner: msg.owner,
-                segment: msg.segment,
-            };
-            if msg.add {
-                if let Some(Ok(seg)) = fds
-                    .into_iter()
-                    .next()
-                    .map(|fd| Segment::from_fd(key, fd, msg.nbytes as usize))
-                {
-                    self.segments.insert(key, Arc::new(seg));
+            self.apply_segment_msg(&msg, fds.into_iter().next(), truncated);
+        }
+    }
+
+    /// Maps (and, for chip and sub children, closes the descriptor of) an added segment, or
+    /// drops one; remembers why an added segment could not be received.
+    fn apply_segment_msg(&mut self, msg: &SegmentMsg, fd: Option<OwnedFd>, truncated: bool) {
+        let key = SegmentKey {
+            owner: msg.owner,
+            segment: msg.segment,
+        };
+        if !msg.add {
+            self.segments.remove(&key);
+            self.lost_segments.remove(&key);
+            return;
+        }
+        let mapped = match fd {
+            Some(fd) => Segment::from_fd(key, fd, msg.nbytes as usize).map_err(|e| e.to_string()),
+            None if truncated => Err(format!(
+                "its descriptor was dropped on receipt: this child ran out of file descriptors (RLIMIT_NOFILE {})",
+                rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                    .current
+                    .map_or_else(|| "unlimited".to_string(), |n| n.to_string())
+            )),
+            None => Err("the message carried no descriptor".to_string()),
+        };
+        match mapped {
+            Ok(seg) => {
+                if !self.keeps_fds {
+                    seg.close_fd();
                 }
-            } else {
-                self.segments.remove(&key);
+                self.lost_segments.remove(&key);
+                self.segments.insert(key, Arc::new(seg));
+            }
+            Err(why) => {
+                tracing::error!(target: "pto::node", "{}: segment {}: {why}", self.name, key.segment);
+                self.lost_segments.insert(key, why);
             }
         }
     }
@@ -260,7 +285,10 @@ impl Child {
         let (seq, reply) = match frame::decode_header(&fixed) {
             Ok(h) if h.op == Op::Task => {
                 self.drain_socket();
-                (h.seq, self.run_task(&h, &fixed))
+                self.health.enter(Phase::Working);
+                let reply = self.run_task(&h, &fixed);
+                self.health.enter(Phase::Serving);
+                (h.seq, reply)
             }
             Ok(h) => (
                 h.seq,
@@ -418,10 +446,10 @@ impl Child {
             segment: w.location.segment,
         };
         let Some(seg) = self.segments.get(&key) else {
-            return Err(unavailable(format!(
-                "segment {} was never received",
-                key.segment
-            )));
+            return Err(unavailable(match self.lost_segments.get(&key) {
+                Some(why) => format!("segment {} could not be received: {why}", key.segment),
+                None => format!("segment {} was never received", key.segment),
+            }));
         };
         let offset = w.location.segment_offset as usize;
         let fits = offset
@@ -552,7 +580,12 @@ impl Child {
                 let at = frame::OFF_CONTROL_PAYLOAD;
                 let payload = &fixed[at..at + h.control_bytes as usize];
                 let reply = match ControlRequest::decode(h.op, payload) {
-                    Ok(req) => self.run_control(req),
+                    Ok(req) => {
+                        self.health.enter(Phase::Working);
+                        let reply = self.run_control(req);
+                        self.health.enter(Phase::Serving);
+                        reply
+                    }
                     Err(e) => frame_error(e),
                 };
                 (h.seq, reply)

@@ -18,8 +18,12 @@ use std::collections::HashMap;
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use pto_chip::ChipRunReport;
 use pto_types::ErrorCode;
@@ -36,13 +40,14 @@ use pto_types::{DType, Tensor, TensorTag};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 use super::{
-    Completion, ControlCmd, ControlReply, Endpoint, EndpointError, Failure, Health,
+    Completion, ControlCmd, ControlReply, Death, Endpoint, EndpointError, Failure, Health,
     ShutdownOutcome, TaskRequest,
 };
 use crate::buffer::BufferInner;
 use crate::callable::CallableKind;
 use crate::engine::SlotId;
 use crate::error::FailureKind;
+use crate::launch::ChildFactory;
 use crate::monitor::ChildStatus;
 use crate::report::TaskId;
 use crate::shm::{Mailbox, Segment, SegmentKey};
@@ -62,6 +67,38 @@ struct InFlight {
     task: TaskId,
     label: Option<String>,
     kind: CallableKind,
+    callable: Arc<str>,
+}
+
+/// Consecutive failed starts of a replacement after which a lane stays dead.
+const MAX_FAILED_RESTARTS: u32 = 3;
+/// A child that dies sooner than this after it became ready delays its next restart
+/// (100 ms, doubling, at most 5 s), so a crash loop cannot become a spawn storm.
+const QUICK_DEATH: Duration = Duration::from_secs(1);
+
+/// A replacement child being started on a thread of its own.
+struct Restart {
+    result: Arc<Mutex<Option<Result<ChildProcessEndpoint, String>>>>,
+    cancel: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Restart bookkeeping carried from one child of a lane to the next.
+#[derive(Clone, Copy, Debug, Default)]
+struct RestartHistory {
+    quick_deaths: u32,
+    failed: u32,
+}
+
+/// A child that reported INIT_READY, with what it said.
+pub(crate) struct ReadyChild {
+    pub(crate) name: String,
+    pub(crate) role: ChildRole,
+    pub(crate) mailbox: Mailbox,
+    pub(crate) sock: OwnedFd,
+    pub(crate) status: Arc<ChildStatus>,
+    /// The chip's environment problems, from its INIT_READY message.
+    pub(crate) env_problems: Vec<String>,
 }
 
 /// The scheduler's side of one child process.
@@ -78,22 +115,33 @@ pub(crate) struct ChildProcessEndpoint {
     sent: HashMap<SegmentKey, Weak<Segment>>,
     /// The chip's environment problems, from its INIT_READY message.
     env_problems: Vec<String>,
-    /// A protocol violation: the child was killed for it.
+    /// A protocol violation or a control timeout: the child was killed for it.
     violation: Option<String>,
+    /// The task in flight ran past `task_timeout`: the child was killed for it.
+    timed_out: Option<String>,
     shutting_down: bool,
+    /// Starts replacements (`None` in unit tests of the protocol).
+    factory: Option<Arc<ChildFactory>>,
+    restart: Option<Restart>,
+    history: RestartHistory,
+    ready_at: Instant,
 }
 
 impl ChildProcessEndpoint {
     /// An endpoint for a child that reported INIT_READY (the frame is IDLE now).
     pub(crate) fn new(
-        name: String,
-        role: ChildRole,
-        mailbox: Mailbox,
-        sock: OwnedFd,
-        status: Arc<ChildStatus>,
+        child: ReadyChild,
         heap: &Arc<Segment>,
-        env_problems: Vec<String>,
+        factory: Option<Arc<ChildFactory>>,
     ) -> ChildProcessEndpoint {
+        let ReadyChild {
+            name,
+            role,
+            mailbox,
+            sock,
+            status,
+            env_problems,
+        } = child;
         let mut sent = HashMap::new();
         sent.insert(heap.key(), Arc::downgrade(heap));
         ChildProcessEndpoint {
@@ -108,7 +156,36 @@ impl ChildProcessEndpoint {
             sent,
             env_problems,
             violation: None,
+            timed_out: None,
             shutting_down: false,
+            factory,
+            restart: None,
+            history: RestartHistory::default(),
+            ready_at: Instant::now(),
+        }
+    }
+
+    /// What the child was doing when it died.
+    fn during(&self) -> String {
+        match &self.task {
+            Some(t) => match &t.label {
+                Some(l) => format!(" while running {} ('{l}') of run {}", t.task, t.task.run_id),
+                None => format!(" while running {} of run {}", t.task, t.task.run_id),
+            },
+            None => String::new(),
+        }
+    }
+
+    /// How long to wait before starting a replacement, and the history to carry.
+    fn restart_delay(&self) -> (Duration, RestartHistory) {
+        let mut h = self.history;
+        if self.ready_at.elapsed() < QUICK_DEATH {
+            h.quick_deaths += 1;
+            let ms = 100u64 << (h.quick_deaths - 1).min(6);
+            (Duration::from_millis(ms).min(Duration::from_secs(5)), h)
+        } else {
+            h.quick_deaths = 0;
+            (Duration::ZERO, h)
         }
     }
 
@@ -337,8 +414,8 @@ impl Endpoint for ChildProcessEndpoint {
     }
 
     fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError> {
-        if let Health::Dead { cause } = self.health() {
-            return Err(EndpointError::Dead(cause));
+        if let Health::Dead(d) = self.health() {
+            return Err(EndpointError::Dead(d.describe(&self.name)));
         }
         if !self.is_idle() {
             return Err(EndpointError::Busy);
@@ -406,6 +483,7 @@ impl Endpoint for ChildProcessEndpoint {
             task: req.task,
             label: req.label.clone(),
             kind: req.kind,
+            callable: Arc::clone(&req.callable),
         });
         Ok(())
     }
@@ -450,8 +528,8 @@ impl Endpoint for ChildProcessEndpoint {
     }
 
     fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError> {
-        if let Health::Dead { cause } = self.health() {
-            return Err(EndpointError::Dead(cause));
+        if let Health::Dead(d) = self.health() {
+            return Err(EndpointError::Dead(d.describe(&self.name)));
         }
         if !self.is_idle() {
             return Err(EndpointError::Busy);
@@ -512,9 +590,9 @@ impl Endpoint for ChildProcessEndpoint {
 
     fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>> {
         let op = self.control?;
-        if let Health::Dead { cause } = self.health() {
+        if let Health::Dead(d) = self.health() {
             self.control = None;
-            return Some(Err(EndpointError::Dead(cause)));
+            return Some(Err(EndpointError::Dead(d.describe(&self.name))));
         }
         match self.mailbox.state() {
             Ok(MailboxState::ControlRequest) => None,
@@ -565,26 +643,132 @@ impl Endpoint for ChildProcessEndpoint {
     }
 
     fn health(&self) -> Health {
-        let fate = match (self.status.exit(), &self.violation) {
-            (Some(exit), Some(v)) => format!("{} ({v})", exit.describe()),
-            (Some(exit), None) => exit.describe(),
-            (None, Some(v)) => format!("killed after a {v}"),
-            (None, None) => return Health::Alive,
+        // A death counts once the child is reaped: a killed child can no longer touch
+        // shared memory when its task is failed and its buffers are reused.
+        let Some(exit) = self.status.exit() else {
+            return Health::Alive;
         };
-        let during = match &self.task {
-            Some(t) => match &t.label {
-                Some(l) => format!(" while running {} ('{l}') of run {}", t.task, t.task.run_id),
-                None => format!(" while running {} of run {}", t.task, t.task.run_id),
-            },
-            None => String::new(),
+        let (fate, during, code) = if let Some(t) = &self.timed_out {
+            (t.clone(), String::new(), ErrorCode::TaskTimeout)
+        } else if let Some(silent) = self.status.unresponsive() {
+            (
+                format!(
+                    "stopped answering liveness probes for {:.2} s and was killed (SIGKILL)",
+                    silent.as_secs_f64()
+                ),
+                self.during(),
+                ErrorCode::ChildUnresponsive,
+            )
+        } else if let Some(v) = &self.violation {
+            (
+                format!("{} after {v}", exit.describe()),
+                self.during(),
+                ErrorCode::ChildDied,
+            )
+        } else {
+            (exit.describe(), self.during(), ErrorCode::ChildDied)
         };
-        Health::Dead {
-            cause: format!("{} {fate}{during}", self.name),
+        Health::Dead(Death { fate, during, code })
+    }
+
+    fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure> {
+        if let Some(t) = &self.task
+            && self.timed_out.is_none()
+        {
+            let label = t
+                .label
+                .as_ref()
+                .map(|l| format!("'{l}', "))
+                .unwrap_or_default();
+            self.timed_out = Some(format!(
+                "was killed (SIGKILL): TASK_TIMEOUT ({}): {} of run {} ({label}{} callable '{}') ran for {:.2} s, longer than task_timeout {:.2} s",
+                ErrorCode::TaskTimeout.code(),
+                t.task,
+                t.task.run_id,
+                t.kind,
+                t.callable,
+                elapsed.as_secs_f64(),
+                limit.as_secs_f64()
+            ));
+            tracing::error!(target: "pto::node", "{} {}", self.name, self.timed_out.as_deref().unwrap_or_default());
+            self.status.kill();
+        }
+        None
+    }
+
+    fn kill(&mut self, why: String) {
+        self.fail_protocol(why);
+    }
+
+    fn restart(&mut self) -> bool {
+        if self.shutting_down || self.history.failed >= MAX_FAILED_RESTARTS {
+            return false;
+        }
+        if self.restart.is_some() {
+            return true;
+        }
+        let Some(factory) = self.factory.clone() else {
+            return false;
+        };
+        let (delay, history) = self.restart_delay();
+        self.history = history;
+        let result = Arc::new(Mutex::new(None));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (r, c, role) = (Arc::clone(&result), Arc::clone(&cancel), self.role);
+        let thread = std::thread::Builder::new()
+            .name(format!("pto-restart-{}", ChildFactory::base_name(role)))
+            .spawn(move || {
+                let outcome = factory.restart(role, delay, &c);
+                *r.lock() = Some(outcome);
+                factory.notify_scheduler();
+            });
+        match thread {
+            Ok(t) => {
+                self.restart = Some(Restart {
+                    result,
+                    cancel,
+                    thread: Some(t),
+                });
+                true
+            }
+            Err(e) => {
+                tracing::error!(target: "pto::node", "{}: cannot start a restart thread: {e}", self.name);
+                false
+            }
+        }
+    }
+
+    fn poll_restart(&mut self) -> Option<Result<(), String>> {
+        let outcome = self.restart.as_ref()?.result.lock().take()?;
+        if let Some(mut r) = self.restart.take()
+            && let Some(t) = r.thread.take()
+        {
+            let _ = t.join();
+        }
+        match outcome {
+            Ok(mut next) => {
+                next.history = RestartHistory {
+                    failed: 0,
+                    ..self.history
+                };
+                // The old endpoint's child is reaped; nothing of it needs a shutdown.
+                self.shutting_down = true;
+                drop(std::mem::replace(self, next));
+                Some(Ok(()))
+            }
+            Err(why) => {
+                self.history.failed += 1;
+                Some(Err(why))
+            }
         }
     }
 
     fn begin_shutdown(&mut self) {
         self.shutting_down = true;
+        self.status.stop_probing();
+        if let Some(r) = &self.restart {
+            r.cancel.store(true, Ordering::SeqCst);
+        }
         self.mailbox.request_shutdown();
         for from in [MailboxState::Idle, MailboxState::InitReady] {
             if self.mailbox.transition_to_shutdown(from).is_ok() {
@@ -594,6 +778,17 @@ impl Endpoint for ChildProcessEndpoint {
     }
 
     fn finish_shutdown(&mut self, deadline: Instant) -> ShutdownOutcome {
+        // A replacement being started gives up at its next check (spawns are refused once
+        // the monitor stops); its thread is joined so nothing outlives `close`.
+        if let Some(mut r) = self.restart.take()
+            && let Some(t) = r.thread.take()
+        {
+            let _ = t.join();
+            if let Some(Ok(mut next)) = r.result.lock().take() {
+                next.begin_shutdown();
+                next.finish_shutdown(deadline);
+            }
+        }
         // Closing our end of the socket is the child's second signal (EOF).
         self.sock.take();
         if self.status.wait_exit(deadline) {

@@ -28,7 +28,7 @@ use pto_types::wait::{EventCount, SpinPolicy, wait_until};
 use pto_types::{CallConfig, ErrorCode, TaskArgs, Tensor};
 
 use super::{
-    Completion, ControlCmd, ControlReply, Endpoint, EndpointError, Failure, Health,
+    Completion, ControlCmd, ControlReply, Death, Endpoint, EndpointError, Failure, Health,
     ShutdownOutcome, TaskRequest,
 };
 use crate::callable::{CallableKind, CallableTable};
@@ -78,8 +78,10 @@ pub(crate) struct InProcessEndpoint {
     name: String,
     shared: Arc<LaneShared>,
     thread: Option<JoinHandle<()>>,
-    /// A task in flight.
-    task_in_flight: bool,
+    /// The task in flight, for timeout messages.
+    task_in_flight: Option<Box<TaskRequest>>,
+    /// The task in flight was failed for its timeout: its late reply is discarded.
+    abandoned: bool,
     /// A control command in flight.
     control_in_flight: bool,
     shutting_down: bool,
@@ -106,15 +108,16 @@ impl InProcessEndpoint {
             name,
             shared,
             thread: Some(thread),
-            task_in_flight: false,
+            task_in_flight: None,
+            abandoned: false,
             control_in_flight: false,
             shutting_down: false,
         })
     }
 
     fn hand_over(&mut self, request: LaneRequest) -> Result<(), EndpointError> {
-        if let Health::Dead { cause } = self.health() {
-            return Err(EndpointError::Dead(cause));
+        if let Health::Dead(d) = self.health() {
+            return Err(EndpointError::Dead(d.describe(&self.name)));
         }
         {
             let mut slot = self.shared.slot.lock();
@@ -134,7 +137,7 @@ impl Endpoint for InProcessEndpoint {
     }
 
     fn is_idle(&self) -> bool {
-        !self.task_in_flight && !self.control_in_flight
+        self.task_in_flight.is_none() && !self.control_in_flight
     }
 
     fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError> {
@@ -142,19 +145,18 @@ impl Endpoint for InProcessEndpoint {
             return Err(EndpointError::Busy);
         }
         self.hand_over(LaneRequest::Task(Box::new(req.clone())))?;
-        self.task_in_flight = true;
+        self.task_in_flight = Some(Box::new(req.clone()));
         Ok(())
     }
 
     fn poll(&mut self) -> Option<Completion> {
-        if !self.task_in_flight {
-            return None;
-        }
+        self.task_in_flight.as_ref()?;
         let mut slot = self.shared.slot.lock();
         match slot.reply.take() {
             Some(LaneReply::Task(c)) => {
-                self.task_in_flight = false;
-                Some(*c)
+                self.task_in_flight = None;
+                // A timed-out task's failure was recorded already.
+                (!std::mem::take(&mut self.abandoned)).then_some(*c)
             }
             other => {
                 slot.reply = other;
@@ -191,11 +193,45 @@ impl Endpoint for InProcessEndpoint {
 
     fn health(&self) -> Health {
         match &self.thread {
-            Some(t) if t.is_finished() && !self.shutting_down => Health::Dead {
-                cause: format!("{} thread exited", self.name),
-            },
+            Some(t) if t.is_finished() && !self.shutting_down => Health::Dead(Death {
+                fate: "lost its thread".to_string(),
+                during: String::new(),
+                code: ErrorCode::InternalError,
+            }),
             _ => Health::Alive,
         }
+    }
+
+    fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure> {
+        let req = self.task_in_flight.as_ref()?;
+        if self.abandoned {
+            return None;
+        }
+        self.abandoned = true;
+        let label = req
+            .label
+            .as_ref()
+            .map(|l| format!("'{l}', "))
+            .unwrap_or_default();
+        let code = ErrorCode::SchedulerTimeout;
+        Some(Failure {
+            kind: FailureKind::Endpoint,
+            code: Some(code),
+            message: format!(
+                "{code}: task timeout: {} of run {} ({label}{} callable '{}') ran for {:.2} s, longer than task_timeout {:.2} s; {} stays busy until the callable returns (an in-process lane cannot be killed)",
+                req.task,
+                req.task.run_id,
+                req.kind,
+                req.callable,
+                elapsed.as_secs_f64(),
+                limit.as_secs_f64(),
+                self.name
+            ),
+        })
+    }
+
+    fn kill(&mut self, why: String) {
+        tracing::error!(target: "pto::node", "{}: {why}; an in-process lane cannot be killed", self.name);
     }
 
     fn begin_shutdown(&mut self) {

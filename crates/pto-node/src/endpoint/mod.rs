@@ -135,7 +135,26 @@ pub(crate) enum EndpointError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Health {
     Alive,
-    Dead { cause: String },
+    Dead(Death),
+}
+
+/// How a lane's child died, in parts the scheduler composes into messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Death {
+    /// After the lane's name: `terminated by signal 9 (SIGKILL)`, `stopped answering liveness
+    /// probes for 1.02 s and was killed (SIGKILL)`.
+    pub(crate) fate: String,
+    /// What it was doing: ` while running task 3 ('attn') of run 2`, or empty.
+    pub(crate) during: String,
+    /// `CHILD_DIED`, `CHILD_UNRESPONSIVE` or `TASK_TIMEOUT`.
+    pub(crate) code: ErrorCode,
+}
+
+impl Death {
+    /// `chip_child[1] pid=4242 terminated by signal 9 (SIGKILL) while running task 3 …`.
+    pub(crate) fn describe(&self, name: &str) -> String {
+        format!("{name} {}{}", self.fate, self.during)
+    }
 }
 
 /// How a lane ended.
@@ -160,6 +179,23 @@ pub(crate) trait Endpoint: Send {
     fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError>;
     fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>>;
     fn health(&self) -> Health;
+    /// The task in flight has run for `elapsed`, past the Worker's `task_timeout`. A child
+    /// process is killed (its death then fails the task with `TASK_TIMEOUT`: `None`); a lane
+    /// that cannot be killed returns the failure to record now and stays busy until the
+    /// callable returns, discarding its late reply.
+    fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure>;
+    /// Kills the lane's child for `why` (a control command timed out); threads cannot be.
+    fn kill(&mut self, why: String);
+    /// After `health` reported a death: starts a replacement in the background. False when
+    /// this lane cannot be restarted (in-process lanes, or restarts exhausted).
+    fn restart(&mut self) -> bool {
+        false
+    }
+    /// The outcome of the restart in progress: `Some(Ok(()))` once this endpoint serves a new
+    /// child (with a new name), `Some(Err(why))` if the replacement failed to start.
+    fn poll_restart(&mut self) -> Option<Result<(), String>> {
+        None
+    }
     fn begin_shutdown(&mut self);
     fn finish_shutdown(&mut self, deadline: Instant) -> ShutdownOutcome;
 }

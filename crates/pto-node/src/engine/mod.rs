@@ -35,9 +35,13 @@ use pto_types::{CallConfig, TaskArgs, TensorTag};
 
 use crate::buffer::BufferInner;
 use crate::callable::CallableKind;
-use crate::endpoint::{Completion, ControlCmd, ControlReply, EndpointError, Failure, TaskRequest};
+use crate::endpoint::{
+    Completion, ControlCmd, ControlReply, Death, EndpointError, Failure, TaskRequest,
+};
 use crate::error::{FailureKind, RunError, SubmitError, TaskFailure};
-use crate::report::{MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport};
+use crate::report::{
+    LaneStats, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport,
+};
 use crate::shm::doorbell::Doorbell;
 use tensormap::{BufferKey, Footprint, TensorMap};
 
@@ -244,6 +248,7 @@ impl RunState {
             tasks: self.reports.iter().flatten().cloned().collect(),
             started: self.started,
             wall: self.started.elapsed(),
+            lanes: Vec::new(),
         }
     }
 
@@ -305,9 +310,14 @@ pub(crate) struct EngineState {
     directed: Vec<VecDeque<SlotId>>,
     groups: VecDeque<SlotId>,
     subs: VecDeque<SlotId>,
+    /// Why each lane is unavailable (dead, restarting), if it is.
     dead_chips: Vec<Option<String>>,
     dead_subs: Vec<Option<String>>,
+    restarts_chips: Vec<u32>,
+    restarts_subs: Vec<u32>,
     pub(crate) controls: VecDeque<ControlJob>,
+    /// Lanes whose child must be killed (a control command timed out), with why.
+    pub(crate) kills: Vec<(Lane, String)>,
     /// Set by `close`: the scheduler stops once no lane is busy.
     pub(crate) stop: bool,
     doorbell: Arc<Doorbell>,
@@ -341,7 +351,10 @@ impl Engine {
                 subs: VecDeque::new(),
                 dead_chips: vec![None; chips],
                 dead_subs: vec![None; subs],
+                restarts_chips: vec![0; chips],
+                restarts_subs: vec![0; subs],
                 controls: VecDeque::new(),
+                kills: Vec::new(),
                 stop: false,
                 doorbell: Arc::clone(&doorbell),
                 runs_changed: Arc::clone(&runs_changed),
@@ -385,6 +398,7 @@ impl EngineState {
         self.config.chip_names.push(name);
         self.directed.push(VecDeque::new());
         self.dead_chips.push(None);
+        self.restarts_chips.push(0);
     }
 
     /// Renames the lanes (child processes are named with their pids once started).
@@ -896,9 +910,17 @@ impl EngineState {
                 break;
             }
             let run = self.runs.pop_front().expect("head exists");
+            let lanes = self.lane_stats();
             let result = match run.error() {
-                Some(e) => Err(e),
-                None => Ok(run.report()),
+                Some(mut e) => {
+                    e.report.lanes = lanes;
+                    Err(e)
+                }
+                None => {
+                    let mut r = run.report();
+                    r.lanes = lanes;
+                    Ok(r)
+                }
             };
             *run.fence.result.lock() = Some(result);
             run.fence.done.notify_all();
@@ -1079,55 +1101,117 @@ impl EngineState {
         self.finish(c.slot, failure);
     }
 
-    /// A lane died: later submits to it fail, its queued work fails at once.
-    pub(crate) fn lane_died(&mut self, lane: Lane, cause: &str) {
-        let name = self.lane_name(lane);
-        let fail = |s: &Slot| TaskFailure {
-            task: Some(s.task_id()),
-            label: s.label.clone(),
-            worker: name.clone(),
-            kind: FailureKind::Endpoint,
-            code: None,
-            message: format!("EndpointFailure: {cause}"),
+    /// A lane died (`name` is its child's name, `death` how): it is marked unavailable, and
+    /// every task aimed at it that has not started — PENDING on producers or READY in a
+    /// queue, in any run, a group member included — fails now with the death's message and
+    /// code; their dependents are skipped by the usual propagation. A sub lane's death fails
+    /// the sub tasks that need more sub lanes than are still alive.
+    pub(crate) fn lane_died(&mut self, lane: Lane, name: &str, death: &Death, restarting: bool) {
+        let state = if restarting {
+            "restarting in the background"
+        } else {
+            "not restarted"
         };
-        let mut victims = Vec::new();
+        let unavailable = format!("{} ({state})", death.fate);
         match lane {
             Lane::Chip(w) => {
-                self.dead_chips[w] = Some(cause.to_string());
-                victims.extend(self.directed[w].drain(..));
-                let dead = &self.dead_chips;
-                let slots = &self.slots;
-                self.groups.retain(|id| {
-                    let names_dead = slots.get(id.index as usize).is_some_and(|s| {
-                        matches!(&s.placement, Placement::Chips(ws) if ws.iter().any(|&x| dead[x].is_some()))
-                    });
-                    if names_dead {
-                        victims.push(*id);
-                    }
-                    !names_dead
-                });
+                self.dead_chips[w] = Some(unavailable);
+                self.directed[w].clear();
+            }
+            Lane::Sub(s) => self.dead_subs[s] = Some(unavailable),
+        }
+        let alive_subs = self.dead_subs.iter().filter(|d| d.is_none()).count();
+        let victims: Vec<SlotId> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s.state, State::Pending | State::Ready))
+            .filter(|(_, s)| match (&s.placement, lane) {
+                (Placement::Chips(ws), Lane::Chip(w)) => ws.contains(&w),
+                (Placement::Subs(n), Lane::Sub(_)) => *n > alive_subs,
+                _ => false,
+            })
+            .map(|(i, s)| SlotId {
+                index: i as u32,
+                generation: s.generation,
+            })
+            .collect();
+        let message = format!(
+            "EndpointFailure: {} before the task could start",
+            format_args!("{name} {}", death.fate)
+        );
+        for id in victims {
+            let Some(s) = self.slot(id) else { continue };
+            if !matches!(s.state, State::Pending | State::Ready) {
+                continue; // skipped meanwhile through an earlier victim
+            }
+            let f = TaskFailure {
+                task: Some(s.task_id()),
+                label: s.label.clone(),
+                worker: name.to_string(),
+                kind: FailureKind::Endpoint,
+                code: Some(death.code),
+                message: message.clone(),
+            };
+            self.finish(id, Some(f));
+        }
+    }
+
+    /// A dead lane's restart failed (`why`); it stays unavailable.
+    pub(crate) fn lane_restart_failed(&mut self, lane: Lane, why: &str, retrying: bool) {
+        let next = if retrying { "retrying" } else { "giving up" };
+        let cause = format!("its restart failed ({why}); {next}");
+        match lane {
+            Lane::Chip(w) => self.dead_chips[w] = Some(cause),
+            Lane::Sub(s) => self.dead_subs[s] = Some(cause),
+        }
+    }
+
+    /// A dead lane serves again as `name` (a fresh child process).
+    pub(crate) fn lane_revived(&mut self, lane: Lane, name: String) {
+        match lane {
+            Lane::Chip(w) => {
+                self.dead_chips[w] = None;
+                self.restarts_chips[w] += 1;
+                self.config.chip_names[w] = name;
             }
             Lane::Sub(s) => {
-                self.dead_subs[s] = Some(cause.to_string());
-                let alive = self.dead_subs.iter().filter(|d| d.is_none()).count();
-                let slots = &self.slots;
-                self.subs.retain(|id| {
-                    let too_big = slots
-                        .get(id.index as usize)
-                        .is_some_and(|s| matches!(s.placement, Placement::Subs(n) if n > alive));
-                    if too_big {
-                        victims.push(*id);
-                    }
-                    !too_big
-                });
+                self.dead_subs[s] = None;
+                self.restarts_subs[s] += 1;
+                self.config.sub_names[s] = name;
             }
         }
-        for id in victims {
-            if let Some(s) = self.slot(id).filter(|s| s.state == State::Ready) {
-                let f = fail(s);
-                self.finish(id, Some(f));
-            }
-        }
+        self.doorbell.notify_one();
+    }
+
+    /// Every lane's name, restarts and availability (`Worker::stats`, run reports).
+    pub(crate) fn lane_stats(&self) -> Vec<LaneStats> {
+        let chips = self
+            .config
+            .chip_names
+            .iter()
+            .enumerate()
+            .map(|(w, name)| LaneStats {
+                name: name.clone(),
+                restarts: self.restarts_chips[w],
+                available: self.dead_chips[w].is_none(),
+            });
+        let subs = self
+            .config
+            .sub_names
+            .iter()
+            .enumerate()
+            .map(|(s, name)| LaneStats {
+                name: name.clone(),
+                restarts: self.restarts_subs[s],
+                available: self.dead_subs[s].is_none(),
+            });
+        chips.chain(subs).collect()
+    }
+
+    /// The names of the chip (next-level) lanes and of the sub lanes.
+    pub(crate) fn lane_names(&self) -> (&[String], &[String]) {
+        (&self.config.chip_names, &self.config.sub_names)
     }
 
     /// Whether a lane is marked dead.

@@ -24,6 +24,11 @@
 //!   (it wakes the child) or the child's re-read and the kernel's compare follow the parent's
 //!   swap (the child does not sleep). Storing `IDLE` wakes nobody (the child is not waiting for
 //!   it).
+//! - **M7 (liveness, outside ownership).** The `probe` word is written only by the parent (a
+//!   counter, bumped by the monitor thread, then a futex wake), the `probe_ack` word only by
+//!   the child's liveness thread (it copies `probe` once the child is healthy). Neither moves
+//!   with the frame: both sides use them at any time, whatever the state word says. A lost
+//!   wake-up only delays an answer until the liveness thread's own timeout.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -31,16 +36,17 @@ use std::time::{Duration, Instant};
 
 use pto_types::node_wire::mailbox::{
     CHILD_REGIONS, FIXED_BYTES, FRAME_BYTES, MailboxState, OFF_CHILD_PARKED, OFF_PAYLOAD,
-    OFF_SHUTDOWN, OFF_STATE, PARENT_REGIONS,
+    OFF_PROBE, OFF_PROBE_ACK, OFF_REPORT, OFF_SHUTDOWN, OFF_STATE, PARENT_REGIONS,
 };
 
 use super::segment::{Segment, futex_wait, futex_wake};
 
-/// Regions copied when reading the fixed part: everything but the three atomic words (S3).
-const READ_REGIONS: [(usize, usize); 3] = [
+/// Regions copied when reading the fixed part: everything but the five atomic words (S3).
+const READ_REGIONS: [(usize, usize); 4] = [
     (0, OFF_SHUTDOWN),
     (OFF_SHUTDOWN + 4, OFF_STATE),
-    (OFF_CHILD_PARKED + 4, FIXED_BYTES),
+    (OFF_CHILD_PARKED + 4, OFF_PROBE),
+    (OFF_REPORT, FIXED_BYTES),
 ];
 
 /// A state swap that did not find the expected state.
@@ -192,6 +198,33 @@ impl Mailbox {
 
     pub(crate) fn shutdown_requested(&self) -> bool {
         self.seg.word(OFF_SHUTDOWN).load(SeqCst) != 0
+    }
+
+    /// Liveness, parent side: publishes probe `n` and wakes the child's liveness thread.
+    pub(crate) fn send_probe(&self, n: u32) {
+        let word = self.seg.word(OFF_PROBE);
+        word.store(n, SeqCst);
+        futex_wake(word, 1);
+    }
+
+    /// Liveness, parent side: the number of the latest probe the child answered.
+    pub(crate) fn probe_ack(&self) -> u32 {
+        self.seg.word(OFF_PROBE_ACK).load(SeqCst)
+    }
+
+    /// Liveness, child side: waits until the probe word differs from `answered` or `timeout`
+    /// passes; returns the probe word.
+    pub(crate) fn wait_probe(&self, answered: u32, timeout: Duration) -> u32 {
+        let word = self.seg.word(OFF_PROBE);
+        if word.load(SeqCst) == answered {
+            futex_wait(word, answered, Some(timeout));
+        }
+        word.load(SeqCst)
+    }
+
+    /// Liveness, child side: answers probe `n`.
+    pub(crate) fn ack_probe(&self, n: u32) {
+        self.seg.word(OFF_PROBE_ACK).store(n, SeqCst);
     }
 
     /// M6, parent side.

@@ -1,10 +1,13 @@
 //! The mailbox frame: one 64 KiB frame per child, shared by tasks and control
 //! (NODE_RUNTIME.md §4.5–§4.8).
 //!
-//! The layout is the set of `OFF_*` constants below (pinned against §4.5 by the tests). Three
+//! The layout is the set of `OFF_*` constants below (pinned against §4.5 by the tests). Five
 //! 32-bit words are atomics touched concurrently by both processes and are **never** written by
-//! these codecs: [`OFF_SHUTDOWN`] (parent, sticky), [`OFF_STATE`] (the current owner) and
-//! [`OFF_CHILD_PARKED`] (child). Everything else is owned by one side at a time and moves as
+//! these codecs: [`OFF_SHUTDOWN`] (parent, sticky), [`OFF_STATE`] (the current owner),
+//! [`OFF_CHILD_PARKED`] (child), and the liveness pair [`OFF_PROBE`] (parent) /
+//! [`OFF_PROBE_ACK`] (child), which pto carves out of the reply's reserved bytes: the parent
+//! bumps the probe, the child's liveness thread copies it into the ack (NODE_RUNTIME.md §4.9 as
+//! extended by pto). Everything else is owned by one side at a time and moves as
 //! plain bytes: the parent writes the request regions ([`PARENT_REGIONS`]) while it owns the
 //! frame, the child writes the reply regions ([`CHILD_REGIONS`]) while it owns it. The codecs
 //! work on a plain buffer of [`FIXED_BYTES`] (the frame up to the payload) plus the payload;
@@ -52,6 +55,10 @@ pub const OFF_REPLY_PAYLOAD_BYTES: usize = 92;
 pub const OFF_RESULT: usize = 96;
 pub const OFF_EXEC_NS: usize = 104;
 pub const OFF_REPLY_RESERVED: usize = 112;
+/// Atomic `u32`, parent-only: the number of the latest liveness probe.
+pub const OFF_PROBE: usize = 120;
+/// Atomic `u32`, child-only: the number of the latest probe the child answered.
+pub const OFF_PROBE_ACK: usize = 124;
 pub const OFF_REPORT: usize = 128;
 pub const OFF_REPORT_WINDOW: usize = 128;
 pub const OFF_REPORT_HEAP: usize = 160;
@@ -90,8 +97,11 @@ pub const PARENT_REGIONS: [(usize, usize); 5] = [
     (OFF_CONTROL_PAYLOAD, OFF_MESSAGE),
 ];
 /// Regions the child writes while it owns the frame, payload excluded.
-pub const CHILD_REGIONS: [(usize, usize); 2] =
-    [(OFF_REPLY_SEQ, OFF_CALL_CONFIG), (OFF_MESSAGE, OFF_PAYLOAD)];
+pub const CHILD_REGIONS: [(usize, usize); 3] = [
+    (OFF_REPLY_SEQ, OFF_PROBE),
+    (OFF_REPORT, OFF_CALL_CONFIG),
+    (OFF_MESSAGE, OFF_PAYLOAD),
+];
 
 /// Flags bit: the task is one member of a group.
 pub const FLAG_GROUP_MEMBER: u32 = 1;
@@ -108,6 +118,9 @@ const _: () = {
         OFF_STATE.is_multiple_of(64)
             && OFF_SHUTDOWN.is_multiple_of(4)
             && OFF_CHILD_PARKED.is_multiple_of(4)
+            && OFF_PROBE.is_multiple_of(4)
+            && OFF_PROBE_ACK == OFF_PROBE + 4
+            && OFF_PROBE_ACK + 4 == OFF_REPORT
     );
 };
 
@@ -496,12 +509,12 @@ pub fn encode_reply(r: &ReplyHeader, fixed: &mut [u8]) {
     );
     put(fixed, OFF_RESULT, &r.result.to_le_bytes());
     put(fixed, OFF_EXEC_NS, &r.exec_ns.to_le_bytes());
-    fixed[OFF_REPLY_RESERVED..OFF_REPORT].fill(0);
+    fixed[OFF_REPLY_RESERVED..OFF_PROBE].fill(0);
 }
 
 pub fn decode_reply(fixed: &[u8]) -> Result<ReplyHeader, FrameError> {
     need("mailbox frame", fixed, OFF_REPORT)?;
-    zero("reply", fixed, OFF_REPLY_RESERVED, OFF_REPORT)?;
+    zero("reply", fixed, OFF_REPLY_RESERVED, OFF_PROBE)?;
     let r = ReplyHeader {
         reply_seq: get_u64(fixed, OFF_REPLY_SEQ),
         error_code: get_u32(fixed, OFF_ERROR_CODE) as i32,
@@ -1019,7 +1032,13 @@ mod tests {
             owner[a..b].iter_mut().for_each(|o| *o |= 2);
         }
         assert!(owner.iter().all(|&o| o != 3));
-        for word in [OFF_SHUTDOWN, OFF_STATE, OFF_CHILD_PARKED] {
+        for word in [
+            OFF_SHUTDOWN,
+            OFF_STATE,
+            OFF_CHILD_PARKED,
+            OFF_PROBE,
+            OFF_PROBE_ACK,
+        ] {
             assert!(owner[word..word + 4].iter().all(|&o| o == 0));
         }
     }
