@@ -326,7 +326,10 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
         assert!(took < Duration::from_secs(1), "{took:?}");
         let text = e.to_string();
         for needle in [
-            format!("task 0 'attn' on {victim_name}"),
+            // The child is named once (issue 10 item 9: no `X: X` duplication).
+            format!(
+                "task 0 'attn': EndpointFailure: {victim_name} terminated by signal 9 (SIGKILL)"
+            ),
             format!("pid={victim}"),
             "signal 9".to_string(),
             "SIGKILL".to_string(),
@@ -334,6 +337,7 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
         ] {
             assert!(text.contains(&needle), "{text} does not contain {needle:?}");
         }
+        assert_eq!(text.matches(&victim_name).count(), 1, "{text}");
         assert_eq!(e.first.kind, FailureKind::Endpoint);
         let dependent = e.report.task("dependent").unwrap();
         assert!(

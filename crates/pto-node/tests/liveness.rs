@@ -48,30 +48,152 @@ fn small() -> CallConfig {
     )
 }
 
-/// Handles and buffers of one scenario.
+/// Handles and tensors of one scenario (`Clone`, so each orchestration closure owns one).
+#[derive(Clone)]
 struct Setup {
-    sleep_chip: CallableHandle,
+    victim: Victim,
+    fail_if: CallableHandle,
     add: CallableHandle,
-    sleep: CallableHandle,
     copy: CallableHandle,
     fill: CallableHandle,
-    bufs: Vec<(pto_node::HostBuffer, Tensor)>,
+    /// a, out, dep_out, p, ind, ind_out, ind_out2, held (written by the holder).
+    t: Vec<Tensor>,
+    cfg: CallConfig,
 }
 
+type Orch<'a, 'b> = &'a mut pto_node::Orchestrator<'b>;
+type OrchResult = Result<(), pto_node::OrchError>;
+
 impl Setup {
-    fn new(w: &Worker) -> Setup {
-        Setup {
-            sleep_chip: chip(w, "fail_if"),
+    fn new(w: &Worker, victim: Victim) -> (Setup, Vec<pto_node::HostBuffer>) {
+        let (bufs, t): (Vec<_>, Vec<_>) = (0..8).map(|i| buf(w, 64, i as f32)).unzip();
+        let s = Setup {
+            victim,
+            fail_if: chip(w, "fail_if"),
             add: chip(w, "elementwise_add"),
-            sleep: sleeper(w),
             copy: copier(w),
             fill: filler(w),
-            bufs: (0..7).map(|i| buf(w, 64, i as f32)).collect(),
-        }
+            t,
+            cfg: small(),
+        };
+        (s, bufs)
     }
 
-    fn t(&self, i: usize) -> Tensor {
-        self.bufs[i].1.clone()
+    /// The victim task (`out = f(input)`) on the victim's lane.
+    fn victim_task(&self, o: Orch<'_, '_>, input: usize) -> OrchResult {
+        let (x, out) = (&self.t[input], &self.t[1]);
+        match self.victim {
+            Victim::Chip => {
+                let args = TaskArgs::new().input(x).input(x).output_existing(out);
+                o.submit_next_level(&self.add, args.label("victim"), &self.cfg, 0)?
+            }
+            Victim::Sub => {
+                let args = TaskArgs::new().input(x).output_existing(out);
+                o.submit_sub(&self.copy, args.label("victim"))?
+            }
+        };
+        Ok(())
+    }
+
+    /// A 10 s task on the victim's lane, writing `t[out]`.
+    fn long_task(&self, o: Orch<'_, '_>, out: usize, label: &str) -> OrchResult {
+        let out = &self.t[out];
+        match self.victim {
+            Victim::Chip => {
+                let args = TaskArgs::new()
+                    .output_existing(out)
+                    .scalar(0u64)
+                    .scalar(10_000u64);
+                o.submit_next_level(&self.fail_if, args.label(label), &self.cfg, 0)?
+            }
+            Victim::Sub => {
+                let args = TaskArgs::new()
+                    .output_existing(out)
+                    .scalar(u64::from(1.0f32.to_bits()))
+                    .scalar(10_000u64);
+                o.submit_sub(&self.fill, args.label(label))?
+            }
+        };
+        Ok(())
+    }
+
+    /// A 1.5 s producer of `t[3]` on a lane that stays alive.
+    fn producer(&self, o: Orch<'_, '_>) -> OrchResult {
+        let p = &self.t[3];
+        match self.victim {
+            Victim::Chip => {
+                let args = TaskArgs::new()
+                    .output_existing(p)
+                    .scalar(u64::from(7.0f32.to_bits()))
+                    .scalar(1500u64);
+                o.submit_sub(&self.fill, args.label("producer"))?
+            }
+            Victim::Sub => {
+                let args = TaskArgs::new()
+                    .output_existing(p)
+                    .scalar(0u64)
+                    .scalar(1500u64);
+                o.submit_next_level(&self.fail_if, args.label("producer"), &self.cfg, 1)?
+            }
+        };
+        Ok(())
+    }
+
+    /// The consumer of the victim's output, on a lane that stays alive.
+    fn dependent(&self, o: Orch<'_, '_>) -> OrchResult {
+        let (out, dep) = (&self.t[1], &self.t[2]);
+        match self.victim {
+            Victim::Chip => {
+                let args = TaskArgs::new().input(out).output_existing(dep);
+                o.submit_sub(&self.copy, args.label("dependent"))?
+            }
+            Victim::Sub => {
+                let args = TaskArgs::new().input(out).input(out).output_existing(dep);
+                o.submit_next_level(&self.add, args.label("dependent"), &self.cfg, 1)?
+            }
+        };
+        Ok(())
+    }
+
+    /// A short task on chip 1, which no scenario hits: `t[out] = t[4] + t[4]`.
+    fn independent(&self, o: Orch<'_, '_>, out: usize) -> OrchResult {
+        let (x, out) = (&self.t[4], &self.t[out]);
+        let args = TaskArgs::new().input(x).input(x).output_existing(out);
+        o.submit_next_level(&self.add, args.label("independent"), &self.cfg, 1)?;
+        Ok(())
+    }
+
+    /// A group over chips 0 and 1, pending on the producer.
+    fn group(&self, o: Orch<'_, '_>) -> OrchResult {
+        let p = &self.t[3];
+        let member = |out: &Tensor| TaskArgs::new().input(p).input(p).output_existing(out);
+        let members = vec![member(&self.t[1]).label("victim"), member(&self.t[2])];
+        o.submit_next_level_group(&self.add, members, &self.cfg, &[0, 1])?;
+        Ok(())
+    }
+
+    /// The first run of `state`.
+    fn first_run(&self, o: Orch<'_, '_>, state: State) -> OrchResult {
+        match state {
+            State::Running => self.long_task(o, 1, "victim")?,
+            State::Ready => {
+                self.long_task(o, 7, "holder")?;
+                self.victim_task(o, 0)?;
+            }
+            State::Pending => {
+                self.producer(o)?;
+                self.victim_task(o, 3)?;
+            }
+            State::Group => {
+                self.producer(o)?;
+                self.group(o)?;
+            }
+            State::LaterRun => self.long_task(o, 7, "holder")?,
+        }
+        if state != State::LaterRun {
+            self.dependent(o)?;
+        }
+        self.independent(o, 5)
     }
 }
 
@@ -105,209 +227,30 @@ fn victim_name(w: &Worker, victim: Victim) -> String {
 /// Submits the scenario's run(s): the victim task is labelled `victim`, its consumer
 /// `dependent`, an unrelated task on a live lane `independent`; a task that keeps the victim's
 /// lane busy is `holder`, a producer on a live lane `producer`.
-fn submit(w: &Worker, s: &Setup, victim: Victim, state: State) -> Vec<pto_node::RunHandle> {
-    let cfg = small();
-    let (a, out, dep_out, p, ind, ind_out) = (s.t(0), s.t(1), s.t(2), s.t(3), s.t(4), s.t(5));
-    let (sleep_chip, add, sleep, copy, fill) = (
-        s.sleep_chip.clone(),
-        s.add.clone(),
-        s.sleep.clone(),
-        s.copy.clone(),
-        s.fill.clone(),
-    );
-    let on_victim_lane = move |orch: &mut pto_node::Orchestrator<'_>,
-                               args: TaskArgs|
-          -> Result<(), pto_node::OrchError> {
-        match victim {
-            Victim::Chip => orch.submit_next_level(&add, args, &cfg, 0)?,
-            Victim::Sub => orch.submit_sub(&copy, args)?,
-        };
-        Ok(())
-    };
-    let holder = {
-        let (sleep_chip, sleep, cfg, p) = (sleep_chip.clone(), sleep.clone(), small(), p.clone());
-        move |orch: &mut pto_node::Orchestrator<'_>| -> Result<(), pto_node::OrchError> {
-            match victim {
-                Victim::Chip => orch.submit_next_level(
-                    &sleep_chip,
-                    TaskArgs::new()
-                        .output_existing(&p)
-                        .scalar(0u64)
-                        .scalar(10_000u64)
-                        .label("holder"),
-                    &cfg,
-                    0,
-                )?,
-                Victim::Sub => {
-                    orch.submit_sub(&sleep, TaskArgs::new().scalar(10_000u64).label("holder"))?
-                }
-            };
-            Ok(())
-        }
-    };
-    let victim_args = |input: &Tensor| match victim {
-        Victim::Chip => TaskArgs::new()
-            .input(input)
-            .input(input)
-            .output_existing(&out),
-        Victim::Sub => TaskArgs::new().input(input).output_existing(&out),
-    };
-    let first = {
-        let (a, p, ind, ind_out, out, dep_out) = (
-            a.clone(),
-            p.clone(),
-            ind.clone(),
-            ind_out.clone(),
-            out.clone(),
-            dep_out.clone(),
-        );
-        let holder = holder.clone();
-        let on_victim_lane = on_victim_lane.clone();
-        let victim_args_running = victim_args(&a).label("victim");
-        let victim_args_pending = victim_args(&p).label("victim");
-        let (sleep_chip, copy, fill, add, cfg) = (
-            sleep_chip.clone(),
-            copy.clone(),
-            fill.clone(),
-            add.clone(),
-            small(),
-        );
-        move |orch: &mut pto_node::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
-            match state {
-                State::Running => match victim {
-                    Victim::Chip => {
-                        orch.submit_next_level(
-                            &sleep_chip,
-                            TaskArgs::new()
-                                .output_existing(&out)
-                                .scalar(0u64)
-                                .scalar(10_000u64)
-                                .label("victim"),
-                            &cfg,
-                            0,
-                        )?;
-                    }
-                    Victim::Sub => {
-                        orch.submit_sub(
-                            &fill,
-                            TaskArgs::new()
-                                .output_existing(&out)
-                                .scalar(u64::from(1.0f32.to_bits()))
-                                .scalar(10_000u64)
-                                .label("victim"),
-                        )?;
-                    }
-                },
-                State::Ready => {
-                    holder(orch)?;
-                    on_victim_lane(orch, victim_args_running)?;
-                }
-                State::Pending => {
-                    // The producer runs on a live lane for 1.5 s.
-                    match victim {
-                        Victim::Chip => orch.submit_sub(
-                            &fill,
-                            TaskArgs::new()
-                                .output_existing(&p)
-                                .scalar(u64::from(7.0f32.to_bits()))
-                                .scalar(1500u64)
-                                .label("producer"),
-                        )?,
-                        Victim::Sub => orch.submit_next_level(
-                            &sleep_chip,
-                            TaskArgs::new()
-                                .output_existing(&p)
-                                .scalar(0u64)
-                                .scalar(1500u64)
-                                .label("producer"),
-                            &cfg,
-                            1,
-                        )?,
-                    };
-                    on_victim_lane(orch, victim_args_pending)?;
-                }
-                State::Group => {
-                    // Pending on a 1.5 s producer of the live sub lane.
-                    orch.submit_sub(
-                        &fill,
-                        TaskArgs::new()
-                            .output_existing(&p)
-                            .scalar(u64::from(7.0f32.to_bits()))
-                            .scalar(1500u64)
-                            .label("producer"),
-                    )?;
-                    let member =
-                        |o: &Tensor| TaskArgs::new().input(&p).input(&p).output_existing(o);
-                    orch.submit_next_level_group(
-                        &add,
-                        vec![member(&out).label("victim"), member(&dep_out)],
-                        &cfg,
-                        &[0, 1],
-                    )?;
-                }
-                State::LaterRun => holder(orch)?,
-            }
-            if state != State::LaterRun {
-                // The consumer of the victim's output, on a lane that stays alive.
-                match victim {
-                    Victim::Chip => orch.submit_sub(
-                        &copy,
-                        TaskArgs::new()
-                            .input(&out)
-                            .output_existing(&dep_out)
-                            .label("dependent"),
-                    )?,
-                    Victim::Sub => orch.submit_next_level(
-                        &add,
-                        TaskArgs::new()
-                            .input(&out)
-                            .input(&out)
-                            .output_existing(&dep_out)
-                            .label("dependent"),
-                        &cfg,
-                        1,
-                    )?,
-                };
-            }
-            independent(orch, &add, &ind, &ind_out, &cfg)?;
-            Ok(())
-        }
-    };
+fn submit(w: &Worker, s: &Setup, state: State) -> Vec<pto_node::RunHandle> {
+    let first = s.clone();
     let mut runs = vec![
-        w.submit(first, TaskArgs::new(), CallConfig::default())
-            .unwrap(),
+        w.submit(
+            move |o, _, _| first.first_run(o, state),
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap(),
     ];
     if state == State::LaterRun {
-        let victim_args = victim_args(&a).label("victim");
-        let (add, cfg, ind, ind_out) = (s.add.clone(), small(), s.t(4), s.t(6));
-        let second = move |orch: &mut pto_node::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
-            on_victim_lane(orch, victim_args)?;
-            independent(orch, &add, &ind, &ind_out, &cfg)?;
-            Ok(())
-        };
-        runs.push(
-            w.submit(second, TaskArgs::new(), CallConfig::default())
-                .unwrap(),
+        let second = s.clone();
+        let run = w.submit(
+            move |o, _, _| {
+                second.victim_task(o, 0)?;
+                second.dependent(o)?;
+                second.independent(o, 6)
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
         );
+        runs.push(run.unwrap());
     }
     runs
-}
-
-/// A short task on chip 1, which no scenario hits: `out = input + input`.
-fn independent(
-    orch: &mut pto_node::Orchestrator<'_>,
-    add: &CallableHandle,
-    input: &Tensor,
-    out: &Tensor,
-    cfg: &CallConfig,
-) -> Result<(), pto_node::OrchError> {
-    let args = TaskArgs::new()
-        .input(input)
-        .input(input)
-        .output_existing(out)
-        .label("independent");
-    orch.submit_next_level(add, args, cfg, 1)?;
-    Ok(())
 }
 
 /// The failed run's error (every scenario's runs fail).
@@ -333,10 +276,10 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
     let shm_before = dev_shm();
     let w = worker();
     let uid = w.uid();
-    let s = Setup::new(&w);
+    let (s, _bufs) = Setup::new(&w, victim);
     let name = victim_name(&w, victim);
     let pid = pid_of(&name);
-    let runs = submit(&w, &s, victim, state);
+    let runs = submit(&w, &s, state);
     std::thread::sleep(Duration::from_millis(300));
     let hit_at = Instant::now();
     signal(pid, sig);
@@ -410,37 +353,16 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
     }
     let new_name = victim_name(&w, victim);
     assert_ne!(new_name, name, "a fresh process serves the lane");
-    let (add, copy, a, out) = (s.add.clone(), s.copy.clone(), s.t(0), s.t(1));
+    let again = s.clone();
     let report = w
         .run(
-            move |orch, _, _| {
-                match victim {
-                    Victim::Chip => orch.submit_next_level(
-                        &add,
-                        TaskArgs::new()
-                            .input(&a)
-                            .input(&a)
-                            .output_existing(&out)
-                            .label("again"),
-                        &small(),
-                        0,
-                    )?,
-                    Victim::Sub => orch.submit_sub(
-                        &copy,
-                        TaskArgs::new()
-                            .input(&a)
-                            .output_existing(&out)
-                            .label("again"),
-                    )?,
-                };
-                Ok(())
-            },
+            move |o, _, _| again.victim_task(o, 0),
             TaskArgs::new(),
             CallConfig::default(),
         )
         .expect("a run on the restarted lane succeeds");
     assert_eq!(report.lanes[lane].restarts, 1, "{:?}", report.lanes);
-    assert!(report.task("again").unwrap().members[0].worker == new_name);
+    assert_eq!(report.task("victim").unwrap().members[0].worker, new_name);
     let pids = w.child_pids();
     assert!(pids.len() >= 4, "three children and one restart: {pids:?}");
     let close = w.close();
@@ -482,4 +404,286 @@ scenarios! {
     stop_sub_ready: Sub, Ready, STOP;
     stop_sub_pending: Sub, Pending, STOP;
     stop_sub_later_run: Sub, LaterRun, STOP;
+}
+
+/// 8 threads submit runs touching chip 0, chip 1 and the sub lane while chip 0's child is
+/// killed (or stopped) after 100 ms: every run ends, every failure names the child, runs that
+/// do not touch chip 0 succeed, and chip 0 serves again after its restart.
+fn eight_threads(sig: Signal) {
+    let w = std::sync::Arc::new(worker());
+    let (s, _bufs) = Setup::new(&w, Victim::Chip);
+    let name = w.chip_name(0).unwrap();
+    let pid = pid_of(&name);
+    let stop_at = Instant::now() + Duration::from_millis(1500) + LIVENESS;
+    let threads: Vec<_> = (0..8)
+        .map(|k| {
+            let (w, s) = (std::sync::Arc::clone(&w), s.clone());
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while Instant::now() < stop_at {
+                    let chip_w = k % 2;
+                    let (fail_if, cfg) = (s.fail_if, s.cfg.clone());
+                    let out = buf(&w, 64, 0.0);
+                    let started = Instant::now();
+                    let r = w.run(
+                        move |o, _, _| {
+                            let args = TaskArgs::new()
+                                .output_existing(&out.1)
+                                .scalar(0u64)
+                                .scalar(20u64);
+                            o.submit_next_level(&fail_if, args.label("t"), &cfg, chip_w)?;
+                            Ok(())
+                        },
+                        TaskArgs::new(),
+                        CallConfig::default(),
+                    );
+                    let took = started.elapsed();
+                    assert!(took < Duration::from_secs(5), "a run took {took:?}");
+                    match r {
+                        Ok(_) => ok += 1,
+                        Err(e) => failed.push((chip_w, e.to_string())),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    signal(pid, sig);
+    let (mut oks, mut failures) = (0, 0);
+    for t in threads {
+        let (ok, failed) = t.join().expect("a submitting thread panicked");
+        oks += ok;
+        failures += failed.len();
+        for (chip_w, text) in failed {
+            assert_eq!(chip_w, 0, "only runs on chip 0 may fail: {text}");
+            assert!(text.contains("chip_child[0] pid="), "{text}");
+        }
+    }
+    assert!(
+        oks > 0 && failures > 0,
+        "{oks} runs passed, {failures} failed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.stats().lanes[0].restarts == 0 || !w.stats().lanes[0].available {
+        assert!(Instant::now() < deadline, "{:?}", w.stats().lanes);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = s.clone();
+    w.run(
+        move |o, _, _| again.victim_task(o, 0),
+        TaskArgs::new(),
+        CallConfig::default(),
+    )
+    .expect("chip 0 serves again");
+}
+
+#[test]
+fn eight_threads_submit_while_a_chip_child_is_killed() {
+    with_timeout(90, || eight_threads(Signal::KILL));
+}
+
+#[test]
+fn eight_threads_submit_while_a_chip_child_is_stopped() {
+    with_timeout(90, || eight_threads(Signal::STOP));
+}
+
+/// Liveness probes are answered while a callable runs: a task longer than the liveness
+/// timeout is not a hang.
+#[test]
+fn a_task_longer_than_the_liveness_timeout_succeeds() {
+    with_timeout(60, || {
+        let w =
+            start(builder(Mode::ChildProcess, 1, 1).liveness_timeout(Duration::from_millis(200)));
+        let sleep = sleeper(&w);
+        let sleep_chip = chip(&w, "sleep_chip");
+        let report = w
+            .run(
+                move |o, _, cfg| {
+                    o.submit_sub(&sleep, TaskArgs::new().scalar(1200u64))?;
+                    o.submit_next_level(&sleep_chip, TaskArgs::new().scalar(1200u64), cfg, 0)?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .expect("long tasks are not unresponsive children");
+        assert!(
+            report.lanes.iter().all(|l| l.restarts == 0),
+            "{:?}",
+            report.lanes
+        );
+    });
+}
+
+/// Issue 10 item 4, child processes: a task past `task_timeout` fails with TASK_TIMEOUT naming
+/// task, label, callable and child; the child is killed and restarted; later runs succeed.
+#[test]
+fn task_timeout_kills_and_restarts_the_child() {
+    with_timeout(60, || {
+        let w =
+            start(builder(Mode::ChildProcess, 1, 1).task_timeout(Some(Duration::from_millis(300))));
+        let sleep = sleeper(&w);
+        let sleep_chip = chip(&w, "sleep_chip");
+        for (sub, label) in [(true, "slow_sub"), (false, "slow_chip")] {
+            let name = if sub { w.sub_name(0) } else { w.chip_name(0) }.unwrap();
+            let started = Instant::now();
+            let err = w
+                .run(
+                    move |o, _, cfg| {
+                        let args = TaskArgs::new().scalar(10_000u64).label(label);
+                        if sub {
+                            o.submit_sub(&sleep, args)?;
+                        } else {
+                            o.submit_next_level(&sleep_chip, args, cfg, 0)?;
+                        }
+                        Ok(())
+                    },
+                    TaskArgs::new(),
+                    CallConfig::default(),
+                )
+                .unwrap_err();
+            assert!(
+                started.elapsed() < Duration::from_millis(1300),
+                "{:?}",
+                started.elapsed()
+            );
+            let pto_node::WorkerRunError::Failed(e) = err else {
+                panic!("{err:?}")
+            };
+            assert_eq!(e.first.code, Some(ErrorCode::TaskTimeout));
+            let text = e.to_string();
+            let callable = if sub {
+                "sub callable 'sleep'"
+            } else {
+                "chip callable 'sleep_chip'"
+            };
+            for needle in [
+                "TASK_TIMEOUT (1010)",
+                "task 0",
+                label,
+                callable,
+                name.as_str(),
+                "task_timeout 0.30 s",
+            ] {
+                assert!(text.contains(needle), "{text} lacks {needle:?}");
+            }
+            let lane = if sub { 1 } else { 0 };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !w.stats().lanes[lane].available {
+                assert!(Instant::now() < deadline, "{:?}", w.stats().lanes);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let stats = w.stats();
+        assert!(
+            stats.lanes.iter().all(|l| l.restarts == 1),
+            "{:?}",
+            stats.lanes
+        );
+        w.run(
+            move |o, _, cfg| {
+                o.submit_sub(&sleep, TaskArgs::new().scalar(1u64))?;
+                o.submit_next_level(&sleep_chip, TaskArgs::new().scalar(1u64), cfg, 0)?;
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .expect("the restarted lanes serve");
+    });
+}
+
+/// Issue 10 item 4, in-process: a timed-out task fails with SCHEDULER_TIMEOUT (the chip
+/// watchdog's code); the lane stays busy until the callable returns, then serves again.
+#[test]
+fn in_process_task_timeout_fails_the_task_and_keeps_the_lane_until_it_returns() {
+    with_timeout(60, || {
+        let w =
+            start(builder(Mode::InProcess, 0, 1).task_timeout(Some(Duration::from_millis(200))));
+        let sleep = sleeper(&w);
+        let started = Instant::now();
+        let err = w
+            .run(
+                move |o, _, _| {
+                    o.submit_sub(&sleep, TaskArgs::new().scalar(1000u64).label("slow"))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(800), "{took:?}");
+        let pto_node::WorkerRunError::Failed(e) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(e.first.code, Some(ErrorCode::SchedulerTimeout));
+        let text = e.to_string();
+        for needle in [
+            "task timeout",
+            "'slow'",
+            "sub callable 'sleep'",
+            "sub[0]",
+            "cannot be killed",
+        ] {
+            assert!(text.contains(needle), "{text} lacks {needle:?}");
+        }
+        // The next run waits for the lane: the callable returns after 1 s.
+        let report = w
+            .run(
+                move |o, _, _| {
+                    o.submit_sub(&sleep, TaskArgs::new().scalar(1u64).label("next"))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .expect("the lane serves once the callable returned");
+        assert!(started.elapsed() >= Duration::from_millis(1000));
+        assert!(report.task("next").unwrap().outcome.is_success());
+    });
+}
+
+/// Issue 10 item 5's helper: a process started with PTO_CHILD=1 that did not enter
+/// `child_main()` (a libtest run of this one test). Runs only when the test below starts it.
+#[test]
+fn unentered_child_helper() {
+    let Some(out) = pto_types::ring_config::env::EnvSource::process().get("PTO_TEST_UNENTERED")
+    else {
+        return;
+    };
+    let w = builder(Mode::ChildProcess, 1, 0).build().unwrap();
+    let result = match w.init() {
+        Ok(()) => "started".to_string(),
+        Err(e) => e.to_string(),
+    };
+    let in_process = start(builder(Mode::InProcess, 1, 0));
+    drop(in_process);
+    std::fs::write(out, result).unwrap();
+}
+
+/// Issue 10 item 5: no fork storm. An image that skipped `child_main()` but runs with
+/// PTO_CHILD=1 refuses to start child processes (in-process Workers still work).
+#[test]
+fn a_child_without_child_main_refuses_to_start_children() {
+    with_timeout(60, || {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("result");
+        #[allow(clippy::disallowed_methods)]
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "liveness::unentered_child_helper", "-q"])
+            .env("PTO_CHILD", "1")
+            .env("PTO_TEST_UNENTERED", &out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{status:?}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            text.contains("did not call pto_node::child_main()"),
+            "{text}"
+        );
+        assert!(text.contains("PTO_CHILD=1"), "{text}");
+    });
 }
