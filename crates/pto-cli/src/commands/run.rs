@@ -4,6 +4,7 @@ use std::ffi::OsString;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::EndpointMode;
+use pto_scene::params::{cut, key_list};
 use pto_scene::runner::{Diagnostics, RunOptions, render_json_lines, render_table, run_file};
 use pto_scene::{RunnerEnv, SceneFile};
 
@@ -42,11 +43,11 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .as_ref()
         .filter(|case| !file.cases.iter().any(|c| &c.name == *case))
     {
-        let names: Vec<&str> = file.cases.iter().map(|c| c.name.as_str()).collect();
         return Err(InputError(format!(
-            "{}: no case named {case:?} (cases: {})",
+            "{}: no case named {:?} (cases: {})",
             args.scene.display(),
-            names.join(", ")
+            cut(case),
+            key_list(file.cases.iter().map(|c| c.name.as_str()))
         ))
         .into());
     }
@@ -90,7 +91,8 @@ fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError
         .map(|pair| match pair.split_once('=') {
             Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
             _ => Err(InputError(format!(
-                "--ring-env {pair:?}: expected KEY=VALUE"
+                "--ring-env {:?}: expected KEY=VALUE",
+                cut(pair)
             ))),
         })
         .collect()
