@@ -158,11 +158,11 @@ fn check_regular(meta: &Metadata, limit: u64) -> Result<(), String> {
         Some("not a regular file")
     };
     if let Some(what) = what {
-        return Err(format!("cannot read: {what}, not a regular file"));
+        return Err(format!("is {what}, not a regular file"));
     }
     if meta.len() > limit {
         return Err(format!(
-            "cannot read: {} bytes; a scene file may be at most {limit} bytes (16 MiB)",
+            "is {} bytes; a scene file may be at most {limit} bytes (16 MiB)",
             meta.len()
         ));
     }
@@ -304,4 +304,127 @@ fn parse_case(
         config,
         params,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn load_err(text: &str) -> String {
+        match SceneFile::parse(Path::new("s.toml"), text) {
+            Ok(_) => panic!("expected a load error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn case(body: &str) -> String {
+        format!("scene = \"vector_example\"\n[[cases]]\n{body}\n")
+    }
+
+    #[test]
+    fn case_names_must_be_safe_path_components() {
+        for name in ["../x", "a/b", ".", "..", "a b", "/abs", "é"] {
+            let e = load_err(&case(&format!("name = {name:?}")));
+            assert!(
+                e.starts_with(&format!(
+                    "s.toml: cases[0] ({name:?}): name: a case name must be"
+                )),
+                "{e}"
+            );
+        }
+        let long = "x".repeat(65);
+        let e = load_err(&case(&format!("name = {long:?}")));
+        assert!(e.contains(&format!("({long:?})")), "{e}");
+        let huge = "y".repeat(10_000);
+        let e = load_err(&case(&format!("name = {huge:?}")));
+        assert!(
+            e.contains(&format!("{}…", "y".repeat(80))) && e.len() < 300,
+            "{e}"
+        );
+        SceneFile::parse(Path::new("s.toml"), &case("name = \"a.b-c_9\"")).unwrap();
+    }
+
+    #[test]
+    fn labels_dot_and_dotdot_are_refused() {
+        let text = "scene = \"multi_chip_dispatch\"\n[[cases]]\nname = \"c\"\n\
+                    [cases.config.tasks.\"..\"]\naicpu_thread_num = 2\n";
+        let e = load_err(text);
+        assert!(
+            e.contains("cases[0] (\"c\"): config.tasks.\"..\": a label must be"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn params_and_counts_are_range_checked_at_load() {
+        let e = load_err(&case("name = \"c\"\n[cases.params]\nclusters = 4294967297"));
+        assert_eq!(
+            e,
+            "s.toml: cases[0] (\"c\"): params.clusters = 4294967297 is out of range (allowed 1..=64)"
+        );
+        let e = load_err(&case("name = \"c\"\n[cases.params]\nn = 0"));
+        assert!(
+            e.ends_with("params.n = 0 is out of range (allowed 1..=4194304)"),
+            "{e}"
+        );
+        let e = load_err(&case("name = \"c\"\n[cases.config]\ndevice_count = 0"));
+        assert!(
+            e.ends_with("config.device_count = 0 is out of range (allowed 1..=64)"),
+            "{e}"
+        );
+        let e = load_err(&case("name = \"c\"\n[cases.config]\ndevice_count = 2"));
+        assert!(
+            e.ends_with(
+                "config.device_count = 2 is out of range for scene vector_example (allowed 1..=1)"
+            ),
+            "{e}"
+        );
+        let e = load_err(&case(
+            "name = \"c\"\n[cases.config]\naicpu_thread_num = 4294967298",
+        ));
+        assert!(
+            e.ends_with("config.aicpu_thread_num = 4294967298 is out of range (allowed 0..=4)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn too_many_cases_are_refused() {
+        let text = format!(
+            "scene = \"vector_example\"\n{}",
+            (0..=MAX_CASES)
+                .map(|i| format!("[[cases]]\nname = \"c{i}\"\n"))
+                .collect::<String>()
+        );
+        assert!(load_err(&text).contains("1025 cases; a scene file may hold at most 1024"));
+    }
+
+    #[test]
+    fn toml_errors_say_where() {
+        let e = load_err("scene = \"vector_example\"\n[[cases]\n");
+        assert!(e.starts_with("s.toml: line 2, column "), "{e}");
+    }
+
+    #[test]
+    fn only_regular_files_of_at_most_the_limit_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = |p: &Path| read_text(p, 100).unwrap_err();
+        assert_eq!(err(dir.path()), "is a directory, not a regular file");
+        assert_eq!(
+            err(Path::new("/dev/zero")),
+            "is a device, not a regular file"
+        );
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::RWXU).unwrap();
+        assert_eq!(err(&fifo), "is a FIFO, not a regular file");
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, [b'#'; 101]).unwrap();
+        assert!(err(&big).starts_with("is 101 bytes; a scene file may be at most 100"));
+        std::fs::write(&big, [b'#'; 100]).unwrap();
+        assert_eq!(read_text(&big, 100).unwrap().len(), 100);
+        std::fs::write(&big, [0xff, b'a']).unwrap();
+        assert!(err(&big).starts_with("is not UTF-8 text"));
+        assert!(err(&dir.path().join("missing")).starts_with("cannot read: "));
+    }
 }

@@ -67,12 +67,22 @@ impl Param {
     }
 }
 
-/// `s` itself, or its first [`MAX_ECHO_CHARS`] characters followed by "…".
+/// `s` itself, or its first [`MAX_ECHO_CHARS`] characters followed by "…"; control
+/// characters are escaped (`\n`), so a message stays one line.
 pub fn cut(s: &str) -> String {
-    match s.char_indices().nth(MAX_ECHO_CHARS) {
-        None => s.to_string(),
-        Some((end, _)) => format!("{}…", &s[..end]),
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_ECHO_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
     }
+    out
 }
 
 /// A TOML value as it appears in a message: numbers and booleans as written, strings quoted
@@ -304,5 +314,6 @@ mod tests {
         assert_eq!(cut("abc"), "abc");
         let s = "é".repeat(100);
         assert_eq!(cut(&s).chars().count(), MAX_ECHO_CHARS + 1);
+        assert_eq!(cut("a\nb"), "a\\nb");
     }
 }

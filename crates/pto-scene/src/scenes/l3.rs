@@ -34,8 +34,9 @@ fn sum_outputs(_ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
 
 pto_node::register_sub!("scene.sum_outputs", sum_outputs);
 
-/// Elements of each f32 vector of the L3 scenes: 64 MiB per buffer at most.
-pub(crate) const MAX_L3_ELEMENTS: u64 = 1 << 24;
+/// Elements of each f32 vector of the L3 scenes: 16 MiB per buffer at most (the fan-out has
+/// ten such buffers).
+pub(crate) const MAX_L3_ELEMENTS: u64 = 1 << 22;
 /// Device memory of one chip in MiB: 64 GiB (a capacity; arenas are committed lazily).
 pub(crate) const MAX_CHIP_MIB: u64 = 64 << 10;
 
