@@ -197,3 +197,19 @@ fn r10_unwritable_output_directory_fails_the_case() {
     );
     assert!(!dir.path().join("fine/c/.pto-write-probe").exists());
 }
+
+#[test]
+fn r10_output_too_long_for_output_prefix_is_a_usage_error() {
+    let dir = TempDir::new().unwrap();
+    let scene = write(
+        &dir,
+        "s.toml",
+        "scene = \"vector_example\"\n[[cases]]\nname = \"c\"\n",
+    );
+    let output = "d".repeat(1100);
+    let out = run(dir.path(), &scene, &["--output", &output]);
+    assert_refused(
+        &out,
+        &["case \"c\": output_prefix is 1102 bytes; the limit is 1024"],
+    );
+}

@@ -99,7 +99,7 @@ pub fn show_value(value: &Value) -> String {
     }
 }
 
-/// `a, b (allowed: x, y)`-style list of keys: each cut, at most [`MAX_LISTED_KEYS`] shown.
+/// `a, b and 3 more`: a list of keys for a message, each [`cut`], at most 10 shown.
 pub fn key_list<'k>(keys: impl IntoIterator<Item = &'k str>) -> String {
     let keys: Vec<&str> = keys.into_iter().collect();
     let mut out = keys

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use pto_types::{CallConfig, RING_COUNT, Resource};
 use serde_json::{Value, json};
 
-use crate::file::SceneFile;
+use crate::file::{Case, SceneFile};
 use crate::params::{cut, key_list};
 use crate::scene::{CaseResult, CaseRun, RunnerEnv};
 use crate::sizing_report::{human_bytes, rings_json};
@@ -67,22 +67,7 @@ pub fn run_file(
     }
     let mut reports = Vec::with_capacity(cases.len());
     for case in cases {
-        let base = CallConfig {
-            aicpu_thread_num: case.config.aicpu_thread_num,
-            runtime_env: case.config.runtime_env,
-            enable_scope_stats: options.diagnostics.scope_stats,
-            enable_chip_swimlane: options.diagnostics.swimlane,
-            enable_dep_gen: options.diagnostics.dep_gen,
-            output_prefix: Some(
-                options
-                    .output
-                    .join(&case.name)
-                    .to_string_lossy()
-                    .into_owned(),
-            ),
-        };
-        base.validate()
-            .map_err(|e| anyhow::anyhow!("{}: case {:?}: {e}", file.path.display(), case.name))?;
+        let base = base_config(file, case, options).map_err(anyhow::Error::msg)?;
         let run = CaseRun::new(&case.name, &case.params, &case.config, base, &options.env);
         let started = Instant::now();
         let output = options.output.join(&case.name);
@@ -112,6 +97,37 @@ pub fn run_file(
         });
     }
     Ok(reports)
+}
+
+/// The base `CallConfig` of `case`: its sizing plus the command line's diagnostics, with
+/// `output_prefix` = `<output>/<case name>` (a safe path component, checked at load).
+fn base_config(file: &SceneFile, case: &Case, options: &RunOptions) -> Result<CallConfig, String> {
+    let base = CallConfig {
+        aicpu_thread_num: case.config.aicpu_thread_num,
+        runtime_env: case.config.runtime_env,
+        enable_scope_stats: options.diagnostics.scope_stats,
+        enable_chip_swimlane: options.diagnostics.swimlane,
+        enable_dep_gen: options.diagnostics.dep_gen,
+        output_prefix: Some(
+            options
+                .output
+                .join(&case.name)
+                .to_string_lossy()
+                .into_owned(),
+        ),
+    };
+    base.validate()
+        .map_err(|e| format!("{}: case {:?}: {e}", file.path.display(), case.name))?;
+    Ok(base)
+}
+
+/// Checks the options against every case they select before anything runs (e.g. an
+/// `--output` too long for `output_prefix`): a usage error, not a failed case.
+pub fn check_options(file: &SceneFile, options: &RunOptions) -> Result<(), String> {
+    file.cases
+        .iter()
+        .filter(|c| options.case.as_deref().is_none_or(|n| n == c.name))
+        .try_for_each(|case| base_config(file, case, options).map(|_| ()))
 }
 
 /// Checks, before a case runs, that its output directory `dir` (`<output>/<case>`) can be

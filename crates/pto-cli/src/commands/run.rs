@@ -5,7 +5,9 @@ use std::ffi::OsString;
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::EndpointMode;
 use pto_scene::params::{cut, key_list};
-use pto_scene::runner::{Diagnostics, RunOptions, render_json_lines, render_table, run_file};
+use pto_scene::runner::{
+    Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
+};
 use pto_scene::{RunnerEnv, SceneFile};
 
 use crate::cli::{Mode, RunArgs};
@@ -51,6 +53,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         ))
         .into());
     }
+    check_options(&file, &options).map_err(InputError)?;
     let total = file
         .cases
         .iter()
