@@ -310,6 +310,16 @@ impl Scene for PagedAttention {
                 show("max_model_len")
             ));
         }
+        if pa.expected_tasks() > PA_MAX_TASKS {
+            return Err(format!(
+                "{}, {}, {}, {} submit {} tasks; at most {PA_MAX_TASKS} are allowed",
+                show("batch"),
+                show("heads"),
+                show("block"),
+                show("ctx"),
+                pa.expected_tasks()
+            ));
+        }
         let (bytes, work) = pa_cost(&pa);
         if bytes > PA_MAX_INPUT_BYTES || work > PA_MAX_WORK {
             return Err(format!(
@@ -385,6 +395,9 @@ const PA_MAX_INPUT_BYTES: u64 = 256 << 20;
 /// case (2^28), so no case runs for minutes (the golden repeats the chip's work on one host
 /// thread; 2^30 took 45 s unoptimised).
 const PA_MAX_WORK: u64 = 1 << 28;
+/// Tasks of one case (`chunks · (1 + 4 · max_bn)`): 64x the ringbuffer_stress case; 65k tasks
+/// (block 1) took 8 s.
+const PA_MAX_TASKS: u64 = 16384;
 
 static PA_PARAMS: &[Param] = &[
     Param::new("batch", 1, 256, PA_SMALL.batch as u64, "sequences"),

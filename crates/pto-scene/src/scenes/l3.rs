@@ -202,8 +202,9 @@ impl Scene for PerTaskRuntimeEnv {
 /// sub task has fan-in 2 and starts after both chip tasks finished.
 pub(crate) struct MultiChipDispatch;
 
-/// Most chips of a multi-chip dispatch case (each a 1-cluster chip: a few threads).
-const MAX_DISPATCH_CHIPS: u32 = 16;
+/// Most chips of a multi-chip dispatch case (each a 1-cluster chip: a few threads; 16 chips
+/// with the largest `n` needed 1.3 GB).
+const MAX_DISPATCH_CHIPS: u32 = 8;
 
 impl Scene for MultiChipDispatch {
     fn name(&self) -> &'static str {

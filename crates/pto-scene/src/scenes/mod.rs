@@ -113,8 +113,14 @@ mod tests {
             pa_check("ctx = 8192").unwrap_err(),
             "params.ctx = 8192 must not exceed params.max_model_len = 4096 (default)"
         );
-        let big = pa_check("batch = 256\nctx = 65536\nmax_model_len = 65536").unwrap_err();
+        let big =
+            pa_check("batch = 256\nblock = 1024\nctx = 65536\nmax_model_len = 65536").unwrap_err();
         assert!(big.contains("at most 268435456 bytes"), "{big}");
+        let tasks = pa_check("block = 1\nctx = 4096").unwrap_err();
+        assert!(
+            tasks.contains("submit 16385 tasks; at most 16384"),
+            "{tasks}"
+        );
         pa_check("batch = 32\nctx = 4096\nmax_model_len = 32768").unwrap();
     }
 }
