@@ -50,7 +50,8 @@ pub(crate) struct RunArgs {
     /// Where level-3 scenes run their workers.
     #[arg(long, value_enum, default_value_t = Mode::InProcess)]
     pub(crate) mode: Mode,
-    /// Diagnostics directory; each case writes under `<DIR>/<case name>`.
+    /// Diagnostics directory; each case writes under `<DIR>/<case name>` (a case whose
+    /// directory cannot be written fails).
     #[arg(long, value_name = "DIR", default_value = "pto-out")]
     pub(crate) output: PathBuf,
     /// Write scope stats (input of `pto advise`).

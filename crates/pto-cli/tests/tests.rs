@@ -3,5 +3,6 @@
 
 mod advise;
 mod config_resolve;
+mod inputs;
 mod run;
 mod util;

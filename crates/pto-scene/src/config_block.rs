@@ -8,8 +8,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use pto_types::ring_config::PLATFORM_MAX_AICPU_THREADS;
 use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
 use toml::{Table, Value};
+
+use crate::params::{cut, key_list};
 
 /// Whether a scene runs chip callables directly (level 2) or an L3 orchestration (level 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +46,12 @@ impl SceneLevel {
 pub const RUNTIME_ENV_KEYS: [&str; 3] = ["ring_dep_pool", "ring_heap", "ring_task_window"];
 /// Keys allowed in a `tasks.<label>` table, sorted.
 pub const TASK_KEYS: [&str; 2] = ["aicpu_thread_num", "runtime_env"];
+/// Most chips a case may ask for (`config.device_count`); a scene may allow fewer.
+pub const MAX_DEVICE_COUNT: u32 = 64;
+/// Most sub workers a case may ask for (`config.num_sub_workers`); a scene may allow fewer.
+pub const MAX_SUB_WORKERS: u32 = 64;
+/// Most labels under `config.tasks`: more than any orchestration requests.
+pub const MAX_TASK_LABELS: usize = 256;
 
 /// A loaded and validated `config` block.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,6 +94,10 @@ impl fmt::Display for BlockError {
         if self.path.is_empty() {
             return f.write_str(&self.problem);
         }
+        // Range errors read `path = value is out of range …`, like those of params.
+        if self.problem.starts_with("= ") {
+            return write!(f, "{} {}", self.path, self.problem);
+        }
         write!(f, "{}: {}", self.path, self.problem)
     }
 }
@@ -96,6 +109,14 @@ fn error(path: impl Into<String>, problem: impl Into<String>) -> BlockError {
         path: path.into(),
         problem: problem.into(),
     }
+}
+
+/// `path = value is out of range (allowed min..=max)`.
+fn range_error(path: &str, value: impl fmt::Display, min: u64, max: u64) -> BlockError {
+    error(
+        path,
+        format!("= {value} is out of range (allowed {min}..={max})"),
+    )
 }
 
 /// `unknown key(s) in <what>: a, b (allowed: …)`, or `None` when every key is allowed.
@@ -111,7 +132,7 @@ pub(crate) fn unknown_keys_message(table: &Table, allowed: &[&str], what: &str) 
     unknown.sort_unstable();
     Some(format!(
         "unknown key(s) in {what}: {} (allowed: {})",
-        unknown.join(", "),
+        key_list(unknown),
         allowed.join(", ")
     ))
 }
@@ -151,9 +172,37 @@ fn non_negative(value: &Value, path: &str) -> Result<u64, BlockError> {
     }
 }
 
-fn small_count(value: &Value, path: &str) -> Result<u32, BlockError> {
-    let n = non_negative(value, path)?;
-    u32::try_from(n).map_err(|_| error(path, format!("{n} is too large")))
+/// An integer in `min..=max` (a count: threads, chips, sub workers).
+fn bounded_count(value: &Value, path: &str, min: u32, max: u32) -> Result<u32, BlockError> {
+    let (min64, max64) = (u64::from(min), u64::from(max));
+    match value {
+        Value::Integer(i) => match u32::try_from(*i) {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(range_error(path, i, min64, max64)),
+        },
+        other => Err(error(
+            path,
+            format!(
+                "expected a non-negative integer, found {}",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+/// `aicpu_thread_num`: any `u32` passes here; `CallConfig::validate` then applies the §3 rule
+/// with its own text, and only values no `u32` can hold are range errors.
+fn thread_count(value: &Value, path: &str) -> Result<u32, BlockError> {
+    match value {
+        Value::Integer(i) if *i < 0 => Err(error(path, "must be non-negative")),
+        Value::Integer(i) if *i > i64::from(u32::MAX) => Err(range_error(
+            path,
+            i,
+            0,
+            u64::from(PLATFORM_MAX_AICPU_THREADS),
+        )),
+        _ => bounded_count(value, path, 0, u32::MAX),
+    }
 }
 
 /// A `runtime_env` value: a non-negative integer (broadcast) or a list of exactly 4.
@@ -211,20 +260,26 @@ pub fn parse_runtime_env(value: &Value, path: &str) -> Result<RuntimeEnv, BlockE
     Ok(env)
 }
 
-/// True for labels of 1–64 characters from `[A-Za-z0-9_.-]`.
+/// True for labels and case names that are safe path components: 1–64 characters from
+/// `[A-Za-z0-9_.-]`, and not `.` or `..` (they name directories under `--output`).
 pub fn is_valid_label(label: &str) -> bool {
     (1..=64).contains(&label.len())
+        && label != "."
+        && label != ".."
         && label
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
+
+/// The text of a refused label or case name.
+pub const LABEL_RULE: &str = "must be 1-64 characters of [A-Za-z0-9_.-], not . or ..";
 
 fn parse_task(value: &Value, path: &str) -> Result<TaskOverrides, BlockError> {
     let table = as_table(value, path)?;
     check_keys(table, path, &TASK_KEYS)?;
     let mut overrides = TaskOverrides::default();
     if let Some(v) = table.get("aicpu_thread_num") {
-        overrides.aicpu_thread_num = Some(small_count(v, &format!("{path}.aicpu_thread_num"))?);
+        overrides.aicpu_thread_num = Some(thread_count(v, &format!("{path}.aicpu_thread_num"))?);
     }
     if let Some(v) = table.get("runtime_env") {
         overrides.runtime_env = parse_runtime_env(v, &format!("{path}.runtime_env"))?;
@@ -249,13 +304,15 @@ pub fn parse_config_block(
     check_keys(table, path, level.allowed_config_keys())?;
     let mut config = CaseConfig::default();
     if let Some(v) = table.get("aicpu_thread_num") {
-        config.aicpu_thread_num = small_count(v, &format!("{path}.aicpu_thread_num"))?;
+        config.aicpu_thread_num = thread_count(v, &format!("{path}.aicpu_thread_num"))?;
     }
     if let Some(v) = table.get("device_count") {
-        config.device_count = Some(small_count(v, &format!("{path}.device_count"))?);
+        let key = format!("{path}.device_count");
+        config.device_count = Some(bounded_count(v, &key, 1, MAX_DEVICE_COUNT)?);
     }
     if let Some(v) = table.get("num_sub_workers") {
-        config.num_sub_workers = Some(small_count(v, &format!("{path}.num_sub_workers"))?);
+        let key = format!("{path}.num_sub_workers");
+        config.num_sub_workers = Some(bounded_count(v, &key, 0, MAX_SUB_WORKERS)?);
     }
     if let Some(v) = table.get("runtime_env") {
         config.runtime_env = parse_runtime_env(v, &format!("{path}.runtime_env"))?;
@@ -264,14 +321,24 @@ pub fn parse_config_block(
     base.validate().map_err(|e| error(path, e.to_string()))?;
     if let Some(v) = table.get("tasks") {
         let tasks_path = format!("{path}.tasks");
-        for (label, task) in as_table(v, &tasks_path)? {
-            let task_path = format!("{tasks_path}.{label}");
+        let tasks = as_table(v, &tasks_path)?;
+        if tasks.len() > MAX_TASK_LABELS {
+            return Err(error(
+                tasks_path,
+                format!(
+                    "{} labels; at most {MAX_TASK_LABELS} are allowed",
+                    tasks.len()
+                ),
+            ));
+        }
+        for (label, task) in tasks {
             if !is_valid_label(label) {
                 return Err(error(
-                    task_path,
-                    "a label must be 1-64 characters of [A-Za-z0-9_.-]",
+                    format!("{tasks_path}.{:?}", cut(label)),
+                    format!("a label {LABEL_RULE}"),
                 ));
             }
+            let task_path = format!("{tasks_path}.{label}");
             let overrides = parse_task(task, &task_path)?;
             base.derive(&overrides)
                 .map_err(|e| error(&task_path, e.to_string()))?;

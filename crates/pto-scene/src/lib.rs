@@ -4,6 +4,7 @@
 //! - [`config_block`] — the strict loader of a case's `config` block (also used by
 //!   `pto config resolve --config`).
 //! - [`mod@file`] — scene files (`scene`, `level`, `[[cases]]`), checked when loaded.
+//! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
 //! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
 //! - [`sizing_report`] — the report behind `pto config resolve`.
@@ -14,6 +15,7 @@
 
 pub mod config_block;
 pub mod file;
+pub mod params;
 pub mod runner;
 pub mod scene;
 mod scenes;
@@ -21,4 +23,5 @@ pub mod sizing_report;
 
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
 pub use file::{LoadError, SceneFile};
-pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow};
+pub use params::{Param, Params};
+pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use pto_types::{CallConfig, RING_COUNT, Resource};
 use serde_json::{Value, json};
 
-use crate::file::SceneFile;
+use crate::file::{Case, SceneFile};
+use crate::params::{cut, key_list};
 use crate::scene::{CaseResult, CaseRun, RunnerEnv};
 use crate::sizing_report::{human_bytes, rings_json};
 
@@ -18,6 +19,13 @@ pub struct Diagnostics {
     pub scope_stats: bool,
     pub swimlane: u8,
     pub dep_gen: bool,
+}
+
+impl Diagnostics {
+    /// Whether a run writes any diagnostics file.
+    pub fn any(&self) -> bool {
+        self.scope_stats || self.swimlane > 0 || self.dep_gen
+    }
 }
 
 /// How to run a file.
@@ -50,35 +58,23 @@ pub fn run_file(
         .filter(|c| options.case.as_deref().is_none_or(|n| n == c.name))
         .collect();
     if cases.is_empty() {
-        let names: Vec<&str> = file.cases.iter().map(|c| c.name.as_str()).collect();
         anyhow::bail!(
             "{}: no case named {:?} (cases: {})",
             file.path.display(),
-            options.case.as_deref().unwrap_or(""),
-            names.join(", ")
+            cut(options.case.as_deref().unwrap_or("")),
+            key_list(file.cases.iter().map(|c| c.name.as_str()))
         );
     }
     let mut reports = Vec::with_capacity(cases.len());
     for case in cases {
-        let base = CallConfig {
-            aicpu_thread_num: case.config.aicpu_thread_num,
-            runtime_env: case.config.runtime_env,
-            enable_scope_stats: options.diagnostics.scope_stats,
-            enable_chip_swimlane: options.diagnostics.swimlane,
-            enable_dep_gen: options.diagnostics.dep_gen,
-            output_prefix: Some(
-                options
-                    .output
-                    .join(&case.name)
-                    .to_string_lossy()
-                    .into_owned(),
-            ),
-        };
-        base.validate()
-            .map_err(|e| anyhow::anyhow!("{}: case {:?}: {e}", file.path.display(), case.name))?;
+        let base = base_config(file, case, options).map_err(anyhow::Error::msg)?;
         let run = CaseRun::new(&case.name, &case.params, &case.config, base, &options.env);
         let started = Instant::now();
-        let mut result = match file.scene.run(&run) {
+        let output = options.output.join(&case.name);
+        let outcome = check_output(&output, options.diagnostics.any())
+            .map_err(anyhow::Error::msg)
+            .and_then(|()| file.scene.run(&run));
+        let mut result = match outcome {
             Ok(result) => result,
             Err(e) => {
                 let mut r = CaseResult::new(Vec::new());
@@ -101,6 +97,75 @@ pub fn run_file(
         });
     }
     Ok(reports)
+}
+
+/// The base `CallConfig` of `case`: its sizing plus the command line's diagnostics, with
+/// `output_prefix` = `<output>/<case name>` (a safe path component, checked at load).
+fn base_config(file: &SceneFile, case: &Case, options: &RunOptions) -> Result<CallConfig, String> {
+    let base = CallConfig {
+        aicpu_thread_num: case.config.aicpu_thread_num,
+        runtime_env: case.config.runtime_env,
+        enable_scope_stats: options.diagnostics.scope_stats,
+        enable_chip_swimlane: options.diagnostics.swimlane,
+        enable_dep_gen: options.diagnostics.dep_gen,
+        output_prefix: Some(
+            options
+                .output
+                .join(&case.name)
+                .to_string_lossy()
+                .into_owned(),
+        ),
+    };
+    base.validate()
+        .map_err(|e| format!("{}: case {:?}: {e}", file.path.display(), case.name))?;
+    Ok(base)
+}
+
+/// Checks the options against every case they select before anything runs (e.g. an
+/// `--output` too long for `output_prefix`): a usage error, not a failed case.
+pub fn check_options(file: &SceneFile, options: &RunOptions) -> Result<(), String> {
+    file.cases
+        .iter()
+        .filter(|c| options.case.as_deref().is_none_or(|n| n == c.name))
+        .try_for_each(|case| base_config(file, case, options).map(|_| ()))
+}
+
+/// Checks, before a case runs, that its output directory `dir` (`<output>/<case>`) can be
+/// written (issue 10, item 7). The chip only logs a diagnostics file it cannot write and
+/// carries on; `pto run` fails the case instead, naming the path and the OS error. With
+/// diagnostics (`create`) the directory is created and a probe file written and removed;
+/// without, nothing is created: the nearest existing ancestor must be a directory this
+/// process may write to, so the outcome never depends on the diagnostics flags.
+pub fn check_output(dir: &Path, create: bool) -> Result<(), String> {
+    let fail = |at: &Path, e: &dyn std::fmt::Display| {
+        format!("cannot write to output directory {}: {e}", at.display())
+    };
+    if create {
+        std::fs::create_dir_all(dir).map_err(|e| fail(dir, &e))?;
+        let probe = dir.join(".pto-write-probe");
+        std::fs::write(&probe, b"").map_err(|e| fail(dir, &e))?;
+        return std::fs::remove_file(&probe).map_err(|e| fail(dir, &e));
+    }
+    for at in dir.ancestors() {
+        let at = if at.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            at
+        };
+        match std::fs::metadata(at) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(fail(dir, &e)),
+            Ok(meta) if !meta.is_dir() => {
+                return Err(fail(dir, &format!("{} is not a directory", at.display())));
+            }
+            Ok(_) => {
+                let access = rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK;
+                return rustix::fs::access(at, access)
+                    .map_err(|e| fail(dir, &std::io::Error::from(e)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `16384d`, `64e`, `128c`: a value with the first letter of its source.

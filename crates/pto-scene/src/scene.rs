@@ -17,51 +17,68 @@ use pto_node::{EndpointMode, Worker, WorkerBuilder};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, RING_COUNT};
-use toml::{Table, Value};
 
 use crate::config_block::{CaseConfig, SceneLevel};
+use crate::params::{Param, Params};
 
 /// A registered workload.
 pub trait Scene: Sync {
     fn name(&self) -> &'static str;
     fn level(&self) -> SceneLevel;
-    /// Params this scene accepts (others are load errors).
-    fn params(&self) -> &'static [&'static str];
+    /// Params this scene accepts, each with its range and default; any other key, and any
+    /// value outside its range, is a load error.
+    fn params(&self) -> &'static [Param];
+    /// Allowed `config.device_count` and `config.num_sub_workers` of this scene's cases.
+    fn worker_bounds(&self) -> WorkerBounds {
+        WorkerBounds::ONE_CHIP
+    }
+    /// Checks between params (and the case's worker counts) that a range cannot express,
+    /// e.g. a size that must divide another; run at load after every value is in range. The
+    /// error names the keys and values involved.
+    fn validate(&self, _params: &Params, _config: &CaseConfig) -> Result<(), String> {
+        Ok(())
+    }
     /// Runs one case: builds inputs, runs, checks against the golden.
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult>;
     /// Lines printed after all cases of a file ran (e.g. comparisons between cases).
     fn summary(&self, _cases: &[(String, CaseResult)]) -> Vec<String> {
         Vec::new()
     }
+}
 
-    /// Checks a case's params: known keys, non-negative integer values.
-    fn check_params(&self, params: &Table) -> Result<(), String> {
-        let allowed = self.params();
-        let mut unknown: Vec<&str> = params
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !allowed.contains(k))
-            .collect();
-        if !unknown.is_empty() {
-            unknown.sort_unstable();
-            return Err(format!(
-                "unknown key(s) in params: {} (allowed: {})",
-                unknown.join(", "),
-                if allowed.is_empty() {
-                    "none".to_string()
-                } else {
-                    allowed.join(", ")
-                }
-            ));
-        }
-        for (k, v) in params {
-            match v {
-                Value::Integer(i) if *i >= 0 => {}
-                other => {
+/// The `config.device_count` and `config.num_sub_workers` a scene can run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerBounds {
+    pub device_count: (u32, u32),
+    pub num_sub_workers: (u32, u32),
+}
+
+impl WorkerBounds {
+    /// One chip, no sub workers: every level-2 scene.
+    pub const ONE_CHIP: WorkerBounds = WorkerBounds {
+        device_count: (1, 1),
+        num_sub_workers: (0, 0),
+    };
+
+    /// `config.KEY = VALUE is out of range for scene S (allowed MIN..=MAX)` for the first
+    /// count outside its bounds.
+    pub fn check(&self, scene: &str, config: &CaseConfig) -> Result<(), String> {
+        let counts = [
+            ("device_count", config.device_count, self.device_count),
+            (
+                "num_sub_workers",
+                config.num_sub_workers,
+                self.num_sub_workers,
+            ),
+        ];
+        for (key, value, (min, max)) in counts {
+            match value {
+                Some(v) if !(min..=max).contains(&v) => {
                     return Err(format!(
-                        "{k}: expected a non-negative integer, found {other}"
+                        "config.{key} = {v} is out of range for scene {scene} (allowed {min}..={max})"
                     ));
                 }
+                _ => {}
             }
         }
         Ok(())
@@ -99,7 +116,7 @@ pub struct RunnerEnv {
 /// One case being run.
 pub struct CaseRun<'a> {
     pub name: &'a str,
-    pub params: &'a Table,
+    pub params: &'a Params,
     pub config: &'a CaseConfig,
     /// Base config of every L2 task of the case.
     pub base: CallConfig,
@@ -110,7 +127,7 @@ pub struct CaseRun<'a> {
 impl<'a> CaseRun<'a> {
     pub(crate) fn new(
         name: &'a str,
-        params: &'a Table,
+        params: &'a Params,
         config: &'a CaseConfig,
         base: CallConfig,
         env: &'a RunnerEnv,
@@ -125,12 +142,11 @@ impl<'a> CaseRun<'a> {
         }
     }
 
-    /// A param, or `default`.
-    pub fn param(&self, key: &str, default: u64) -> u64 {
-        match self.params.get(key) {
-            Some(Value::Integer(i)) => *i as u64,
-            _ => default,
-        }
+    /// Param `key` as a `T`: the case's value (checked against the scene's declaration at
+    /// load) or the declared default (the fast default under `--fast`). Fails, never
+    /// truncates, when the value does not fit `T` or the scene did not declare `key`.
+    pub fn param<T: TryFrom<u64>>(&self, key: &str) -> anyhow::Result<T> {
+        Ok(self.params.get(key, self.env.fast)?)
     }
 
     /// The config of tasks labelled `label`: the base with the case's `tasks.<label>`

@@ -2,7 +2,6 @@
 
 use std::ffi::OsString;
 
-use anyhow::Context as _;
 use pto_scene::config_block::{SceneLevel, parse_config_block};
 use pto_scene::sizing_report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::ring_config::env::EnvSource;
@@ -44,8 +43,9 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
 fn call_config(args: &ResolveArgs) -> anyhow::Result<CallConfig> {
     let mut base = CallConfig::default();
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        // The same guard as scene files: a regular file of at most 16 MiB, never a FIFO.
+        let text = pto_scene::file::read_text(path, pto_scene::file::MAX_FILE_BYTES)
+            .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
         let table: toml::Table = toml::from_str(&text)
             .map_err(|e| InputError(format!("{}: {}", path.display(), e.message())))?;
         let block = parse_config_block(&toml::Value::Table(table), "config", SceneLevel::L3)

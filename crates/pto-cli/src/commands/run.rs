@@ -4,7 +4,10 @@ use std::ffi::OsString;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::EndpointMode;
-use pto_scene::runner::{Diagnostics, RunOptions, render_json_lines, render_table, run_file};
+use pto_scene::params::{cut, key_list};
+use pto_scene::runner::{
+    Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
+};
 use pto_scene::{RunnerEnv, SceneFile};
 
 use crate::cli::{Mode, RunArgs};
@@ -42,14 +45,15 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .as_ref()
         .filter(|case| !file.cases.iter().any(|c| &c.name == *case))
     {
-        let names: Vec<&str> = file.cases.iter().map(|c| c.name.as_str()).collect();
         return Err(InputError(format!(
-            "{}: no case named {case:?} (cases: {})",
+            "{}: no case named {:?} (cases: {})",
             args.scene.display(),
-            names.join(", ")
+            cut(case),
+            key_list(file.cases.iter().map(|c| c.name.as_str()))
         ))
         .into());
     }
+    check_options(&file, &options).map_err(InputError)?;
     let total = file
         .cases
         .iter()
@@ -90,7 +94,8 @@ fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError
         .map(|pair| match pair.split_once('=') {
             Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
             _ => Err(InputError(format!(
-                "--ring-env {pair:?}: expected KEY=VALUE"
+                "--ring-env {:?}: expected KEY=VALUE",
+                cut(pair)
             ))),
         })
         .collect()

@@ -4,20 +4,51 @@
 //! one global sizing big enough for the attention job reserves four large ones.
 
 use anyhow::Context as _;
-use pto_kernels::paged_attention::{check, golden, make_inputs};
+use pto_kernels::paged_attention::{PA_SMALL, check, golden, make_inputs};
 use pto_node::{Callable, SubmitError, Worker};
 use pto_types::{DType, ErrorCode, TaskArgs, Tensor};
 
-use super::l2::pa_case;
-use super::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
+use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS, check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::config_block::SceneLevel;
-use crate::scene::{CaseResult, CaseRun, Scene};
+use crate::params::Param;
+use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};
 use crate::sizing_report::human_bytes;
 
 pub(crate) struct HeterogeneousFanout;
 
 const CHIPS: usize = 4;
 const ELEMENTWISE_TASKS: usize = 8;
+
+static FANOUT_PARAMS: &[Param] = &[
+    Param::new(
+        "n",
+        1,
+        MAX_L3_ELEMENTS,
+        4096,
+        "elements of each element-wise vector",
+    ),
+    Param::new(
+        "chip_mib",
+        1,
+        MAX_CHIP_MIB,
+        2048,
+        "device memory of chip 0 (MiB)",
+    ),
+    Param::new(
+        "small_chips_mib",
+        0,
+        MAX_CHIP_MIB,
+        0,
+        "device memory of chips 1-3 (MiB); 0 = chip_mib",
+    ),
+    Param::new(
+        "expect_exhausted",
+        0,
+        1,
+        0,
+        "1: the case passes only if a task fails with DEVICE_MEMORY_EXHAUSTED",
+    ),
+];
 
 fn bf16_buffer(
     w: &Worker,
@@ -51,18 +82,28 @@ impl Scene for HeterogeneousFanout {
         SceneLevel::L3
     }
 
-    fn params(&self) -> &'static [&'static str] {
-        &["n", "chip_mib", "small_chips_mib", "expect_exhausted"]
+    fn params(&self) -> &'static [Param] {
+        FANOUT_PARAMS
+    }
+
+    fn worker_bounds(&self) -> WorkerBounds {
+        // Chip i gets a spec and element-wise task i % 4 goes to chip i % 4: exactly 4 chips.
+        WorkerBounds {
+            device_count: (CHIPS as u32, CHIPS as u32),
+            num_sub_workers: (0, 4),
+        }
     }
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
-        let n = case.param("n", 4096) as usize;
-        let chip_bytes = case.param("chip_mib", 2048) << 20;
-        let small_bytes = match case.param("small_chips_mib", 0) {
+        let len: u32 = case.param("n")?;
+        let n = len as usize;
+        let chip_mib: u64 = case.param("chip_mib")?;
+        let chip_bytes = chip_mib << 20;
+        let small_bytes = match case.param::<u64>("small_chips_mib")? {
             0 => chip_bytes,
             mib => mib << 20,
         };
-        let expect_exhausted = case.param("expect_exhausted", 0) == 1;
+        let expect_exhausted = case.param::<u8>("expect_exhausted")? == 1;
         let mut builder = case.worker_builder(CHIPS, 0);
         for i in 0..CHIPS {
             let bytes = if i == 0 { chip_bytes } else { small_bytes };
@@ -73,7 +114,7 @@ impl Scene for HeterogeneousFanout {
         let add = w.register(Callable::chip("elementwise_add"))?;
         w.init().context("starting the worker")?;
 
-        let pa = pa_case(case);
+        let pa = PA_SMALL;
         let inputs = make_inputs(&pa);
         let (_q, q) = bf16_buffer(&w, &inputs.query, &pa.query_shape())?;
         let (_k, k) = bf16_buffer(&w, &inputs.key_cache, &pa.cache_shape())?;

@@ -6,14 +6,16 @@
 
 use anyhow::Context as _;
 use pto_chip::memory::HostBuffer as ChipBuffer;
+use pto_chip::spec::{DEFAULT_CLUSTERS, MAX_CLUSTERS};
 use pto_chip::{ChipRunError, ChipSpec, RunContext};
-use pto_kernels::paged_attention::{PaCase, check, golden, make_inputs};
+use pto_kernels::paged_attention::{PA_SMALL, PaCase, check, golden, make_inputs};
 use pto_node::{Callable, EndpointMode};
 use pto_types::ring_config::resolve::SizeSource;
 use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor, TensorTag};
 
 use super::rows_of;
-use crate::config_block::SceneLevel;
+use crate::config_block::{CaseConfig, SceneLevel};
+use crate::params::{Param, ParamError, Params};
 use crate::scene::{CaseResult, CaseRun, Scene, TaskErrorInfo, TaskRow};
 
 /// One entry tensor of an L2 run: its tag, initial bytes (little-endian elements), shape, dtype.
@@ -246,20 +248,21 @@ impl Scene for VectorExample {
         SceneLevel::L2
     }
 
-    fn params(&self) -> &'static [&'static str] {
-        &["n", "clusters"]
+    fn params(&self) -> &'static [Param] {
+        VECTOR_PARAMS
     }
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
-        let n = case.param("n", if case.env.fast { 4096 } else { 16384 }) as usize;
-        let shape = [n as u32];
+        let len: u32 = case.param("n")?;
+        let n = len as usize;
+        let shape = [len];
         let tensors = [
             L2Tensor::f32s(TensorTag::Input, &vec![2.0; n], &shape),
             L2Tensor::f32s(TensorTag::Input, &vec![3.0; n], &shape),
             L2Tensor::f32s(TensorTag::OutputExisting, &vec![0.0; n], &shape),
         ];
         let spec = ChipSpec {
-            clusters: case.param("clusters", 8) as u32,
+            clusters: case.param("clusters")?,
             ..ChipSpec::default()
         };
         let outcome = run_l2(case, spec, "vector_example", &tensors)?;
@@ -286,21 +289,54 @@ impl Scene for PagedAttention {
         SceneLevel::L2
     }
 
-    fn params(&self) -> &'static [&'static str] {
-        &[
-            "batch",
-            "heads",
-            "d",
-            "block",
-            "ctx",
-            "max_model_len",
-            "seed",
-            "clusters",
-        ]
+    fn params(&self) -> &'static [Param] {
+        PA_PARAMS
+    }
+
+    fn validate(&self, params: &Params, _config: &CaseConfig) -> Result<(), String> {
+        let pa = pa_of(params, false).map_err(|e| e.to_string())?;
+        let show = |key| params.show(key);
+        if !pa.max_model_len.is_multiple_of(pa.block) {
+            return Err(format!(
+                "{} must be a multiple of {}",
+                show("max_model_len"),
+                show("block")
+            ));
+        }
+        if pa.ctx > pa.max_model_len {
+            return Err(format!(
+                "{} must not exceed {}",
+                show("ctx"),
+                show("max_model_len")
+            ));
+        }
+        if pa.expected_tasks() > PA_MAX_TASKS {
+            return Err(format!(
+                "{}, {}, {}, {} submit {} tasks; at most {PA_MAX_TASKS} are allowed",
+                show("batch"),
+                show("heads"),
+                show("block"),
+                show("ctx"),
+                pa.expected_tasks()
+            ));
+        }
+        let (bytes, work) = pa_cost(&pa);
+        if bytes > PA_MAX_INPUT_BYTES || work > PA_MAX_WORK {
+            return Err(format!(
+                "{}, {}, {}, {}, {} need {bytes} bytes of inputs and {work} multiply-adds per \
+                 pass; at most {PA_MAX_INPUT_BYTES} bytes and {PA_MAX_WORK} are allowed",
+                show("batch"),
+                show("heads"),
+                show("d"),
+                show("block"),
+                show("ctx")
+            ));
+        }
+        Ok(())
     }
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
-        let pa = pa_case(case);
+        let pa = pa_of(case.params, case.env.fast)?;
         let inputs = make_inputs(&pa);
         let tensors = [
             L2Tensor::bf16s(TensorTag::Input, &inputs.query, &pa.query_shape()),
@@ -319,7 +355,7 @@ impl Scene for PagedAttention {
             ),
         ];
         let spec = ChipSpec {
-            clusters: case.param("clusters", 8) as u32,
+            clusters: case.param("clusters")?,
             ..ChipSpec::default()
         };
         let outcome = run_l2(case, spec, "paged_attention", &tensors)?;
@@ -330,18 +366,104 @@ impl Scene for PagedAttention {
     }
 }
 
-/// The paged-attention case described by the case's params (defaults: `pa_small`).
-pub(crate) fn pa_case(case: &CaseRun<'_>) -> PaCase {
-    let d = pto_kernels::paged_attention::PA_SMALL;
-    PaCase {
-        batch: case.param("batch", u64::from(d.batch)) as u32,
-        heads: case.param("heads", u64::from(d.heads)) as u32,
-        d: case.param("d", u64::from(d.d)) as u32,
-        block: case.param("block", u64::from(d.block)) as u32,
-        ctx: case.param("ctx", u64::from(d.ctx)) as u32,
-        max_model_len: case.param("max_model_len", u64::from(d.max_model_len)) as u32,
-        seed: case.param("seed", d.seed),
-    }
+/// Elements of each vector of the vector example: 16 MiB per f32 tensor at most, so a case
+/// stays within seconds and well under 1 GiB of host memory.
+const MAX_VECTOR_ELEMENTS: u64 = 1 << 22;
+
+static VECTOR_PARAMS: &[Param] = &[
+    Param::new(
+        "n",
+        1,
+        MAX_VECTOR_ELEMENTS,
+        16384,
+        "elements of each f32 vector",
+    )
+    .with_fast_default(4096),
+    Param::new(
+        "clusters",
+        1,
+        MAX_CLUSTERS as u64,
+        DEFAULT_CLUSTERS as u64,
+        "clusters of the chip (1 AIC + 2 AIV cores each)",
+    ),
+];
+
+/// Bytes of all paged-attention inputs and the output together: 256 MiB at most (4x the
+/// ringbuffer_stress case).
+const PA_MAX_INPUT_BYTES: u64 = 256 << 20;
+/// Multiply-adds of one QK (or PV) pass over every sequence: that of the ringbuffer_stress
+/// case (2^28), so no case runs for minutes (the golden repeats the chip's work on one host
+/// thread; 2^30 took 45 s unoptimised).
+const PA_MAX_WORK: u64 = 1 << 28;
+/// Tasks of one case (`chunks · (1 + 4 · max_bn)`): 64x the ringbuffer_stress case; 65k tasks
+/// (block 1) took 8 s.
+const PA_MAX_TASKS: u64 = 16384;
+
+static PA_PARAMS: &[Param] = &[
+    Param::new("batch", 1, 256, PA_SMALL.batch as u64, "sequences"),
+    Param::new("heads", 1, 128, PA_SMALL.heads as u64, "query heads"),
+    Param::new("d", 1, 512, PA_SMALL.d as u64, "head dimension"),
+    Param::new(
+        "block",
+        1,
+        1024,
+        PA_SMALL.block as u64,
+        "positions per KV block",
+    ),
+    Param::new(
+        "ctx",
+        1,
+        65536,
+        PA_SMALL.ctx as u64,
+        "context length of every sequence",
+    ),
+    Param::new(
+        "max_model_len",
+        1,
+        65536,
+        PA_SMALL.max_model_len as u64,
+        "longest context: a multiple of block, at least ctx",
+    ),
+    Param::new(
+        "seed",
+        0,
+        i64::MAX as u64,
+        PA_SMALL.seed,
+        "seed of the input stream",
+    ),
+    Param::new(
+        "clusters",
+        1,
+        MAX_CLUSTERS as u64,
+        DEFAULT_CLUSTERS as u64,
+        "clusters of the chip (1 AIC + 2 AIV cores each)",
+    ),
+];
+
+/// The paged-attention case described by `params` (defaults: `pa_small`).
+fn pa_of(params: &Params, fast: bool) -> Result<PaCase, ParamError> {
+    Ok(PaCase {
+        batch: params.get("batch", fast)?,
+        heads: params.get("heads", fast)?,
+        d: params.get("d", fast)?,
+        block: params.get("block", fast)?,
+        ctx: params.get("ctx", fast)?,
+        max_model_len: params.get("max_model_len", fast)?,
+        seed: params.get("seed", fast)?,
+    })
+}
+
+/// `(bytes of inputs and output, multiply-adds of one QK pass)`; in u64, which the declared
+/// ranges cannot overflow (at most 2^8 · 2^17 · 2^10 · 2^9 per product).
+fn pa_cost(pa: &PaCase) -> (u64, u64) {
+    let [batch, heads, d] = pa.query_shape().map(u64::from);
+    let positions = u64::from(pa.total_blocks()) * u64::from(pa.block);
+    let bytes = batch * heads * d * (2 + 4)
+        + 2 * positions * d * 2
+        + batch * u64::from(pa.blocks_per_seq()) * 4
+        + batch * 4;
+    let work = heads * positions * d;
+    (bytes, work)
 }
 
 #[cfg(test)]
@@ -354,7 +476,7 @@ mod tests {
     /// same results as the direct path.
     #[test]
     fn l2_scene_through_a_one_chip_worker() {
-        let params = toml::Table::new();
+        let params = Params::defaults(VectorExample.params());
         let config = CaseConfig {
             runtime_env: pto_types::RuntimeEnv::default().with_task_window([0, 8, 0, 0]),
             ..CaseConfig::default()

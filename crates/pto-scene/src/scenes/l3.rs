@@ -12,7 +12,8 @@ use pto_types::{CallConfig, DType, Resource, TaskArgs, Tensor};
 
 use super::rows_of;
 use crate::config_block::SceneLevel;
-use crate::scene::{CaseResult, CaseRun, Scene};
+use crate::params::Param;
+use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};
 
 /// Sub callable `scene.sum_outputs`: the last tensor = the element-wise sum of the others.
 fn sum_outputs(_ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
@@ -33,6 +34,21 @@ fn sum_outputs(_ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
 
 pto_node::register_sub!("scene.sum_outputs", sum_outputs);
 
+/// Elements of each f32 vector of the L3 scenes: 16 MiB per buffer at most (the fan-out has
+/// ten such buffers).
+pub(crate) const MAX_L3_ELEMENTS: u64 = 1 << 22;
+/// Device memory of one chip in MiB: 64 GiB (a capacity; arenas are committed lazily).
+pub(crate) const MAX_CHIP_MIB: u64 = 64 << 10;
+
+/// `n` of the L3 element-wise scenes.
+static N_PARAMS: &[Param] = &[Param::new(
+    "n",
+    1,
+    MAX_L3_ELEMENTS,
+    4096,
+    "elements of each f32 vector",
+)];
+
 /// A small chip (1 cluster, 1 scheduler) so L3 scenes stay light on a 2-core host.
 pub(crate) fn small_chip(device_memory_bytes: u64) -> ChipSpec {
     ChipSpec {
@@ -45,9 +61,10 @@ pub(crate) fn small_chip(device_memory_bytes: u64) -> ChipSpec {
 
 /// A worker buffer of `n` f32 set to `value`, and a 1-D tensor over it.
 pub(crate) fn f32_buffer(w: &Worker, n: usize, value: f32) -> anyhow::Result<(HostBuffer, Tensor)> {
+    let len = u32::try_from(n)?;
     let buf = w.create_buffer(n * 4)?;
     buf.write_from(0, &vec![value; n])?;
-    let t = buf.tensor(&[n as u32], DType::F32)?;
+    let t = buf.tensor(&[len], DType::F32)?;
     Ok((buf, t))
 }
 
@@ -126,12 +143,20 @@ impl Scene for PerTaskRuntimeEnv {
         SceneLevel::L3
     }
 
-    fn params(&self) -> &'static [&'static str] {
-        &["n"]
+    fn params(&self) -> &'static [Param] {
+        N_PARAMS
+    }
+
+    fn worker_bounds(&self) -> WorkerBounds {
+        // Every task runs on chip 0; more chips would only idle.
+        WorkerBounds {
+            device_count: (1, 4),
+            num_sub_workers: (0, 4),
+        }
     }
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
-        let n = case.param("n", 4096) as usize;
+        let n: usize = case.param("n")?;
         let w = case
             .worker_builder(1, 0)
             .chip_spec(0, small_chip(4 << 30))
@@ -177,6 +202,10 @@ impl Scene for PerTaskRuntimeEnv {
 /// sub task has fan-in 2 and starts after both chip tasks finished.
 pub(crate) struct MultiChipDispatch;
 
+/// Most chips of a multi-chip dispatch case (each a 1-cluster chip: a few threads; 16 chips
+/// with the largest `n` needed 1.3 GB).
+const MAX_DISPATCH_CHIPS: u32 = 8;
+
 impl Scene for MultiChipDispatch {
     fn name(&self) -> &'static str {
         "multi_chip_dispatch"
@@ -186,17 +215,27 @@ impl Scene for MultiChipDispatch {
         SceneLevel::L3
     }
 
-    fn params(&self) -> &'static [&'static str] {
-        &["n"]
+    fn params(&self) -> &'static [Param] {
+        N_PARAMS
+    }
+
+    fn worker_bounds(&self) -> WorkerBounds {
+        // One element-wise task per chip and a sum task on a sub worker.
+        WorkerBounds {
+            device_count: (1, MAX_DISPATCH_CHIPS),
+            num_sub_workers: (1, 4),
+        }
     }
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
-        let n = case.param("n", 4096) as usize;
-        let w = case
-            .worker_builder(2, 1)
-            .chip_spec(0, small_chip(4 << 30))
-            .chip_spec(1, small_chip(4 << 30))
-            .build()?;
+        let n: usize = case.param("n")?;
+        // Every chip is small, so the largest allowed device_count stays light.
+        let chips = case.config.device_count.unwrap_or(2) as usize;
+        let mut builder = case.worker_builder(2, 1);
+        for i in 0..chips {
+            builder = builder.chip_spec(i, small_chip(4 << 30));
+        }
+        let w = builder.build()?;
         let add = register(&w, Callable::chip("elementwise_add"))?;
         let sum = register(&w, Callable::sub("scene.sum_outputs"))?;
         w.init().context("starting the worker")?;
