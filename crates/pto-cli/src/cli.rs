@@ -75,6 +75,14 @@ pub(crate) struct RunArgs {
     /// Smaller inputs (what `cargo test` runs).
     #[arg(long)]
     pub(crate) fast: bool,
+    /// Fail a task that runs longer than SECS (TASK_TIMEOUT); its child is killed and
+    /// restarted. Default: no limit.
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    pub(crate) task_timeout: Option<String>,
+    /// Kill and restart a child process that does not answer liveness probes for SECS
+    /// (default 5).
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    pub(crate) liveness_timeout: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,5 +4,6 @@
 mod advise;
 mod config_resolve;
 mod inputs;
+mod liveness;
 mod run;
 mod util;

@@ -94,4 +94,15 @@ pub fn elementwise_add<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResul
 
 pto_chip::register_chip!("elementwise_add", elementwise_add, expected_args = 3);
 
+/// `elementwise_add_after`: waits `scalar(0)` milliseconds in the orchestration, then does
+/// `elementwise_add` (a slow chip job for liveness tests and scenes: while it waits, its
+/// consumers are PENDING).
+pub fn elementwise_add_after<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let ms: u64 = a.scalar(0);
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    elementwise_add(s, a)
+}
+
+pto_chip::register_chip!("elementwise_add_after", elementwise_add_after);
+
 pub(crate) fn link() {}

@@ -168,3 +168,22 @@ pub(crate) fn adopt_child_fds(list: &str) -> io::Result<[OwnedFd; 4]> {
         it.next().expect("4 fds"),
     ])
 }
+
+/// Raises this process's soft descriptor limit to its hard limit (as the Go runtime does): a
+/// child-process Worker holds one descriptor per shared buffer, and a child briefly holds the
+/// ones in flight on its socket, so the common soft limit of 1024 would cap a run at about a
+/// thousand buffers for no reason. Never lowers anything; failures are ignored (the limit
+/// then stays as it was, and running out is reported where a descriptor is needed).
+pub(crate) fn raise_fd_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+}

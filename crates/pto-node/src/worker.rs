@@ -388,8 +388,11 @@ impl Worker {
 
     fn init_inner(&self) -> Result<(), InitError> {
         let options = &self.shared.options;
-        if options.mode == EndpointMode::ChildProcess && crate::child::is_unentered_child() {
-            return Err(InitError::ChildMainMissing);
+        if options.mode == EndpointMode::ChildProcess {
+            if crate::child::is_unentered_child() {
+                return Err(InitError::ChildMainMissing);
+            }
+            crate::spawn::raise_fd_limit();
         }
         let (chips, subs) = match options.mode {
             EndpointMode::InProcess => self.start_in_process()?,
@@ -850,7 +853,10 @@ impl Worker {
             Err(_) => engine
                 .state
                 .lock()
-                .abandon_runs("EndpointFailure: the Worker closed before the task finished"),
+                .abandon_runs(&format!(
+                    "EndpointFailure: the Worker closed after waiting close_timeout ({:?}) for the task",
+                    self.shared.options.close_timeout
+                )),
         };
         if let Some(rt) = &*self.shared.children.lock() {
             rt.shutdown_all();

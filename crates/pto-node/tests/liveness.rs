@@ -687,3 +687,76 @@ fn a_child_without_child_main_refuses_to_start_children() {
         assert!(text.contains("PTO_CHILD=1"), "{text}");
     });
 }
+
+/// The number of open descriptors of process `pid`.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Issue 10 item 8: a child closes each segment's descriptor once it is mapped, so hundreds
+/// of buffers cost it no descriptors (it used to keep one per buffer until its limit).
+#[test]
+fn children_hold_no_descriptor_per_buffer() {
+    with_timeout(90, || {
+        let w = start(builder(Mode::ChildProcess, 0, 1));
+        let copy = copier(&w);
+        let sub_pid = pid_of(&w.sub_name(0).unwrap());
+        let before = fd_count(sub_pid);
+        let bufs: Vec<_> = (0..600).map(|i| buf(&w, 16, i as f32)).collect();
+        for pair in bufs.chunks(50) {
+            let pair: Vec<Tensor> = pair.iter().map(|(_, t)| t.clone()).collect();
+            w.run(
+                move |o, _, _| {
+                    for two in pair.chunks(2) {
+                        o.submit_sub(
+                            &copy,
+                            TaskArgs::new().input(&two[0]).output_existing(&two[1]),
+                        )?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .expect("copies run");
+        }
+        let after = fd_count(sub_pid);
+        assert!(
+            after <= before + 4,
+            "the sub child went from {before} to {after} descriptors"
+        );
+        for (i, (b, _)) in bufs.iter().enumerate().skip(1).step_by(2) {
+            assert_eq!(b.read_vec::<f32>(0, 16).unwrap(), vec![(i - 1) as f32; 16]);
+        }
+    });
+}
+
+/// Issue 10 item 9: a run abandoned by `close` names the lane that kept it from finishing.
+#[test]
+fn an_abandoned_run_names_the_stuck_child() {
+    with_timeout(60, || {
+        let w = start(builder(Mode::ChildProcess, 0, 1).close_timeout(Duration::from_millis(300)));
+        let sleep = sleeper(&w);
+        let name = w.sub_name(0).unwrap();
+        let run = w
+            .submit(
+                move |o, _, _| {
+                    o.submit_sub(&sleep, TaskArgs::new().scalar(10_000u64).label("stuck"))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let close = w.close();
+        assert_eq!(close.abandoned_runs, 1);
+        let Err(WaitError::Failed(e)) = run.wait(Some(Duration::from_secs(5))) else {
+            panic!("the run is failed by close")
+        };
+        let text = e.to_string();
+        assert!(text.contains(&format!("still running on {name}")), "{text}");
+        assert!(text.contains("close_timeout"), "{text}");
+        assert_eq!(text.matches(&name).count(), 1, "{text}");
+    });
+}

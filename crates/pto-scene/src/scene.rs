@@ -111,6 +111,11 @@ pub struct RunnerEnv {
     pub strict_env: bool,
     /// Smaller inputs, for `cargo test`.
     pub fast: bool,
+    /// `WorkerBuilder::task_timeout` of every L3 Worker (`--task-timeout`).
+    pub task_timeout: Option<Duration>,
+    /// `WorkerBuilder::liveness_timeout` of every L3 Worker (`--liveness-timeout`; `None`:
+    /// the default).
+    pub liveness_timeout: Option<Duration>,
 }
 
 /// One case being run.
@@ -199,7 +204,11 @@ impl<'a> CaseRun<'a> {
             .sub_workers(subs)
             .endpoint_mode(self.env.mode)
             .strict_env(self.env.strict_env)
-            .heap_ring_size(64 << 20);
+            .heap_ring_size(64 << 20)
+            .task_timeout(self.env.task_timeout);
+        if let Some(t) = self.env.liveness_timeout {
+            b = b.liveness_timeout(t);
+        }
         for (k, v) in &self.env.ring_env {
             b = b.ring_env(k.clone(), v.clone());
         }

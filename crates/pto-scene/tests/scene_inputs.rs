@@ -449,6 +449,8 @@ fn run_with_timeout(file: SceneFile, case: String, out: PathBuf, how: RunHow, se
                 ring_env: Vec::new(),
                 strict_env: false,
                 fast: true,
+                task_timeout: None,
+                liveness_timeout: None,
             },
         };
         let _ = tx.send(run_file(&file, &options, |_| {}).map(|r| r.len()));

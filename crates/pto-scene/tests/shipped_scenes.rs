@@ -25,6 +25,8 @@ fn options(output: &Path) -> RunOptions {
             ring_env: Vec::new(),
             strict_env: false,
             fast: true,
+            task_timeout: None,
+            liveness_timeout: None,
         },
     }
 }

@@ -38,6 +38,8 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             ring_env: parse_pairs(&args.ring_env)?,
             strict_env: args.strict_env,
             fast: args.fast,
+            task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
+            liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
         },
     };
     if let Some(case) = args
@@ -99,4 +101,20 @@ fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError
             ))),
         })
         .collect()
+}
+
+/// A positive, finite number of seconds (`0.5`, `30`), at most a day.
+fn parse_secs(flag: &str, value: Option<&str>) -> Result<Option<std::time::Duration>, InputError> {
+    let Some(v) = value else {
+        return Ok(None);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => {
+            Ok(Some(std::time::Duration::from_secs_f64(secs)))
+        }
+        _ => Err(InputError(format!(
+            "{flag} {}: expected a number of seconds greater than 0 and at most 86400",
+            cut(v)
+        ))),
+    }
 }

@@ -201,7 +201,7 @@ fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
     }
     let mut segments = HashMap::new();
     segments.insert(heap_key, heap);
-    raise_fd_limit();
+    crate::spawn::raise_fd_limit();
     let mut child = Child {
         name,
         role,
@@ -239,22 +239,6 @@ fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
     drop(child);
     health.stop();
     code
-}
-
-/// Raises the soft descriptor limit to the hard one: a child holds descriptors only briefly
-/// (segments are closed once mapped), but a burst of `SEGMENT_ADD`s must not be lost to a low
-/// soft limit.
-fn raise_fd_limit() {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    if limit.current < limit.maximum {
-        let _ = rustix::process::setrlimit(
-            rustix::process::Resource::Nofile,
-            rustix::process::Rlimit {
-                current: limit.maximum,
-                maximum: limit.maximum,
-            },
-        );
-    }
 }
 
 fn parent_pid() -> u32 {

@@ -678,19 +678,24 @@ impl Endpoint for ChildProcessEndpoint {
             let label = t
                 .label
                 .as_ref()
-                .map(|l| format!("'{l}', "))
+                .map(|l| format!(" ('{l}')"))
                 .unwrap_or_default();
-            self.timed_out = Some(format!(
-                "was killed (SIGKILL): TASK_TIMEOUT ({}): {} of run {} ({label}{} callable '{}') ran for {:.2} s, longer than task_timeout {:.2} s",
+            let fate = format!(
+                "was killed (SIGKILL): TASK_TIMEOUT ({}): {} callable '{}' ran for {:.2} s, longer than task_timeout {:.2} s",
                 ErrorCode::TaskTimeout.code(),
-                t.task,
-                t.task.run_id,
                 t.kind,
                 t.callable,
                 elapsed.as_secs_f64(),
                 limit.as_secs_f64()
-            ));
-            tracing::error!(target: "pto::node", "{} {}", self.name, self.timed_out.as_deref().unwrap_or_default());
+            );
+            tracing::error!(
+                target: "pto::node",
+                "{} {fate} ({} of run {}{label}); restarting it",
+                self.name,
+                t.task,
+                t.task.run_id
+            );
+            self.timed_out = Some(fate);
             self.status.kill();
         }
         None

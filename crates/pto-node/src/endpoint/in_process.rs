@@ -208,19 +208,12 @@ impl Endpoint for InProcessEndpoint {
             return None;
         }
         self.abandoned = true;
-        let label = req
-            .label
-            .as_ref()
-            .map(|l| format!("'{l}', "))
-            .unwrap_or_default();
         let code = ErrorCode::SchedulerTimeout;
         Some(Failure {
             kind: FailureKind::Endpoint,
             code: Some(code),
             message: format!(
-                "{code}: task timeout: {} of run {} ({label}{} callable '{}') ran for {:.2} s, longer than task_timeout {:.2} s; {} stays busy until the callable returns (an in-process lane cannot be killed)",
-                req.task,
-                req.task.run_id,
+                "{code}: task timeout: {} callable '{}' ran for {:.2} s, longer than task_timeout {:.2} s; {} stays busy until the callable returns (an in-process lane cannot be killed)",
                 req.kind,
                 req.callable,
                 elapsed.as_secs_f64(),

@@ -507,7 +507,7 @@ impl EngineState {
     pub(crate) fn abandon_runs(&mut self, message: &str) -> usize {
         let ids: Vec<u64> = self.runs.iter().map(|r| r.id).collect();
         for &run_id in &ids {
-            self.cancel_run(run_id, message);
+            // Running tasks first: their failures name the stuck lanes and lead the run's error.
             let running: Vec<SlotId> = self
                 .slots
                 .iter()
@@ -520,16 +520,24 @@ impl EngineState {
                 .collect();
             for id in running {
                 let Some(s) = self.slot(id) else { continue };
+                // Name the lanes still running it: they are what kept the run from finishing.
+                let stuck: Vec<String> = s
+                    .members
+                    .iter()
+                    .filter(|m| m.state == MemberState::Running)
+                    .filter_map(|m| m.lane.map(|l| self.lane_name(l)))
+                    .collect();
                 let f = TaskFailure {
                     task: Some(s.task_id()),
                     label: s.label.clone(),
-                    worker: String::new(),
+                    worker: stuck.join(", "),
                     kind: FailureKind::Endpoint,
                     code: None,
-                    message: message.to_string(),
+                    message: format!("{message} (still running on {})", stuck.join(", ")),
                 };
                 self.finish(id, Some(f));
             }
+            self.cancel_run(run_id, message);
             // Drop every remaining reference so the run's tasks are consumed.
             let held: Vec<SlotId> = self
                 .slots

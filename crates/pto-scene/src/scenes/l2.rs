@@ -486,6 +486,8 @@ mod tests {
             ring_env: Vec::new(),
             strict_env: false,
             fast: true,
+            task_timeout: None,
+            liveness_timeout: None,
         };
         let base = config.base_call_config();
         let case = CaseRun::new("c", &params, &config, base, &env);

@@ -49,6 +49,18 @@ static N_PARAMS: &[Param] = &[Param::new(
     "elements of each f32 vector",
 )];
 
+/// Params of `multi_chip_dispatch`.
+static DISPATCH_PARAMS: &[Param] = &[
+    Param::new("n", 1, MAX_L3_ELEMENTS, 4096, "elements of each f32 vector"),
+    Param::new(
+        "chip_delay_ms",
+        0,
+        600_000,
+        0,
+        "each chip task waits this long before its add (the sum task is PENDING meanwhile)",
+    ),
+];
+
 /// A small chip (1 cluster, 1 scheduler) so L3 scenes stay light on a 2-core host.
 pub(crate) fn small_chip(device_memory_bytes: u64) -> ChipSpec {
     ChipSpec {
@@ -216,7 +228,7 @@ impl Scene for MultiChipDispatch {
     }
 
     fn params(&self) -> &'static [Param] {
-        N_PARAMS
+        DISPATCH_PARAMS
     }
 
     fn worker_bounds(&self) -> WorkerBounds {
@@ -229,6 +241,7 @@ impl Scene for MultiChipDispatch {
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
         let n: usize = case.param("n")?;
+        let delay_ms: u64 = case.param("chip_delay_ms")?;
         // Every chip is small, so the largest allowed device_count stays light.
         let chips = case.config.device_count.unwrap_or(2) as usize;
         let mut builder = case.worker_builder(2, 1);
@@ -236,7 +249,10 @@ impl Scene for MultiChipDispatch {
             builder = builder.chip_spec(i, small_chip(4 << 30));
         }
         let w = builder.build()?;
-        let add = register(&w, Callable::chip("elementwise_add"))?;
+        let add = match delay_ms {
+            0 => register(&w, Callable::chip("elementwise_add"))?,
+            _ => register(&w, Callable::chip("elementwise_add_after"))?,
+        };
         let sum = register(&w, Callable::sub("scene.sum_outputs"))?;
         w.init().context("starting the worker")?;
         let chips = w.chips();
@@ -254,6 +270,11 @@ impl Scene for MultiChipDispatch {
                     .input(&inputs[i].1.1)
                     .output_existing(&outs[i].1)
                     .label(&format!("add{i}"));
+                let args = if delay_ms > 0 {
+                    args.scalar(delay_ms)
+                } else {
+                    args
+                };
                 orch.submit_next_level(&add, args, cfg, i)?;
             }
             let mut args = TaskArgs::new();
