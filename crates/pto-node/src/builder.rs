@@ -66,6 +66,7 @@ pub(crate) struct WorkerOptions {
     pub(crate) track_war: bool,
     pub(crate) liveness_timeout: Duration,
     pub(crate) task_timeout: Option<Duration>,
+    pub(crate) restart_children: bool,
 }
 
 /// Builds a [`Worker`]; see NODE_RUNTIME.md §1.1 for every option.
@@ -93,6 +94,7 @@ pub struct WorkerBuilder {
     track_war: bool,
     liveness_timeout: Duration,
     task_timeout: Option<Duration>,
+    restart_children: bool,
 }
 
 /// The default of `liveness_timeout`.
@@ -126,6 +128,7 @@ impl WorkerBuilder {
             track_war: false,
             liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
             task_timeout: None,
+            restart_children: true,
         }
     }
 
@@ -211,6 +214,14 @@ impl WorkerBuilder {
     /// chip watchdog's code) and the lane stays busy until the callable returns.
     pub fn task_timeout(mut self, d: Option<Duration>) -> Self {
         self.task_timeout = d;
+        self
+    }
+
+    /// Whether a child process that died is restarted in the background (default: yes). Off,
+    /// its lane stays dead: every later submit aimed at it fails with `WorkerUnavailable`.
+    /// Either way, the tasks it had are failed, never retried.
+    pub fn restart_children(mut self, on: bool) -> Self {
+        self.restart_children = on;
         self
     }
 
@@ -349,6 +360,7 @@ impl WorkerBuilder {
             track_war: self.track_war,
             liveness_timeout: self.liveness_timeout,
             task_timeout: self.task_timeout,
+            restart_children: self.restart_children,
         }))
     }
 }

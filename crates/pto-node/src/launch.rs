@@ -267,6 +267,11 @@ impl ChildFactory {
         )
     }
 
+    /// `WorkerBuilder::restart_children`.
+    pub(crate) fn restarts_enabled(&self) -> bool {
+        self.options.restart_children
+    }
+
     /// Rings the scheduler's doorbell (a restart finished).
     pub(crate) fn notify_scheduler(&self) {
         self.doorbell.notify_one();

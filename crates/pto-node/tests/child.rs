@@ -253,7 +253,9 @@ fn t70_in_process_and_child_process_resolve_identically() {
 fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
     with_timeout(60, || {
         let shm_before = dev_shm();
-        let w = start(child_builder(2, 1));
+        // Without restarts the dead lane stays dead, so the later submit below is refused
+        // deterministically (restarts: `liveness`).
+        let w = start(child_builder(2, 1).restart_children(false));
         let uid = w.uid();
         assert!(
             !worker_memfds(uid).is_empty(),
@@ -373,6 +375,8 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
                 CallConfig::default(),
             );
         assert!(err.is_ok(), "{err:?}");
+        let lane = &w.stats().lanes[0];
+        assert!(!lane.available && lane.restarts == 0, "{lane:?}");
         // Row 43.
         let close = w.close();
         assert_eq!(close.abandoned_runs, 0);

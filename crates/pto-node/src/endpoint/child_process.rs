@@ -5,7 +5,7 @@
 //! `SEGMENT_DROP` for segments whose last buffer is gone), encodes the request into a private
 //! copy of the frame — header, the task's `CallConfig` record at offset 256, the callable
 //! section, the args blob — copies the parent's regions into the mapping and swaps the state
-//! to `TASK_READY` (rules M1–M6 of `shm::mailbox`). `poll` is one atomic load while the child
+//! to `TASK_READY` (rules M1–M7 of `shm::mailbox`). `poll` is one atomic load while the child
 //! works; on `TASK_DONE` it checks the echoed sequence number, decodes the reply (for chips the
 //! resolved sizing with provenance from the report area, rebuilt into a `ChipRunReport`) and
 //! stores `IDLE`. `health` reads the fate the monitor thread recorded; the cause names the
@@ -707,6 +707,9 @@ impl Endpoint for ChildProcessEndpoint {
 
     fn restart(&mut self) -> bool {
         if self.shutting_down || self.history.failed >= MAX_FAILED_RESTARTS {
+            return false;
+        }
+        if !self.factory.as_ref().is_some_and(|f| f.restarts_enabled()) {
             return false;
         }
         if self.restart.is_some() {
