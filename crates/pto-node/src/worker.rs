@@ -106,14 +106,12 @@ impl WorkerShared {
         if index >= count {
             return Err(ControlError::UnknownWorker { worker: index });
         }
-        let name = {
-            let st = self.engine.state.lock();
-            let (chips, subs) = st.lane_names();
-            match lane {
-                Lane::Chip(w) => chips[w].clone(),
-                Lane::Sub(s) => subs[s].clone(),
-            }
-        };
+        let name = self
+            .engine
+            .state
+            .lock()
+            .lane_name_of(lane)
+            .unwrap_or_default();
         if let Some(run_id) = in_run {
             // Earlier runs always complete (§3), so this wait has a progress guarantee.
             let _ = wait_until(&self.engine.runs_changed, self.waiter_spin(), None, || {
@@ -164,7 +162,7 @@ impl WorkerShared {
 
     /// Next-level workers: chips at L3, Worker children at L4.
     pub(crate) fn next_level_workers(&self) -> usize {
-        self.engine.state.lock().lane_names().0.len()
+        self.engine.state.lock().next_level_lanes()
     }
 
     /// Makes a buffer of another Worker (an L4 parent's segment, mapped by this process) one of
@@ -281,26 +279,12 @@ impl Worker {
     /// The name failures and reports give chip `i`: `chip[0]` in-process, `chip_child[0]
     /// pid=4242` for a child process (after `init`).
     pub fn chip_name(&self, i: usize) -> Option<String> {
-        self.shared
-            .engine
-            .state
-            .lock()
-            .lane_names()
-            .0
-            .get(i)
-            .cloned()
+        self.shared.engine.state.lock().lane_name_of(Lane::Chip(i))
     }
 
     /// The name of sub worker `i` (`sub[0]`, `sub_child[0] pid=4243`).
     pub fn sub_name(&self, i: usize) -> Option<String> {
-        self.shared
-            .engine
-            .state
-            .lock()
-            .lane_names()
-            .1
-            .get(i)
-            .cloned()
+        self.shared.engine.state.lock().lane_name_of(Lane::Sub(i))
     }
 
     /// The pids of this Worker's child processes (child-process mode), whether or not they are

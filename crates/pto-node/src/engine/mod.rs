@@ -1192,34 +1192,35 @@ impl EngineState {
         self.doorbell.notify_one();
     }
 
-    /// Every lane's name, restarts and availability (`Worker::stats`, run reports).
+    /// Every lane's name, restarts and availability (`Worker::stats`, run reports): chip
+    /// (next-level) lanes first, then sub lanes.
     pub(crate) fn lane_stats(&self) -> Vec<LaneStats> {
-        let chips = self
-            .config
-            .chip_names
-            .iter()
-            .enumerate()
-            .map(|(w, name)| LaneStats {
-                name: name.clone(),
-                restarts: self.restarts_chips[w],
-                available: self.dead_chips[w].is_none(),
-            });
-        let subs = self
-            .config
-            .sub_names
-            .iter()
-            .enumerate()
-            .map(|(s, name)| LaneStats {
-                name: name.clone(),
-                restarts: self.restarts_subs[s],
-                available: self.dead_subs[s].is_none(),
-            });
-        chips.chain(subs).collect()
+        let chips = (0..self.config.chip_names.len()).map(Lane::Chip);
+        let subs = (0..self.config.sub_names.len()).map(Lane::Sub);
+        chips
+            .chain(subs)
+            .map(|lane| LaneStats {
+                name: self.lane_name(lane),
+                restarts: match lane {
+                    Lane::Chip(w) => self.restarts_chips[w],
+                    Lane::Sub(s) => self.restarts_subs[s],
+                },
+                available: !self.is_dead(lane),
+            })
+            .collect()
     }
 
-    /// The names of the chip (next-level) lanes and of the sub lanes.
-    pub(crate) fn lane_names(&self) -> (&[String], &[String]) {
-        (&self.config.chip_names, &self.config.sub_names)
+    /// The name of `lane`, if it exists.
+    pub(crate) fn lane_name_of(&self, lane: Lane) -> Option<String> {
+        match lane {
+            Lane::Chip(w) => self.config.chip_names.get(w).cloned(),
+            Lane::Sub(s) => self.config.sub_names.get(s).cloned(),
+        }
+    }
+
+    /// How many next-level lanes (chips, or an L4's Worker children) there are.
+    pub(crate) fn next_level_lanes(&self) -> usize {
+        self.config.chip_names.len()
     }
 
     /// Whether a lane is marked dead.
