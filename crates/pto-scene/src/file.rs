@@ -284,6 +284,10 @@ fn parse_case(
         .worker_bounds()
         .check(scene.name(), &config)
         .map_err(|e| format!("{at}: {e}"))?;
+    for key in config.tasks.keys() {
+        crate::labels::check_key(scene.name(), key, scene.labels())
+            .map_err(|e| format!("{at}: config.tasks.{}: {e}", cut(key)))?;
+    }
     let params = match case.get("params") {
         None => Params::defaults(scene.params()),
         Some(Value::Table(t)) => {

@@ -4,6 +4,7 @@
 //! - [`config_block`] — the strict loader of a case's `config` block (also used by
 //!   `pto config resolve --config`).
 //! - [`mod@file`] — scene files (`scene`, `level`, `[[cases]]`), checked when loaded.
+//! - [`labels`] — the task labels a scene requests and the family rule for `config.tasks`.
 //! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
 //! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
@@ -15,6 +16,7 @@
 
 pub mod config_block;
 pub mod file;
+pub mod labels;
 pub mod params;
 pub mod runner;
 pub mod scene;
@@ -23,5 +25,6 @@ pub mod sizing_report;
 
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
 pub use file::{LoadError, SceneFile};
+pub use labels::Label;
 pub use params::{Param, Params};
 pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};

@@ -19,6 +19,7 @@ use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, RING_COUNT};
 
 use crate::config_block::{CaseConfig, SceneLevel};
+use crate::labels::Label;
 use crate::params::{Param, Params};
 
 /// A registered workload.
@@ -28,6 +29,11 @@ pub trait Scene: Sync {
     /// Params this scene accepts, each with its range and default; any other key, and any
     /// value outside its range, is a load error.
     fn params(&self) -> &'static [Param];
+    /// Task labels the orchestration requests through [`CaseRun::for_label`]; a case's
+    /// `config.tasks` keys must match one (see [`crate::labels`]).
+    fn labels(&self) -> &'static [Label] {
+        &[]
+    }
     /// Allowed `config.device_count` and `config.num_sub_workers` of this scene's cases.
     fn worker_bounds(&self) -> WorkerBounds {
         WorkerBounds::ONE_CHIP
@@ -154,26 +160,31 @@ impl<'a> CaseRun<'a> {
         Ok(self.params.get(key, self.env.fast)?)
     }
 
-    /// The config of tasks labelled `label`: the base with the case's `tasks.<label>`
-    /// overrides (validated at load), or the base itself. Records the label as requested.
+    /// The config of the task labelled `label`: the base with the case's most specific
+    /// `tasks` overrides (`tasks.ew3` for `ew3`, else its family's `tasks.ew`; validated at
+    /// load), or the base itself. Records the label as requested.
     pub fn for_label(&self, label: &str) -> CallConfig {
         self.requested.borrow_mut().insert(label.to_string());
-        match self.config.tasks.get(label) {
-            Some(overrides) => self
+        match crate::labels::config_key(label, self.config.tasks.keys()) {
+            Some(key) => self
                 .base
-                .derive(overrides)
+                .derive(&self.config.tasks[key])
                 .expect("label overrides were validated when the file was loaded"),
             None => self.base.clone(),
         }
     }
 
-    /// Declared labels the orchestration never asked for (T84).
+    /// `config.tasks` keys that applied to no requested task (T84).
     pub(crate) fn unrequested_labels(&self) -> Vec<String> {
         let requested = self.requested.borrow();
+        let used: BTreeSet<&str> = requested
+            .iter()
+            .filter_map(|l| crate::labels::config_key(l, self.config.tasks.keys()))
+            .collect();
         self.config
             .tasks
             .keys()
-            .filter(|l| !requested.contains(*l))
+            .filter(|k| !used.contains(k.as_str()))
             .cloned()
             .collect()
     }

@@ -10,6 +10,7 @@ use pto_types::{DType, ErrorCode, TaskArgs, Tensor};
 
 use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS, check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::config_block::SceneLevel;
+use crate::labels::Label;
 use crate::params::Param;
 use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};
 use crate::sizing_report::human_bytes;
@@ -73,6 +74,12 @@ fn i32_buffer(
     Ok((buf, t))
 }
 
+/// The task labels the orchestration requests.
+static FANOUT_LABELS: &[Label] = &[
+    Label::one("attn", "the paged-attention job on chip 0"),
+    Label::family("ew", "the element-wise jobs ew0, ew1, … over all chips"),
+];
+
 impl Scene for HeterogeneousFanout {
     fn name(&self) -> &'static str {
         "heterogeneous_fanout"
@@ -80,6 +87,10 @@ impl Scene for HeterogeneousFanout {
 
     fn level(&self) -> SceneLevel {
         SceneLevel::L3
+    }
+
+    fn labels(&self) -> &'static [Label] {
+        FANOUT_LABELS
     }
 
     fn params(&self) -> &'static [Param] {
@@ -129,7 +140,9 @@ impl Scene for HeterogeneousFanout {
             ew_outs.push(f32_buffer(&w, n, 0.0)?);
         }
         let attn_cfg = case.for_label("attn");
-        let ew_cfg = case.for_label("ew");
+        let ew_cfgs: Vec<_> = (0..ew_outs.len())
+            .map(|i| case.for_label(&format!("ew{i}")))
+            .collect();
         let (mut result, report) = run_l3(&w, case, |orch, _, _| {
             let args = TaskArgs::new()
                 .input(&q)
@@ -146,7 +159,7 @@ impl Scene for HeterogeneousFanout {
                     .input(&a)
                     .output_existing(o)
                     .label(&format!("ew{i}"));
-                match orch.submit_next_level(&add, args, &ew_cfg, i % CHIPS) {
+                match orch.submit_next_level(&add, args, &ew_cfgs[i], i % CHIPS) {
                     // A task of this run already failed (e.g. an arena that does not fit a
                     // small chip): stop submitting; the run's report says which and why.
                     Err(SubmitError::RunFailed(_)) => return Ok(()),
@@ -183,7 +196,7 @@ impl Scene for HeterogeneousFanout {
             result.check = (|| {
                 check_task_sizing(&report, "attn", &attn_cfg)?;
                 for (i, (buf, _)) in ew_outs.iter().enumerate() {
-                    check_task_sizing(&report, &format!("ew{i}"), &ew_cfg)?;
+                    check_task_sizing(&report, &format!("ew{i}"), &ew_cfgs[i])?;
                     let v = buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
                     if v.iter().any(|&x| x != 0.5) {
                         return Err(format!("ew{i}: wrong output"));

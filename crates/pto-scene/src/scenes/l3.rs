@@ -12,6 +12,7 @@ use pto_types::{CallConfig, DType, Resource, TaskArgs, Tensor};
 
 use super::rows_of;
 use crate::config_block::SceneLevel;
+use crate::labels::Label;
 use crate::params::Param;
 use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};
 
@@ -146,6 +147,14 @@ pub(crate) struct PerTaskRuntimeEnv;
 
 const PER_TASK_LABELS: [&str; 4] = ["l2_scalar_small", "l2_scalar_large", "l2_per_ring", "base"];
 
+/// The task labels the orchestration requests.
+static PER_TASK_LABEL_DECLS: &[Label] = &[
+    Label::one("l2_scalar_small", "a job with a small scalar sizing"),
+    Label::one("l2_scalar_large", "a job with a large scalar sizing"),
+    Label::one("l2_per_ring", "a job sized per ring"),
+    Label::one("base", "a job with the case's base sizing"),
+];
+
 impl Scene for PerTaskRuntimeEnv {
     fn name(&self) -> &'static str {
         "per_task_runtime_env"
@@ -153,6 +162,10 @@ impl Scene for PerTaskRuntimeEnv {
 
     fn level(&self) -> SceneLevel {
         SceneLevel::L3
+    }
+
+    fn labels(&self) -> &'static [Label] {
+        PER_TASK_LABEL_DECLS
     }
 
     fn params(&self) -> &'static [Param] {
@@ -218,6 +231,12 @@ pub(crate) struct MultiChipDispatch;
 /// with the largest `n` needed 1.3 GB).
 const MAX_DISPATCH_CHIPS: u32 = 8;
 
+/// The task labels the orchestration requests.
+static DISPATCH_LABELS: &[Label] = &[Label::family(
+    "add",
+    "the element-wise job of chip N is addN",
+)];
+
 impl Scene for MultiChipDispatch {
     fn name(&self) -> &'static str {
         "multi_chip_dispatch"
@@ -225,6 +244,10 @@ impl Scene for MultiChipDispatch {
 
     fn level(&self) -> SceneLevel {
         SceneLevel::L3
+    }
+
+    fn labels(&self) -> &'static [Label] {
+        DISPATCH_LABELS
     }
 
     fn params(&self) -> &'static [Param] {
@@ -263,7 +286,10 @@ impl Scene for MultiChipDispatch {
             outs.push(f32_buffer(&w, n, 0.0)?);
         }
         let (total_buf, total) = f32_buffer(&w, n, 0.0)?;
-        let (mut result, report) = run_l3(&w, case, |orch, _, cfg| {
+        let configs: Vec<_> = (0..chips)
+            .map(|i| case.for_label(&format!("add{i}")))
+            .collect();
+        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
             for i in 0..chips {
                 let args = TaskArgs::new()
                     .input(&inputs[i].0.1)
@@ -275,7 +301,7 @@ impl Scene for MultiChipDispatch {
                 } else {
                     args
                 };
-                orch.submit_next_level(&add, args, cfg, i)?;
+                orch.submit_next_level(&add, args, &configs[i], i)?;
             }
             let mut args = TaskArgs::new();
             for (_, out) in &outs {
