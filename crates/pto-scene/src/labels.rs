@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn the_more_specific_key_wins() {
-        let keys = vec!["ew".to_string(), "ew3".to_string()];
+        let keys = ["ew".to_string(), "ew3".to_string()];
         assert_eq!(config_key("ew3", keys.iter()), Some("ew3"));
         assert_eq!(config_key("ew4", keys.iter()), Some("ew"));
         assert_eq!(config_key("ew", keys.iter()), Some("ew"));
