@@ -29,6 +29,18 @@ pub(crate) enum Command {
     /// Recommend a per-ring `runtime_env` from a run's scope_stats.jsonl (the block on stdout,
     /// the per-ring table on stderr).
     Advise(AdviseArgs),
+    /// List the scenes this binary knows: level, params (range, default), task labels and
+    /// worker counts; with NAME, only that scene.
+    Scenes(ScenesArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScenesArgs {
+    /// One scene's name.
+    pub(crate) name: Option<String>,
+    /// One JSON object per scene per line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// How chip and sub workers of level-3 scenes run.

@@ -31,6 +31,20 @@ pub(crate) enum Outcome {
     CheckFailed,
 }
 
+/// Writes `text` to stdout. A reader that went away (`pto scenes | head`) ends the command
+/// quietly with status 0, as for other Unix tools, instead of a panic.
+pub(crate) fn print_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("pto: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 fn main() -> ExitCode {
     pto_node::child_main();
     let args = cli::Cli::parse();

@@ -6,4 +6,5 @@ mod config_resolve;
 mod inputs;
 mod liveness;
 mod run;
+mod scenes;
 mod util;

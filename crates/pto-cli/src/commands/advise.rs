@@ -15,7 +15,7 @@ pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
     let stats = ScopeStats::parse_bytes(&bytes).map_err(|e| InputError(format!("{path}: {e}")))?;
     let advice = advise(&stats, headroom);
     eprint!("{}", advice.render_table());
-    print!("{}", advice.render(format(args.format)));
+    crate::print_out(&advice.render(format(args.format)));
     Ok(Outcome::Success)
 }
 

@@ -29,9 +29,9 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
         | SizingReportError::Sizing(_) => InputError(e.to_string()),
     })?;
     if args.json {
-        println!("{}", report.to_json());
+        crate::print_out(&format!("{}\n", report.to_json()));
     } else {
-        print!("{}", report.render_table());
+        crate::print_out(&report.render_table());
     }
     match report.device_memory {
         Some((_, false)) => Ok(Outcome::CheckFailed),

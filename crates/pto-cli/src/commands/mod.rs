@@ -3,6 +3,7 @@
 mod advise;
 mod config_resolve;
 mod run;
+mod scenes;
 
 use crate::Outcome;
 use crate::cli::{Command, ConfigCommand};
@@ -12,5 +13,6 @@ pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Config(ConfigCommand::Resolve(args)) => config_resolve::run(&args),
         Command::Advise(args) => advise::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Scenes(args) => scenes::run(&args),
     }
 }

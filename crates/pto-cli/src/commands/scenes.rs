@@ -1,0 +1,91 @@
+//! `pto scenes [NAME]`: what each registered scene accepts in a scene file.
+
+use pto_scene::params::{cut, key_list};
+use pto_scene::scene::{find_scene, scene_names};
+use pto_scene::{Scene, SceneLevel};
+use serde_json::json;
+
+use crate::cli::ScenesArgs;
+use crate::{InputError, Outcome};
+
+pub(crate) fn run(args: &ScenesArgs) -> anyhow::Result<Outcome> {
+    let scenes: Vec<&'static dyn Scene> = match &args.name {
+        Some(name) => vec![find_scene(name).ok_or_else(|| {
+            InputError(format!(
+                "no scene named {:?} (scenes: {})",
+                cut(name),
+                key_list(scene_names().into_iter())
+            ))
+        })?],
+        None => scene_names().into_iter().filter_map(find_scene).collect(),
+    };
+    for scene in scenes {
+        if args.json {
+            crate::print_out(&format!("{}\n", describe_json(scene)));
+        } else {
+            crate::print_out(&describe(scene));
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+fn level(scene: &dyn Scene) -> u32 {
+    match scene.level() {
+        SceneLevel::L2 => 2,
+        SceneLevel::L3 => 3,
+    }
+}
+
+/// The text block of one scene.
+fn describe(scene: &dyn Scene) -> String {
+    let b = scene.worker_bounds();
+    let mut out = format!(
+        "{} (level {}): device_count {}..={}, num_sub_workers {}..={}\n",
+        scene.name(),
+        level(scene),
+        b.device_count.0,
+        b.device_count.1,
+        b.num_sub_workers.0,
+        b.num_sub_workers.1
+    );
+    out.push_str("  params:\n");
+    for p in scene.params() {
+        let fast = p
+            .fast_default
+            .map(|f| format!(", --fast {f}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "    {:<16} {:<22} default {}{fast}  {}\n",
+            p.name,
+            p.range(),
+            p.default,
+            p.doc
+        ));
+    }
+    if scene.labels().is_empty() {
+        out.push_str("  labels: none (size its tasks with config.runtime_env)\n");
+    } else {
+        out.push_str("  labels (config.tasks.<label>):\n");
+        for l in scene.labels() {
+            out.push_str(&format!("    {:<16} {}\n", l.spelling(), l.doc));
+        }
+    }
+    out
+}
+
+fn describe_json(scene: &dyn Scene) -> serde_json::Value {
+    let b = scene.worker_bounds();
+    json!({
+        "scene": scene.name(),
+        "level": level(scene),
+        "device_count": [b.device_count.0, b.device_count.1],
+        "num_sub_workers": [b.num_sub_workers.0, b.num_sub_workers.1],
+        "params": scene.params().iter().map(|p| json!({
+            "name": p.name, "min": p.min, "max": p.max, "default": p.default,
+            "fast_default": p.fast_default, "doc": p.doc,
+        })).collect::<Vec<_>>(),
+        "labels": scene.labels().iter().map(|l| json!({
+            "name": l.name, "family": l.family, "doc": l.doc,
+        })).collect::<Vec<_>>(),
+    })
+}
