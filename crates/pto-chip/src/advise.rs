@@ -22,24 +22,27 @@
 //! | heap | `max(1024, align64(ceil((heap_peak + heap_largest_alloc)·(1+H))))` |
 //! | dep pool | `max(4, ceil(max(dep_pool_peak, spill_peak)·(1+H)))` |
 //!
-//! Every value is clamped to a legal one with [`Resource::legal_at_least`]. Rings without end
-//! records stay unset (0 = keep the resolved value). For a failed run the ring and resource named
-//! by the metadata `error` are raised to at least its `recommended_min` and flagged as a lower
-//! bound. The headroom is applied in exact decimal arithmetic, so `0.1` means exactly one tenth.
+//! Every value is clamped to a legal one with [`Resource::legal_at_least`], and every value is
+//! concrete (never 0, which would mean "unset" and fall back to the 256 MiB defaults): when the
+//! run succeeded a ring is capped at the capacity it had, and a ring without end records gets
+//! the smallest legal value; when it failed, rings keep at least their capacity and the ring
+//! and resource named by the metadata `error` are raised to at least its `recommended_min`,
+//! flagged as a lower bound. [`advise_all`] merges many runs of one task label (largest demand
+//! and capacity per ring). The headroom is applied in exact decimal arithmetic, so `0.1` means
+//! exactly one tenth.
 //!
-//! Output ([`Advice::render`]), exactly one block on stdout:
+//! Output ([`Advice::render`]), exactly one block on stdout, the same values in every format:
 //!
 //! * [`AdviseFormat::Toml`] (default) — accepted by `pto config resolve --config` and, pasted
 //!   under `[cases.config.runtime_env]`, by the scene loader:
 //!   ```toml
 //!   [runtime_env]
-//!   ring_task_window = [4, 8, 0, 0]
-//!   ring_heap = [1024, 327680, 0, 0]
-//!   ring_dep_pool = [4, 4, 0, 0]
+//!   ring_task_window = [4, 8, 4, 4]
+//!   ring_heap = [1024, 262144, 1024, 1024]
+//!   ring_dep_pool = [4, 4, 4, 4]
 //!   ```
 //! * [`AdviseFormat::Env`] — `PTO2_RING_TASK_WINDOW=a,b,c,d`, `PTO2_RING_HEAP=…`,
-//!   `PTO2_RING_DEP_POOL=…`; rings without samples get their resolved capacity from the metadata,
-//!   because the environment has no unset spelling.
+//!   `PTO2_RING_DEP_POOL=…`.
 //! * [`AdviseFormat::Json`] — one line
 //!   `{"runtime_env":{"ring_task_window":[…],"ring_heap":[…],"ring_dep_pool":[…]},"rings":[…]}`,
 //!   one `rings` entry per ring with its peaks and, per resource, the demand, capacity, source,
@@ -221,6 +224,16 @@ pub struct RingPeaks {
 }
 
 impl RingPeaks {
+    /// Takes the larger of each peak of `other` (a ring of another run) and its records.
+    fn merge(&mut self, other: &RingPeaks) {
+        self.end_records += other.end_records;
+        self.task_window_peak = self.task_window_peak.max(other.task_window_peak);
+        self.heap_peak = self.heap_peak.max(other.heap_peak);
+        self.heap_largest_alloc = self.heap_largest_alloc.max(other.heap_largest_alloc);
+        self.dep_pool_peak = self.dep_pool_peak.max(other.dep_pool_peak);
+        self.spill_peak = self.spill_peak.max(other.spill_peak);
+    }
+
     fn absorb(&mut self, end: &RingPeaks) {
         self.end_records += 1;
         self.task_window_peak = self.task_window_peak.max(end.task_window_peak);
@@ -249,6 +262,8 @@ pub struct ScopeStats {
     /// Effective capacities and their sources, per resource (in [`Resource::ALL`] order).
     pub capacity: [[Resolved; RING_COUNT]; 3],
     pub error: Option<StatsRunError>,
+    /// The task's label (the metadata's `label`), if it had one.
+    pub label: Option<String>,
     /// Per-ring maxima over all end records.
     pub rings: [RingPeaks; RING_COUNT],
     /// Begin and end records read.
@@ -501,11 +516,23 @@ fn parse_metadata(line: usize, obj: &Obj) -> Result<ScopeStats, ScopeStatsError>
             ));
         }
     };
+    let label = match obj.get("label") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(problem(
+                line,
+                Some("label"),
+                format!("expected null or a string, found {}", describe(other)),
+            ));
+        }
+    };
     Ok(ScopeStats {
         fatal,
         dropped,
         capacity,
         error,
+        label,
         rings: [RingPeaks::default(); RING_COUNT],
         samples: 0,
     })
@@ -654,20 +681,16 @@ pub struct ResourceAdvice {
     pub demand: Option<u64>,
     /// The capacity the run had, from the metadata.
     pub capacity: Resolved,
-    /// The recommended value; 0 = unset (keep the resolved value).
+    /// The recommended value: always a legal, non-zero value.
     pub recommended: u64,
     /// Raised from a failed run's `recommended_min`: re-run with it and advise again.
     pub lower_bound: bool,
 }
 
 impl ResourceAdvice {
-    /// The value a run would bind: the recommendation, or the capacity when unset.
+    /// The value a run would bind with the advice.
     pub fn effective(&self) -> u64 {
-        if self.recommended == 0 {
-            self.capacity.value
-        } else {
-            self.recommended
-        }
+        self.recommended
     }
 }
 
@@ -725,36 +748,78 @@ pub fn recommend(resource: Resource, demand: u64, headroom: Headroom) -> u64 {
 
 /// Recommends a ring sizing from parsed scope stats.
 pub fn advise(stats: &ScopeStats, headroom: Headroom) -> Advice {
-    let rings = std::array::from_fn(|ring| ring_advice(stats, ring, headroom));
+    advise_all(std::slice::from_ref(stats), headroom)
+}
+
+/// Recommends one ring sizing that fits every run of `runs` (runs of the same task label, e.g.
+/// from many L3 runs): per ring and resource the largest demand and the largest capacity.
+///
+/// Every value is a concrete legal value, so the three output formats agree and applying the
+/// advice never falls back to a default:
+/// - a ring with samples gets the formula's value; when no run failed it is capped at the
+///   largest capacity the runs had (they all succeeded with it), so the advice never reserves
+///   more than its runs did;
+/// - a ring without samples gets the smallest legal value when every run succeeded (no scope
+///   used it), and its capacity when a run failed (the part that never ran may need it);
+/// - a failed run's own ring and resource are raised to its error's `recommended_min`
+///   (a lower bound: re-run and advise again — `pto tune` does).
+pub fn advise_all(runs: &[ScopeStats], headroom: Headroom) -> Advice {
+    let failed = runs.iter().any(|s| s.fatal);
+    let rings = std::array::from_fn(|ring| ring_advice(runs, ring, headroom, failed));
     let mut advice = Advice {
         headroom,
         rings,
         notes: Vec::new(),
     };
-    if stats.dropped > 0 {
+    let dropped: u64 = runs.iter().map(|s| s.dropped).sum();
+    if dropped > 0 {
         advice.notes.push(format!(
-            "{} sample(s) were dropped: the peaks may be understated",
-            stats.dropped
+            "{dropped} sample(s) were dropped: the peaks may be understated"
         ));
     }
-    if let Some(err) = &stats.error {
-        apply_run_error(&mut advice, err);
-    } else if stats.fatal {
+    if runs.len() > 1 {
         advice
             .notes
-            .push("the run failed: the peaks cover only the part that ran".to_string());
+            .push(format!("merged {} runs: per ring, the largest of each", runs.len()));
+    }
+    for stats in runs {
+        if let Some(err) = &stats.error {
+            apply_run_error(&mut advice, err);
+        } else if stats.fatal {
+            advice.notes.push(
+                "a run failed: its peaks cover only the part that ran; the advice keeps its capacities"
+                    .to_string(),
+            );
+        }
     }
     advice
 }
 
-fn ring_advice(stats: &ScopeStats, ring: usize, headroom: Headroom) -> RingAdvice {
-    let peaks = stats.rings[ring];
+fn ring_advice(runs: &[ScopeStats], ring: usize, headroom: Headroom, failed: bool) -> RingAdvice {
+    let mut peaks = RingPeaks::default();
+    for s in runs.iter().filter(|s| s.rings[ring].end_records > 0) {
+        peaks.merge(&s.rings[ring]);
+    }
     let resources = Resource::ALL.map(|resource| {
+        let capacity = runs
+            .iter()
+            .map(|s| s.capacity(resource, ring))
+            .max_by_key(|c| c.value)
+            .unwrap_or(Resolved {
+                value: resource.min(),
+                source: SizeSource::Default,
+            });
         let demand = (peaks.end_records > 0).then(|| peaks.demand(resource));
+        let recommended = match (demand, failed) {
+            (Some(d), false) => recommend(resource, d, headroom).min(capacity.value),
+            (Some(d), true) => recommend(resource, d, headroom).max(capacity.value),
+            (None, false) => resource.legal_at_least(0),
+            (None, true) => capacity.value,
+        };
         ResourceAdvice {
             demand,
-            capacity: stats.capacity(resource, ring),
-            recommended: demand.map_or(0, |d| recommend(resource, d, headroom)),
+            capacity,
+            recommended,
             lower_bound: false,
         }
     });
@@ -817,25 +882,18 @@ impl ResourceAdvice {
 }
 
 impl Advice {
-    /// The `runtime_env` to apply: recommendations, 0 for rings without samples.
+    /// The `runtime_env` to apply: a concrete value for every ring and resource.
     pub fn runtime_env(&self) -> RuntimeEnv {
         let mut env = RuntimeEnv::default();
         for resource in Resource::ALL {
-            env.set(resource, self.values(resource, false));
+            env.set(resource, self.values(resource));
         }
         env
     }
 
-    /// Per-ring values of `resource`; with `fill`, unset rings take their capacity.
-    pub fn values(&self, resource: Resource, fill: bool) -> [u64; RING_COUNT] {
-        self.rings.map(|r| {
-            let entry = r.get(resource);
-            if fill {
-                entry.effective()
-            } else {
-                entry.recommended
-            }
-        })
+    /// Per-ring values of `resource`.
+    pub fn values(&self, resource: Resource) -> [u64; RING_COUNT] {
+        self.rings.map(|r| r.get(resource).recommended)
     }
 
     /// Total arena bytes added (positive) or saved (negative).
@@ -859,17 +917,17 @@ impl Advice {
     pub fn to_toml(&self) -> String {
         let mut out = String::from("[runtime_env]\n");
         for resource in Resource::ALL {
-            let [a, b, c, d] = self.values(resource, false);
+            let [a, b, c, d] = self.values(resource);
             out.push_str(&format!("{} = [{a}, {b}, {c}, {d}]\n", resource.field()));
         }
         out
     }
 
-    /// Three `PTO2_RING_*=a,b,c,d` lines; unset rings take their resolved capacity.
+    /// Three `PTO2_RING_*=a,b,c,d` lines, the same values as the other formats.
     pub fn to_env(&self) -> String {
         let mut out = String::new();
         for resource in Resource::ALL {
-            let [a, b, c, d] = self.values(resource, true);
+            let [a, b, c, d] = self.values(resource);
             out.push_str(&format!("{}={a},{b},{c},{d}\n", resource.env_var()));
         }
         out
@@ -881,7 +939,7 @@ impl Advice {
         for resource in Resource::ALL {
             env.insert(
                 resource.field().to_string(),
-                json!(self.values(resource, false)),
+                json!(self.values(resource)),
             );
         }
         let rings: Vec<Value> = self.rings.iter().map(ring_json).collect();
@@ -956,10 +1014,10 @@ fn peak_text(ring: &RingAdvice, resource: Resource) -> String {
 }
 
 fn advice_text(entry: &ResourceAdvice) -> String {
-    match (entry.recommended, entry.lower_bound) {
-        (0, _) => "keep (no samples)".to_string(),
-        (v, true) => format!(">= {v} (lower bound)"),
-        (v, false) => v.to_string(),
+    match (entry.demand, entry.lower_bound) {
+        (_, true) => format!(">= {} (lower bound)", entry.recommended),
+        (None, false) => format!("{} (no samples)", entry.recommended),
+        (Some(_), false) => entry.recommended.to_string(),
     }
 }
 
@@ -1013,25 +1071,31 @@ mod tests {
         lines.join("\n")
     }
 
+    /// ST3 as CHIP_RUNTIME.md §7 states it, with two deviations that issue 11 asks for: the
+    /// heap formula's 327680 is capped at the 262144 the run succeeded with (advice never
+    /// reserves more than its run), and rings without samples get the smallest legal values
+    /// instead of 0 ("unset" falls back to the 256 MiB defaults).
     #[test]
     fn st3_advise_on_st1_with_default_headroom() {
         let advice = st1_advice(Headroom::DEFAULT);
         let env = advice.runtime_env();
         assert_eq!(env.ring_task_window[1], 8);
-        assert_eq!(env.ring_heap[1], 327680);
+        assert_eq!(env.ring_heap[1], 262144);
         assert_eq!(env.ring_dep_pool[1], 4);
         // The root scope ran no tasks: the minimum legal values.
         assert_eq!(env.ring_task_window[0], 4);
         assert_eq!(env.ring_heap[0], 1024);
         assert_eq!(env.ring_dep_pool[0], 4);
-        // Rings 2 and 3 have no samples: unset.
         for ring in 2..4 {
-            assert_eq!(env.ring_task_window[ring], 0);
-            assert_eq!(env.ring_heap[ring], 0);
-            assert_eq!(env.ring_dep_pool[ring], 0);
+            assert_eq!(env.ring_task_window[ring], 4);
+            assert_eq!(env.ring_heap[ring], 1024);
+            assert_eq!(env.ring_dep_pool[ring], 4);
         }
         assert!(env.validate().is_ok());
         assert!(advice.notes.is_empty());
+        // The §7 formula itself, where the capacity does not cap it.
+        let roomy = advise(&ScopeStats::parse(&roomy()).unwrap(), Headroom::DEFAULT);
+        assert_eq!(roomy.runtime_env().ring_heap[1], 327680);
     }
 
     #[test]
@@ -1075,13 +1139,37 @@ mod tests {
         let advice = advise(&stats, Headroom::DEFAULT);
         // window: ceil(9·1.25) + 1 = 13 -> 16; heap: ceil(7000·1.25) = 8750 -> 8768;
         // dep pool: ceil(7·1.25) = 9.
-        assert_eq!(advice.values(Resource::TaskWindow, false)[3], 16);
-        assert_eq!(advice.values(Resource::Heap, false)[3], 8768);
-        assert_eq!(advice.values(Resource::DepPool, false)[3], 9);
+        assert_eq!(advice.values(Resource::TaskWindow)[3], 16);
+        assert_eq!(advice.values(Resource::Heap)[3], 8768);
+        assert_eq!(advice.values(Resource::DepPool)[3], 9);
+    }
+
+    /// ST1 with every capacity at its default, so the headroom is not capped.
+    fn roomy() -> String {
+        ST1.replace(
+            r#""task_window_max":[16384,8,16384,16384]"#,
+            r#""task_window_max":[16384,16384,16384,16384]"#,
+        )
+        .replace(
+            r#""heap_max":[268435456,262144,268435456,268435456]"#,
+            r#""heap_max":[268435456,268435456,268435456,268435456]"#,
+        )
+    }
+
+    #[test]
+    fn advice_never_exceeds_the_capacity_of_a_successful_run() {
+        // ST1's ring 1 ran with window 8 and heap 262144: the formula's 8 and 327680 are capped.
+        let env = st1_advice(Headroom::DEFAULT).runtime_env();
+        assert_eq!((env.ring_task_window[1], env.ring_heap[1]), (8, 262144));
+        // Unsampled rings get the smallest legal values, never 0 (= the 256 MiB defaults).
+        assert_eq!(env.ring_heap[2..], [1024, 1024]);
+        assert_eq!(env.ring_task_window[2..], [4, 4]);
+        assert_eq!(env.ring_dep_pool[2..], [4, 4]);
     }
 
     #[test]
     fn headroom_variants() {
+        let st1_advice = |h: Headroom| advise(&ScopeStats::parse(&roomy()).unwrap(), h);
         let zero = st1_advice(Headroom::parse("0").unwrap()).runtime_env();
         // window: 4 + 1 = 5 -> 8; heap exactly 262144; dep pool max(4, 3) = 4.
         assert_eq!(
@@ -1168,23 +1256,48 @@ mod tests {
         let advice = st1_advice(Headroom::DEFAULT);
         assert_eq!(
             advice.render(AdviseFormat::Toml),
-            "[runtime_env]\nring_task_window = [4, 8, 0, 0]\nring_heap = [1024, 327680, 0, 0]\nring_dep_pool = [4, 4, 0, 0]\n"
+            "[runtime_env]\nring_task_window = [4, 8, 4, 4]\nring_heap = [1024, 262144, 1024, 1024]\nring_dep_pool = [4, 4, 4, 4]\n"
         );
+        // The three formats carry the same values.
         assert_eq!(
             advice.render(AdviseFormat::Env),
-            "PTO2_RING_TASK_WINDOW=4,8,16384,16384\nPTO2_RING_HEAP=1024,327680,268435456,268435456\nPTO2_RING_DEP_POOL=4,4,16384,16384\n"
+            "PTO2_RING_TASK_WINDOW=4,8,4,4\nPTO2_RING_HEAP=1024,262144,1024,1024\nPTO2_RING_DEP_POOL=4,4,4,4\n"
         );
         let json: Value = serde_json::from_str(&advice.render(AdviseFormat::Json)).unwrap();
         assert_eq!(
             json["runtime_env"]["ring_heap"],
-            json!([1024, 327680, 0, 0])
+            json!([1024, 262144, 1024, 1024])
         );
-        assert_eq!(json["rings"][1]["heap"]["recommended"], 327680);
-        assert_eq!(json["rings"][1]["heap"]["bytes_delta"], 65536);
+        assert_eq!(json["rings"][1]["heap"]["recommended"], 262144);
+        assert_eq!(json["rings"][1]["heap"]["bytes_delta"], 0);
         assert_eq!(json["rings"][1]["task_window"]["source"], "call_config");
         assert_eq!(json["rings"][2]["peaks"], Value::Null);
-        assert_eq!(json["rings"][2]["heap"]["recommended"], 0);
-        assert_eq!(json["rings"][2]["heap"]["bytes_delta"], 0);
+        assert_eq!(json["rings"][2]["heap"]["recommended"], 1024);
+        assert_eq!(
+            json["rings"][2]["heap"]["bytes_delta"],
+            1024 - 268435456_i64
+        );
+    }
+
+    #[test]
+    fn many_runs_merge_to_the_largest_demand_and_capacity() {
+        let a = ScopeStats::parse(&roomy()).unwrap();
+        // A second run of the same label whose ring 1 heap peaked higher.
+        let b = ScopeStats::parse(&roomy().replace(
+            r#""heap_peak":196608,"heap_largest_alloc":65536"#,
+            r#""heap_peak":393216,"heap_largest_alloc":65536"#,
+        ))
+        .unwrap();
+        assert_eq!(a.label.as_deref(), Some("small"));
+        let merged = advise_all(&[a.clone(), b.clone()], Headroom::parse("0").unwrap());
+        assert_eq!(merged.rings[1].get(Resource::Heap).recommended, 458752);
+        assert_eq!(merged.rings[1].peaks.end_records, 2);
+        assert!(merged.notes.iter().any(|n| n.contains("merged 2 runs")), "{:?}", merged.notes);
+        // The order does not matter.
+        assert_eq!(
+            advise_all(&[b, a], Headroom::parse("0").unwrap()).runtime_env(),
+            merged.runtime_env()
+        );
     }
 
     #[test]
@@ -1193,8 +1306,8 @@ mod tests {
         assert!(table.contains("headroom 0.25"), "{table}");
         assert!(table.contains("196608 + largest 65536"), "{table}");
         assert!(table.contains("262144 (call_config)"), "{table}");
-        assert!(table.contains("65536 added"), "{table}");
-        assert!(table.contains("keep (no samples)"), "{table}");
+        assert!(!table.contains(" added"), "advice never adds bytes to a successful run: {table}");
+        assert!(table.contains("1024 (no samples)"), "{table}");
         assert!(table.contains("268434432 saved"), "{table}");
         assert!(table.contains("total: "), "{table}");
     }
@@ -1233,9 +1346,11 @@ mod tests {
             &ScopeStats::parse(&st1_with_line(1, &meta)).unwrap(),
             Headroom::DEFAULT,
         );
+        // A failed run keeps every capacity it had (the part that never ran may need it): the
+        // advice of a failed run never lowers anything.
         let dep = advice.rings[3].get(Resource::DepPool);
-        assert_eq!((dep.recommended, dep.lower_bound), (5, true));
-        assert_eq!(advice.runtime_env().ring_dep_pool, [4, 4, 0, 5]);
+        assert_eq!((dep.recommended, dep.lower_bound), (16384, true));
+        assert_eq!(advice.runtime_env().ring_dep_pool, [16384, 64, 16384, 16384]);
     }
 
     #[test]

@@ -140,9 +140,10 @@ pub(crate) struct ResolveArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct AdviseArgs {
-    /// The `scope_stats/scope_stats.jsonl` of a run with scope stats enabled.
-    #[arg(value_name = "SCOPE_STATS_JSONL")]
-    pub(crate) stats: PathBuf,
+    /// Scope-stats files, or directories searched for `scope_stats.jsonl` (e.g. the
+    /// `--output` directory of `pto run --enable-scope-stats`); runs of one label are merged.
+    #[arg(value_name = "PATH", required = true, num_args = 1..)]
+    pub(crate) paths: Vec<PathBuf>,
     /// Headroom over the observed peaks: a fraction (0.25) or a percentage (25%).
     #[arg(
         long,
@@ -154,6 +155,16 @@ pub(crate) struct AdviseArgs {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = AdviseFormatArg::Toml)]
     pub(crate) format: AdviseFormatArg,
+    /// The scene file of the runs: print (or --write) its case `--case` with the advice, as a
+    /// new case `<case>_advised` (per-label `config.tasks.<label>.runtime_env` at level 3).
+    #[arg(long, value_name = "FILE", requires = "case")]
+    pub(crate) scene: Option<PathBuf>,
+    /// The case of `--scene` the runs belong to.
+    #[arg(long, value_name = "NAME", requires = "scene")]
+    pub(crate) case: Option<String>,
+    /// Put the advised case into the scene file (replacing an earlier `<case>_advised`).
+    #[arg(long, requires = "scene")]
+    pub(crate) write: bool,
 }
 
 /// `--format` of `pto advise`.
@@ -161,8 +172,8 @@ pub(crate) struct AdviseArgs {
 pub(crate) enum AdviseFormatArg {
     /// A `[runtime_env]` block for `pto config resolve --config` or a scene case.
     Toml,
-    /// `PTO2_RING_*=a,b,c,d` lines (rings without samples keep their resolved capacity).
+    /// `PTO2_RING_*=a,b,c,d` lines (one sizing: the runs must share one label).
     Env,
-    /// One JSON object with the `runtime_env` and the per-ring details.
+    /// One JSON object per label with its `runtime_env` and the per-ring details.
     Json,
 }

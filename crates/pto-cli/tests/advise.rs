@@ -18,7 +18,17 @@ const ST1: &str = r#"{"schema":"pto.scope_stats","version":1,"fatal":false,"drop
 {"seq":4,"site":"vector_example.rs:3","phase":"end","depth":0,"ring":0,"task_window_start":0,"task_window_end":0,"heap_start":0,"heap_end":0,"dep_pool_start":1,"dep_pool_end":1,"tensormap":0,"task_window_peak":0,"heap_peak":0,"heap_largest_alloc":0,"dep_pool_peak":0,"spill_peak":0,"t_us":220.0}
 "#;
 
-const ST3_TOML: &str = "[runtime_env]\nring_task_window = [4, 8, 0, 0]\nring_heap = [1024, 327680, 0, 0]\nring_dep_pool = [4, 4, 0, 0]\n";
+/// ST3 with issue 11's rules: ring 1's heap capped at the 262144 the run had, unsampled rings
+/// at the smallest legal values (never 0, which would fall back to the 256 MiB defaults).
+const ST3_TOML: &str = "[runtime_env]\nring_dep_pool = [4, 4, 4, 4]\nring_heap = [1024, 262144, 1024, 1024]\nring_task_window = [4, 8, 4, 4]\n";
+
+/// ST1 with default capacities, so the headroom formula is not capped.
+fn roomy() -> String {
+    with_meta(
+        r#""task_window_max":[16384,8,16384,16384],"heap_max":[268435456,262144,268435456,268435456]"#,
+        r#""task_window_max":[16384,16384,16384,16384],"heap_max":[268435456,268435456,268435456,268435456]"#,
+    )
+}
 
 /// Writes `text` as `scope_stats.jsonl` in a new directory.
 fn fixture(text: &str) -> TempDir {
@@ -63,7 +73,7 @@ fn st3_default_toml_on_st1() {
     assert_eq!(value.len(), 1, "exactly one block");
     let env = value["runtime_env"].as_table().unwrap();
     assert_eq!(env["ring_task_window"][1].as_integer(), Some(8));
-    assert_eq!(env["ring_heap"][1].as_integer(), Some(327680));
+    assert_eq!(env["ring_heap"][1].as_integer(), Some(262144));
 }
 
 #[test]
@@ -74,15 +84,14 @@ fn table_goes_to_stderr() {
     assert!(table.contains("headroom 0.25"), "{table}");
     assert!(table.contains("196608 + largest 65536"), "{table}");
     assert!(table.contains("262144 (call_config)"), "{table}");
-    assert!(table.contains("327680"), "{table}");
-    assert!(table.contains("65536 added"), "{table}");
+    assert!(!table.contains(" added"), "{table}");
     assert!(table.contains("16384 (env)"), "{table}");
-    assert!(table.contains("keep (no samples)"), "{table}");
+    assert!(table.contains("1024 (no samples)"), "{table}");
 }
 
 #[test]
 fn headroom_variants_and_percent_form() {
-    let dir = fixture(ST1);
+    let dir = fixture(&roomy());
     let heap_1 = |extra: &[&str]| {
         let out = advise(dir.path(), &[&["--format", "json"][..], extra].concat());
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -124,9 +133,9 @@ fn toml_output_loads_as_a_config_block_and_under_cases_config() {
     // As the `config` table (what `pto config resolve --config` reads).
     let table: toml::Table = toml::from_str(&text).unwrap();
     let block = parse_config_block(&toml::Value::Table(table), "config", SceneLevel::L3).unwrap();
-    assert_eq!(block.runtime_env.ring_task_window, [4, 8, 0, 0]);
-    assert_eq!(block.runtime_env.ring_heap, [1024, 327680, 0, 0]);
-    assert_eq!(block.runtime_env.ring_dep_pool, [4, 4, 0, 0]);
+    assert_eq!(block.runtime_env.ring_task_window, [4, 8, 4, 4]);
+    assert_eq!(block.runtime_env.ring_heap, [1024, 262144, 1024, 1024]);
+    assert_eq!(block.runtime_env.ring_dep_pool, [4, 4, 4, 4]);
     // Pasted under `[cases.config.runtime_env]` of a scene file (T86, checkpoint C4).
     let scene = format!(
         "scene = \"advised\"\nlevel = 2\n[[cases]]\nname = \"a\"\n{}",
@@ -135,7 +144,7 @@ fn toml_output_loads_as_a_config_block_and_under_cases_config() {
     let scene: toml::Table = toml::from_str(&scene).unwrap();
     let config = &scene["cases"].as_array().unwrap()[0]["config"];
     let block = parse_config_block(config, "config", SceneLevel::L2).unwrap();
-    assert_eq!(block.runtime_env.ring_heap, [1024, 327680, 0, 0]);
+    assert_eq!(block.runtime_env.ring_heap, [1024, 262144, 1024, 1024]);
 }
 
 #[test]
@@ -152,27 +161,25 @@ fn t86_advise_output_feeds_config_resolve() {
     let v = json(&out);
     let cc = |value: u64| json!({"value": value, "source": "call_config"});
     assert_eq!(v["rings"][1]["task_window"], cc(8));
-    assert_eq!(v["rings"][1]["heap"], cc(327680));
+    assert_eq!(v["rings"][1]["heap"], cc(262144));
     assert_eq!(v["rings"][1]["dep_pool"], cc(4));
     assert_eq!(v["rings"][0]["task_window"], cc(4));
     assert_eq!(v["rings"][0]["heap"], cc(1024));
-    // Rings without samples were left unset and resolve to the default.
-    assert_eq!(
-        v["rings"][2]["heap"],
-        json!({"value": 268435456u64, "source": "default"})
-    );
+    // Every ring is set: nothing falls back to the 256 MiB default.
+    assert_eq!(v["rings"][2]["heap"], cc(1024));
+    assert_eq!(v["rings"][3]["task_window"], cc(4));
 }
 
 #[test]
-fn env_format_fills_unsampled_rings_with_their_capacity() {
+fn env_format_has_the_same_values_as_toml() {
     let dir = fixture(ST1);
     let out = advise(dir.path(), &["--format", "env"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
-        "PTO2_RING_TASK_WINDOW=4,8,16384,16384\n\
-         PTO2_RING_HEAP=1024,327680,268435456,268435456\n\
-         PTO2_RING_DEP_POOL=4,4,16384,16384\n"
+        "PTO2_RING_TASK_WINDOW=4,8,4,4\n\
+         PTO2_RING_HEAP=1024,262144,1024,1024\n\
+         PTO2_RING_DEP_POOL=4,4,4,4\n"
     );
     // The lines are valid environment values: config resolve accepts them in strict mode.
     let mut cmd = pto(dir.path());
@@ -185,7 +192,7 @@ fn env_format_fills_unsampled_rings_with_their_capacity() {
     let v = json(&out);
     assert_eq!(
         v["rings"][1]["heap"],
-        json!({"value": 327680, "source": "env"})
+        json!({"value": 262144, "source": "env"})
     );
     assert_eq!(v["problems"], json!([]));
 }
@@ -199,9 +206,9 @@ fn json_format_has_runtime_env_and_rings() {
     assert_eq!(
         v["runtime_env"],
         json!({
-            "ring_task_window": [4, 8, 0, 0],
-            "ring_heap": [1024, 327680, 0, 0],
-            "ring_dep_pool": [4, 4, 0, 0]
+            "ring_task_window": [4, 8, 4, 4],
+            "ring_heap": [1024, 262144, 1024, 1024],
+            "ring_dep_pool": [4, 4, 4, 4]
         })
     );
     let rings = v["rings"].as_array().unwrap();
@@ -211,10 +218,12 @@ fn json_format_has_runtime_env_and_rings() {
     assert_eq!(
         rings[1]["heap"],
         json!({"demand": 262144, "capacity": 262144, "source": "call_config",
-               "recommended": 327680, "lower_bound": false, "bytes_delta": 65536})
+               "recommended": 262144, "lower_bound": false, "bytes_delta": 0})
     );
     assert_eq!(rings[3]["peaks"], serde_json::Value::Null);
-    assert_eq!(rings[3]["task_window"]["recommended"], 0);
+    assert_eq!(rings[3]["task_window"]["recommended"], 4);
+    assert_eq!(v["label"], "small");
+    assert_eq!(v["runs"], 1);
 }
 
 #[test]
@@ -223,11 +232,21 @@ fn failed_run_raises_the_affected_resource_to_a_lower_bound() {
         r#""error":null"#,
         r#""error":{"code":1,"name":"SCOPE_DEADLOCK","ring":2,"resource":"task_window","requested":1,"used":7,"recommended_min":16}"#,
     );
+    // Ring 2 ran with a window of 8 and needed 16.
+    let text = text.replace(
+        r#""task_window_max":[16384,8,16384,16384]"#,
+        r#""task_window_max":[16384,8,8,16384]"#,
+    );
     let dir = fixture(&text.replace(r#""fatal":false"#, r#""fatal":true"#));
     let out = advise(dir.path(), &["--format", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v = json(&out);
-    assert_eq!(v["runtime_env"]["ring_task_window"], json!([4, 8, 16, 0]));
+    // A failed run keeps its capacities (the part that never ran may need them) and raises
+    // the failing one to its recommended minimum.
+    assert_eq!(
+        v["runtime_env"]["ring_task_window"],
+        json!([16384, 8, 16, 16384])
+    );
     assert_eq!(v["rings"][2]["task_window"]["lower_bound"], true);
     assert_eq!(v["rings"][1]["task_window"]["lower_bound"], false);
     let err = stderr(&out);
@@ -240,7 +259,7 @@ fn failed_run_raises_the_affected_resource_to_a_lower_bound() {
     );
     let dir = fixture(&text);
     let v = json(&advise(dir.path(), &["--format", "json"]));
-    assert_eq!(v["rings"][1]["heap"]["recommended"], 327680);
+    assert_eq!(v["rings"][1]["heap"]["recommended"], 262144);
     assert_eq!(v["rings"][1]["heap"]["lower_bound"], true);
 }
 
@@ -271,12 +290,12 @@ fn malformed_input_exits_2_naming_the_line_and_field() {
 
     let dir = TempDir::new().unwrap();
     std::fs::write(dir.path().join("scope_stats.jsonl"), b"\xff\xfe\n").unwrap();
-    assert_input_error(&advise(dir.path(), &[]), &["line 1", "UTF-8"]);
+    assert_input_error(&advise(dir.path(), &[]), &["scope_stats.jsonl", "UTF-8"]);
 }
 
 #[test]
 fn missing_file_exits_2() {
     let dir = TempDir::new().unwrap();
     let out = advise(dir.path(), &[]);
-    assert_input_error(&out, &["cannot read scope_stats.jsonl"]);
+    assert_input_error(&out, &["scope_stats.jsonl", "No such file"]);
 }

@@ -1,6 +1,8 @@
 //! Scene-test harness: scenes registered in Rust, their cases in TOML, and the runner behind
 //! `pto run` (RING_CONFIG.md §11).
 //!
+//! - [`advice`] — scope stats of many runs merged per `config.tasks` key, and the advised
+//!   case written back into a scene file (`pto advise --scene`, `pto tune`).
 //! - [`config_block`] — the strict loader of a case's `config` block (also used by
 //!   `pto config resolve --config`).
 //! - [`mod@file`] — scene files (`scene`, `level`, `[[cases]]`), checked when loaded.
@@ -14,6 +16,7 @@
 //! overlaid with the runner's `--ring-env` pairs.
 #![forbid(unsafe_code)]
 
+pub mod advice;
 pub mod config_block;
 pub mod file;
 pub mod labels;

@@ -1,7 +1,14 @@
-//! `pto advise` (CHIP_RUNTIME.md §7, RING_CONFIG.md §8): the library's recommendation on
-//! stdout in the chosen format, the per-ring table on stderr.
+//! `pto advise` (CHIP_RUNTIME.md §7, RING_CONFIG.md §8, issue 11): the recommendation on stdout
+//! in the chosen format, the per-ring tables on stderr.
 
-use pto_chip::advise::{AdviseFormat, Headroom, ScopeStats, advise};
+use pto_chip::advise::{AdviseFormat, Headroom};
+use pto_scene::SceneFile;
+use pto_scene::advice::{
+    KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs, render_toml,
+    write_case,
+};
+use pto_scene::params::cut;
+use serde_json::json;
 
 use crate::cli::{AdviseArgs, AdviseFormatArg};
 use crate::{InputError, Outcome};
@@ -9,20 +16,77 @@ use crate::{InputError, Outcome};
 pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
     let headroom =
         Headroom::parse(&args.headroom).map_err(|e| InputError(format!("--headroom {e}")))?;
-    let path = args.stats.display();
-    let bytes =
-        std::fs::read(&args.stats).map_err(|e| InputError(format!("cannot read {path}: {e}")))?;
-    let stats = ScopeStats::parse_bytes(&bytes).map_err(|e| InputError(format!("{path}: {e}")))?;
-    let advice = advise(&stats, headroom);
-    eprint!("{}", advice.render_table());
-    crate::print_out(&advice.render(format(args.format)));
+    let scene = match &args.scene {
+        Some(path) => Some(SceneFile::load(path).map_err(|e| InputError(e.to_string()))?),
+        None => None,
+    };
+    let files = find_stats(&args.paths).map_err(InputError)?;
+    let runs = load_runs(&files).map_err(InputError)?;
+    let groups = advise_by_key(&runs, scene.as_ref().map(|f| f.scene), headroom);
+    for g in &groups {
+        let who = match &g.key {
+            Some(k) => format!("label {k}"),
+            None => "runtime_env".to_string(),
+        };
+        eprintln!("{who} ({} run(s)):", g.runs);
+        eprint!("{}", g.advice.render_table());
+    }
+    let out = match (&scene, &args.case) {
+        (Some(file), Some(case)) => scene_case(file, case, &groups, args)?,
+        _ => render(&groups, args.format)?,
+    };
+    crate::print_out(&out);
     Ok(Outcome::Success)
 }
 
-fn format(arg: AdviseFormatArg) -> AdviseFormat {
-    match arg {
-        AdviseFormatArg::Toml => AdviseFormat::Toml,
-        AdviseFormatArg::Env => AdviseFormat::Env,
-        AdviseFormatArg::Json => AdviseFormat::Json,
+/// The advised case of `--scene`/`--case`, printed and, with `--write`, put into the file.
+fn scene_case(
+    file: &SceneFile,
+    case: &str,
+    groups: &[KeyAdvice],
+    args: &AdviseArgs,
+) -> Result<String, InputError> {
+    if !matches!(args.format, AdviseFormatArg::Toml) {
+        return Err(InputError(
+            "--scene prints a scene case, which is TOML: drop --format".to_string(),
+        ));
     }
+    if !file.cases.iter().any(|c| c.name == case) {
+        return Err(InputError(format!(
+            "{}: no case named {:?}",
+            file.path.display(),
+            cut(case)
+        )));
+    }
+    let advised = advised_case(file, case, groups).map_err(InputError)?;
+    if args.write {
+        write_case(&file.path, &advised).map_err(InputError)?;
+        // What was written must load: the same checks as `pto run`.
+        SceneFile::load(&file.path).map_err(|e| InputError(e.to_string()))?;
+    }
+    Ok(case_toml(&advised))
+}
+
+fn render(groups: &[KeyAdvice], format: AdviseFormatArg) -> Result<String, InputError> {
+    Ok(match format {
+        AdviseFormatArg::Toml => render_toml(groups),
+        AdviseFormatArg::Env => match groups {
+            [one] => one.advice.render(AdviseFormat::Env),
+            _ => {
+                return Err(InputError(format!(
+                    "--format env holds one sizing, but the runs have {} labels: use --format toml or json",
+                    groups.len()
+                )));
+            }
+        },
+        AdviseFormatArg::Json => groups
+            .iter()
+            .map(|g| {
+                let mut v = g.advice.to_json();
+                v["label"] = json!(g.key);
+                v["runs"] = json!(g.runs);
+                format!("{v}\n")
+            })
+            .collect(),
+    })
 }
