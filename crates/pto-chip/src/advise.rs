@@ -778,9 +778,10 @@ pub fn advise_all(runs: &[ScopeStats], headroom: Headroom) -> Advice {
         ));
     }
     if runs.len() > 1 {
-        advice
-            .notes
-            .push(format!("merged {} runs: per ring, the largest of each", runs.len()));
+        advice.notes.push(format!(
+            "merged {} runs: per ring, the largest of each",
+            runs.len()
+        ));
     }
     for stats in runs {
         if let Some(err) = &stats.error {
@@ -937,10 +938,7 @@ impl Advice {
     pub fn to_json(&self) -> Value {
         let mut env = Map::new();
         for resource in Resource::ALL {
-            env.insert(
-                resource.field().to_string(),
-                json!(self.values(resource)),
-            );
+            env.insert(resource.field().to_string(), json!(self.values(resource)));
         }
         let rings: Vec<Value> = self.rings.iter().map(ring_json).collect();
         json!({"runtime_env": env, "rings": rings})
@@ -1292,7 +1290,11 @@ mod tests {
         let merged = advise_all(&[a.clone(), b.clone()], Headroom::parse("0").unwrap());
         assert_eq!(merged.rings[1].get(Resource::Heap).recommended, 458752);
         assert_eq!(merged.rings[1].peaks.end_records, 2);
-        assert!(merged.notes.iter().any(|n| n.contains("merged 2 runs")), "{:?}", merged.notes);
+        assert!(
+            merged.notes.iter().any(|n| n.contains("merged 2 runs")),
+            "{:?}",
+            merged.notes
+        );
         // The order does not matter.
         assert_eq!(
             advise_all(&[b, a], Headroom::parse("0").unwrap()).runtime_env(),
@@ -1306,7 +1308,10 @@ mod tests {
         assert!(table.contains("headroom 0.25"), "{table}");
         assert!(table.contains("196608 + largest 65536"), "{table}");
         assert!(table.contains("262144 (call_config)"), "{table}");
-        assert!(!table.contains(" added"), "advice never adds bytes to a successful run: {table}");
+        assert!(
+            !table.contains(" added"),
+            "advice never adds bytes to a successful run: {table}"
+        );
         assert!(table.contains("1024 (no samples)"), "{table}");
         assert!(table.contains("268434432 saved"), "{table}");
         assert!(table.contains("total: "), "{table}");
@@ -1350,7 +1355,10 @@ mod tests {
         // advice of a failed run never lowers anything.
         let dep = advice.rings[3].get(Resource::DepPool);
         assert_eq!((dep.recommended, dep.lower_bound), (16384, true));
-        assert_eq!(advice.runtime_env().ring_dep_pool, [16384, 64, 16384, 16384]);
+        assert_eq!(
+            advice.runtime_env().ring_dep_pool,
+            [16384, 64, 16384, 16384]
+        );
     }
 
     #[test]

@@ -63,7 +63,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-        let kind = entry.file_type().map_err(|e| format!("{}: {e}", dir.display()))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = entry.path();
         if kind.is_dir() {
             walk(&path, out)?;
@@ -79,10 +81,9 @@ pub fn load_runs(files: &[PathBuf]) -> Result<Vec<StatsRun>, String> {
     files
         .iter()
         .map(|path| {
-            let text = read_text(path, MAX_FILE_BYTES)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            let stats =
-                ScopeStats::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let text =
+                read_text(path, MAX_FILE_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+            let stats = ScopeStats::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(StatsRun {
                 path: path.clone(),
                 stats,
@@ -135,7 +136,9 @@ pub fn advise_by_key(
 pub fn runtime_env_table(env: &RuntimeEnv) -> Table {
     let mut t = Table::new();
     for resource in Resource::ALL {
-        let values = env.get(resource).map(|v| Value::Integer(v.min(i64::MAX as u64) as i64));
+        let values = env
+            .get(resource)
+            .map(|v| Value::Integer(v.min(i64::MAX as u64) as i64));
         t.insert(resource.field().to_string(), Value::Array(values.to_vec()));
     }
     t
@@ -223,7 +226,10 @@ pub fn advised_name(case: &str) -> String {
 /// The case as a `[[cases]]` block, ready to append to a scene file.
 pub fn case_toml(case: &Table) -> String {
     let mut doc = Table::new();
-    doc.insert("cases".into(), Value::Array(vec![Value::Table(case.clone())]));
+    doc.insert(
+        "cases".into(),
+        Value::Array(vec![Value::Table(case.clone())]),
+    );
     toml::to_string(&doc).unwrap_or_default()
 }
 
@@ -236,7 +242,10 @@ pub fn write_case(path: &Path, case: &Table) -> Result<(), String> {
         .parse()
         .map_err(|e: toml_edit::TomlError| at(e.to_string()))?;
     let name = case.get("name").and_then(Value::as_str).unwrap_or_default();
-    if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_of_tables_mut()) {
+    if let Some(cases) = doc
+        .get_mut("cases")
+        .and_then(|c| c.as_array_of_tables_mut())
+    {
         cases.retain(|c| c.get("name").and_then(|n| n.as_str()) != Some(name));
     }
     let mut out = doc.to_string();

@@ -11,6 +11,7 @@
 //! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
 //! - [`sizing_report`] — the report behind `pto config resolve`.
+//! - [`tune`] — `pto tune`: run, advise, verify the advised case, repeat on capacity errors.
 //!
 //! Nothing here changes the process environment: chips see it through an `EnvSource`
 //! overlaid with the runner's `--ring-env` pairs.
@@ -25,6 +26,7 @@ pub mod runner;
 pub mod scene;
 mod scenes;
 pub mod sizing_report;
+pub mod tune;
 
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
 pub use file::{LoadError, SceneFile};

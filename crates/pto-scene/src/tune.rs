@@ -1,0 +1,181 @@
+//! `pto tune` (issue 11, item 3): run a case with scope stats, advise, re-run the advised
+//! case to verify it, and repeat while a run fails with a capacity error (bounded).
+//!
+//! Round 0 runs the case as written. Each later round runs `<case>_advised`, built from the
+//! scope stats of every earlier round of this tuning (so a failed round's raised lower bound
+//! and a passing round's peaks both count). The loop ends when an advised round passes its
+//! scene's golden check with no failed task (verified), when a round fails with anything but
+//! a ring capacity error, or after `max_rounds` rounds. Nothing is written to the scene file
+//! unless the caller asks ([`write_case`](crate::advice::write_case)) and the result is
+//! verified.
+
+use std::path::{Path, PathBuf};
+
+use pto_chip::advise::Headroom;
+use toml::Table;
+
+use crate::advice::{advise_by_key, advised_case, advised_name, case_toml, find_stats, load_runs};
+use crate::file::{MAX_FILE_BYTES, SceneFile, read_text};
+use crate::runner::{CaseReport, Diagnostics, RunOptions, run_file};
+use crate::scene::RunnerEnv;
+
+/// Codes of ring capacity errors (`SCOPE_DEADLOCK`, `HEAP_RING_DEADLOCK`,
+/// `FLOW_CONTROL_DEADLOCK`, `DEP_POOL_OVERFLOW`): raising the advice can fix them.
+const CAPACITY_CODES: [u32; 4] = [1, 2, 3, 4];
+
+/// How to tune.
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub headroom: Headroom,
+    /// Runs in all, the case as written included (at least 2).
+    pub max_rounds: usize,
+    /// Where each round writes its diagnostics (`<work>/round<k>/<case>`).
+    pub work: PathBuf,
+    pub env: RunnerEnv,
+}
+
+/// One run of a tuning.
+#[derive(Debug)]
+pub struct Round {
+    /// The case name that ran (`c` or `c_advised`).
+    pub case: String,
+    pub report: CaseReport,
+}
+
+/// What tuning one case found.
+#[derive(Debug)]
+pub struct Tuning {
+    pub case: String,
+    pub rounds: Vec<Round>,
+    /// The last advised case (verified when `verdict` is `Ok`).
+    pub advised: Option<Table>,
+    /// `Ok` when the last round ran the advised case and passed.
+    pub verdict: Result<(), String>,
+}
+
+impl Tuning {
+    /// The round of the case as written.
+    pub fn before(&self) -> &Round {
+        &self.rounds[0]
+    }
+
+    /// The last round (the verified advised case when `verdict` is `Ok`).
+    pub fn after(&self) -> &Round {
+        self.rounds.last().expect("a tuning has at least one round")
+    }
+}
+
+/// Whether every row of a round succeeded and its check passed.
+fn clean(report: &CaseReport) -> bool {
+    report.result.passed() && report.result.rows.iter().all(|r| r.error.is_none())
+}
+
+/// Whether a round failed only with ring capacity errors (which advice can raise).
+fn capacity_failure(report: &CaseReport) -> bool {
+    let failed: Vec<_> = report
+        .result
+        .rows
+        .iter()
+        .filter_map(|r| r.error.as_ref())
+        .collect();
+    !failed.is_empty()
+        && failed
+            .iter()
+            .all(|e| e.code.is_some_and(|c| CAPACITY_CODES.contains(&c)))
+}
+
+/// Tunes case `case` of `file`.
+pub fn tune_case(file: &SceneFile, case: &str, options: &TuneOptions) -> anyhow::Result<Tuning> {
+    let text = read_text(&file.path, MAX_FILE_BYTES).map_err(anyhow::Error::msg)?;
+    let mut tuning = Tuning {
+        case: case.to_string(),
+        rounds: Vec::new(),
+        advised: None,
+        verdict: Err("not run".to_string()),
+    };
+    let first = run_round(file, case, &round_dir(options, 0), &options.env)?;
+    let expected_failure = first.result.passed() && !clean(&first);
+    let usable = clean(&first) || capacity_failure(&first);
+    tuning.rounds.push(Round {
+        case: case.to_string(),
+        report: first,
+    });
+    if expected_failure {
+        tuning.verdict = Err("the case passes by failing (an expected failure): not tuned".into());
+        return Ok(tuning);
+    }
+    if !usable {
+        tuning.verdict =
+            Err("the case as written fails with more than a capacity error: fix it first".into());
+        return Ok(tuning);
+    }
+    for k in 1..options.max_rounds.max(2) {
+        let advised = advise_rounds(file, case, options, k)?;
+        let with_case = format!("{text}\n{}", case_toml(&advised));
+        let scene = SceneFile::parse(&file.path, &with_case).map_err(anyhow::Error::msg)?;
+        let name = advised_name(case);
+        let report = run_round(&scene, &name, &round_dir(options, k), &options.env)?;
+        let done = clean(&report);
+        let retry = capacity_failure(&report);
+        tuning.rounds.push(Round { case: name, report });
+        tuning.advised = Some(advised);
+        if done {
+            tuning.verdict = Ok(());
+            return Ok(tuning);
+        }
+        if !retry {
+            tuning.verdict = Err(format!(
+                "the advised case failed with more than a capacity error in round {k}"
+            ));
+            return Ok(tuning);
+        }
+    }
+    tuning.verdict = Err(format!(
+        "still failing with a capacity error after {} rounds",
+        tuning.rounds.len()
+    ));
+    Ok(tuning)
+}
+
+fn round_dir(options: &TuneOptions, k: usize) -> PathBuf {
+    options.work.join(format!("round{k}"))
+}
+
+/// The advised case from the scope stats of rounds `0..k`.
+fn advise_rounds(
+    file: &SceneFile,
+    case: &str,
+    options: &TuneOptions,
+    k: usize,
+) -> anyhow::Result<Table> {
+    let dirs: Vec<PathBuf> = (0..k)
+        .map(|r| round_dir(options, r))
+        .filter(|d| d.is_dir())
+        .collect();
+    let files = find_stats(&dirs).map_err(anyhow::Error::msg)?;
+    let runs = load_runs(&files).map_err(anyhow::Error::msg)?;
+    let groups = advise_by_key(&runs, Some(file.scene), options.headroom);
+    advised_case(file, case, &groups).map_err(anyhow::Error::msg)
+}
+
+/// Runs one case of `file` with scope stats into `dir`.
+fn run_round(
+    file: &SceneFile,
+    case: &str,
+    dir: &Path,
+    env: &RunnerEnv,
+) -> anyhow::Result<CaseReport> {
+    let options = RunOptions {
+        case: Some(case.to_string()),
+        output: dir.to_path_buf(),
+        diagnostics: Diagnostics {
+            scope_stats: true,
+            ..Diagnostics::default()
+        },
+        env: env.clone(),
+    };
+    let mut reports = run_file(file, &options, |_| {})?;
+    reports
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("case {case:?} did not run"))
+}
