@@ -130,7 +130,11 @@ impl Scene for HeterogeneousFanout {
         }
         let attn_cfg = case.for_label("attn");
         let ew_cfg = case.for_label("ew");
-        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
+        let config_of = |label: &str| match label {
+            "attn" => attn_cfg.clone(),
+            _ => ew_cfg.clone(),
+        };
+        let (mut result, report) = run_l3(&w, case, &config_of, |orch, _, _| {
             let args = TaskArgs::new()
                 .input(&q)
                 .input(&k)
@@ -160,11 +164,7 @@ impl Scene for HeterogeneousFanout {
             .collect();
         w.close();
         if expect_exhausted {
-            let exhausted = result.rows.iter().any(|r| {
-                r.error
-                    .as_ref()
-                    .is_some_and(|e| e.code == Some(ErrorCode::DeviceMemoryExhausted.code()))
-            });
+            let exhausted = result.expect_failures(ErrorCode::DeviceMemoryExhausted);
             result.check = match (&result.check, exhausted) {
                 (Err(_), true) => Ok(()),
                 (Err(e), false) => {
