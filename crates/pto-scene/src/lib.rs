@@ -7,6 +7,7 @@
 //! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
 //! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
+//! - [`report_html`] — the self-contained HTML page of `pto run --report`.
 //! - [`sizing_report`] — the report behind `pto config resolve`.
 //!
 //! Nothing here changes the process environment: chips see it through an `EnvSource`
@@ -16,6 +17,7 @@
 pub mod config_block;
 pub mod file;
 pub mod params;
+pub mod report_html;
 pub mod runner;
 pub mod scene;
 mod scenes;

@@ -1,10 +1,13 @@
 //! `pto run` (RING_CONFIG.md §11.1).
 
 use std::ffi::OsString;
+use std::io::Write as _;
+use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::EndpointMode;
 use pto_scene::params::{cut, key_list};
+use pto_scene::report_html::{HtmlPage, render_html};
 use pto_scene::runner::{
     Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
 };
@@ -56,6 +59,14 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     check_options(&file, &options).map_err(InputError)?;
+    // Created before any case runs, so an unwritable path costs no run.
+    let mut report_file = match &args.report {
+        Some(path) => Some((
+            path,
+            std::fs::File::create(path).map_err(|e| report_error(path, &e))?,
+        )),
+        None => None,
+    };
     let total = file
         .cases
         .iter()
@@ -83,11 +94,22 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     } else {
         print!("{}", render_table(&file, &reports));
     }
+    if let Some((path, out)) = report_file.as_mut() {
+        let page = render_html(&HtmlPage::of_run(&file, &options, &reports), &reports);
+        out.write_all(page.as_bytes())
+            .and_then(|()| out.sync_all())
+            .map_err(|e| report_error(path, &e))?;
+    }
     if reports.iter().all(|r| r.result.passed()) {
         Ok(Outcome::Success)
     } else {
         Ok(Outcome::CheckFailed)
     }
+}
+
+/// `--report FILE: cannot write: OS ERROR` (exit status 2).
+fn report_error(path: &Path, e: &std::io::Error) -> InputError {
+    InputError(format!("--report {}: cannot write: {e}", path.display()))
 }
 
 fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError> {
