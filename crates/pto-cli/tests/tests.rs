@@ -5,5 +5,6 @@ mod advise;
 mod config_resolve;
 mod inputs;
 mod liveness;
+mod reports;
 mod run;
 mod util;

@@ -225,51 +225,56 @@ fn render_bars(out: &mut String, row: &TaskRow, stats: Option<&ScopeSeries>) {
             (None, None) => None,
         }
     };
-    const W: f64 = 360.0;
     let height = RESOURCES.len() * RING_COUNT * 18 + 4;
     let _ = writeln!(
         out,
         "<svg class=\"bars\" width=\"760\" height=\"{height}\" role=\"img\">"
     );
-    for (k, (resource, name)) in RESOURCES.iter().enumerate() {
+    for (k, (resource, _)) in RESOURCES.iter().enumerate() {
         for ring in 0..RING_COUNT {
             let y = (k * RING_COUNT + ring) * 18 + 2;
             let capacity = sizing.at(*resource, ring).value;
-            let high = peak(k, ring);
-            let fraction = high.map_or(0.0, |h| h as f64 / capacity.max(1) as f64);
-            let mut filled = (fraction.min(1.0) * W).round();
-            if high.is_some_and(|h| h > 0) {
-                filled = filled.max(1.0);
-            }
-            let fmt = |v: u64| match resource {
-                Resource::Heap => human_bytes(v),
-                _ => v.to_string(),
-            };
-            let text = match high {
-                Some(h) => format!(
-                    "{name} ring {ring}: high-water {} of {} reserved ({:.2}%)",
-                    fmt(h),
-                    fmt(capacity),
-                    fraction * 100.0
-                ),
-                None => format!(
-                    "{name} ring {ring}: {} reserved, no high-water mark",
-                    fmt(capacity)
-                ),
-            };
-            let _ = writeln!(
-                out,
-                "<rect x=\"0\" y=\"{y}\" width=\"{W}\" height=\"14\" class=\"cap\"/>\
-                 <rect x=\"0\" y=\"{y}\" width=\"{filled}\" height=\"14\" fill=\"{}\"/>\
-                 <text x=\"{}\" y=\"{}\">{}</text>",
-                COLOURS[k],
-                W + 8.0,
-                y + 11,
-                esc(&text)
-            );
+            out.push_str(&bar(k, ring, y, capacity, peak(k, ring)));
         }
     }
     out.push_str("</svg>\n");
+}
+
+/// One bar: the whole width is the reserved `capacity`, the filled part the high-water mark
+/// (at least a pixel when it is not zero, so any use shows).
+fn bar(k: usize, ring: usize, y: usize, capacity: u64, high: Option<u64>) -> String {
+    const W: f64 = 360.0;
+    let (resource, name) = RESOURCES[k];
+    let fraction = high.map_or(0.0, |h| h as f64 / capacity.max(1) as f64);
+    let mut filled = (fraction.min(1.0) * W).round();
+    if high.is_some_and(|h| h > 0) {
+        filled = filled.max(1.0);
+    }
+    let fmt = |v: u64| match resource {
+        Resource::Heap => human_bytes(v),
+        _ => v.to_string(),
+    };
+    let text = match high {
+        Some(h) => format!(
+            "{name} ring {ring}: high-water {} of {} reserved ({:.2}%)",
+            fmt(h),
+            fmt(capacity),
+            fraction * 100.0
+        ),
+        None => format!(
+            "{name} ring {ring}: {} reserved, no high-water mark",
+            fmt(capacity)
+        ),
+    };
+    format!(
+        "<rect x=\"0\" y=\"{y}\" width=\"{W}\" height=\"14\" class=\"cap\"/>\
+         <rect x=\"0\" y=\"{y}\" width=\"{filled}\" height=\"14\" fill=\"{}\"/>\
+         <text x=\"{}\" y=\"{}\">{}</text>\n",
+        COLOURS[k],
+        W + 8.0,
+        y + 11,
+        esc(&text)
+    )
 }
 
 /// One chart per ring with samples: each resource's occupancy (`end − start` of its monotonic
@@ -302,6 +307,24 @@ fn log_height(fraction: f64) -> f64 {
     ((fraction.log10() + LOG_DECADES) / LOG_DECADES).min(1.0)
 }
 
+/// The capacity line (100 %) and the 1 % and 0.01 % grid lines, labelled on the left.
+fn log_axis(left: f64, w: f64, base: f64, h: f64) -> String {
+    let mut svg = String::new();
+    for (label, fraction) in [("100%", 1.0), ("1%", 0.01), ("0.01%", 0.0)] {
+        let y = base - log_height(fraction) * h;
+        let class = if fraction == 1.0 { "capline" } else { "axis" };
+        let _ = write!(
+            svg,
+            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"{class}\"/>\
+             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
+            left + w,
+            left - 4.0,
+            y + 4.0
+        );
+    }
+    svg
+}
+
 fn occupancy_chart(series: &ScopeSeries, ring: usize) -> String {
     const LEFT: f64 = 40.0;
     const W: f64 = 440.0;
@@ -315,18 +338,7 @@ fn occupancy_chart(series: &ScopeSeries, ring: usize) -> String {
         LEFT + W + 2.0,
         base + 16.0
     );
-    for (label, fraction) in [("100%", 1.0), ("1%", 0.01), ("0.01%", 0.0)] {
-        let y = base - log_height(fraction) * H;
-        let class = if fraction == 1.0 { "capline" } else { "axis" };
-        let _ = write!(
-            svg,
-            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" class=\"{class}\"/>\
-             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
-            LEFT + W,
-            LEFT - 4.0,
-            y + 4.0
-        );
-    }
+    svg.push_str(&log_axis(LEFT, W, base, H));
     let mut legend = Vec::new();
     for (k, (resource, name)) in RESOURCES.iter().enumerate() {
         let capacity = series.capacity[k][ring];
@@ -527,6 +539,35 @@ mod tests {
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    /// Messages, notes and env problems reach the page escaped; a row without a sizing draws
+    /// no bars.
+    #[test]
+    fn every_text_is_escaped() {
+        use crate::scene::{TaskErrorInfo, TaskRow};
+        let error = TaskErrorInfo::new(None, "<script>alert('x')</script>".into());
+        let mut result = CaseResult::new(vec![TaskRow::failed("t<1>", 0, None, error)]);
+        result.check = Err("bad & <worse>".into());
+        result.notes.push("<b>note</b>".into());
+        let report = CaseReport {
+            name: "c".into(),
+            result,
+            wall: std::time::Duration::ZERO,
+            env_problems: vec!["PTO2_RING_HEAP=\"<x>\" ignored".into()],
+            diagnostics: None,
+        };
+        let page = HtmlPage {
+            title: "<t>".into(),
+            lines: vec![],
+            scope_stats: false,
+        };
+        let html = render_html(&page, &[report]);
+        assert!(!html.contains("<script") && !html.contains("<b>") && !html.contains("<x>"));
+        assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
+        assert!(html.contains("data-task=\"t&lt;1&gt;\""));
+        assert!(html.contains("bad &amp; &lt;worse&gt;"));
+        assert!(!html.contains("<svg"));
     }
 
     #[test]

@@ -492,3 +492,34 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
 pub fn default_output() -> PathBuf {
     Path::new("pto-out").to_path_buf()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diagnostics_are_described_by_task_directory_and_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let case = dir.path().join("c");
+        for f in [
+            "chip0/run1_task0_a/scope_stats/scope_stats.jsonl",
+            "chip0/run1_task0_a/dep_gen/deps.json",
+            "chip1/run1_task1_b/scope_stats/scope_stats.jsonl",
+        ] {
+            let path = case.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
+        let files = DiagnosticsFiles::scan(&case);
+        assert_eq!(files.files.len(), 3);
+        assert_eq!(
+            files.describe(),
+            format!(
+                "{}/ (2 task directories, 3 files: dep_gen, scope_stats)",
+                case.display()
+            )
+        );
+        let empty = DiagnosticsFiles::scan(&dir.path().join("missing"));
+        assert!(empty.describe().ends_with("/ (no files written)"));
+    }
+}

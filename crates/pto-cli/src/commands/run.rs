@@ -25,26 +25,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
-    let options = RunOptions {
-        case: args.case.clone(),
-        output: args.output.clone(),
-        diagnostics: Diagnostics {
-            scope_stats: args.enable_scope_stats,
-            swimlane: args.enable_chip_swimlane,
-            dep_gen: args.enable_dep_gen,
-        },
-        env: RunnerEnv {
-            mode: match args.mode {
-                Mode::InProcess => EndpointMode::InProcess,
-                Mode::ChildProcess => EndpointMode::ChildProcess,
-            },
-            ring_env: parse_pairs(&args.ring_env)?,
-            strict_env: args.strict_env,
-            fast: args.fast,
-            task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
-            liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
-        },
-    };
+    let options = options_of(args)?;
     if let Some(case) = args
         .case
         .as_ref()
@@ -105,6 +86,30 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     } else {
         Ok(Outcome::CheckFailed)
     }
+}
+
+/// The run options the flags ask for (usage errors: exit status 2).
+fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
+    Ok(RunOptions {
+        case: args.case.clone(),
+        output: args.output.clone(),
+        diagnostics: Diagnostics {
+            scope_stats: args.enable_scope_stats,
+            swimlane: args.enable_chip_swimlane,
+            dep_gen: args.enable_dep_gen,
+        },
+        env: RunnerEnv {
+            mode: match args.mode {
+                Mode::InProcess => EndpointMode::InProcess,
+                Mode::ChildProcess => EndpointMode::ChildProcess,
+            },
+            ring_env: parse_pairs(&args.ring_env)?,
+            strict_env: args.strict_env,
+            fast: args.fast,
+            task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
+            liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
+        },
+    })
 }
 
 /// `--report FILE: cannot write: OS ERROR` (exit status 2).
