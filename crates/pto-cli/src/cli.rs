@@ -87,6 +87,10 @@ pub(crate) struct RunArgs {
     /// Smaller inputs (what `cargo test` runs).
     #[arg(long)]
     pub(crate) fast: bool,
+    /// Also write a self-contained HTML page (sizing, reserved vs high-water bars per ring and,
+    /// with --enable-scope-stats, each ring's occupancy over the run) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub(crate) report: Option<PathBuf>,
     /// Fail a task that runs longer than SECS (TASK_TIMEOUT); its child is killed and
     /// restarted. Default: no limit.
     #[arg(long, value_name = "SECS", allow_hyphen_values = true)]

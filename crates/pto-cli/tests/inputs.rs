@@ -192,7 +192,7 @@ fn r10_unwritable_output_directory_fails_the_case() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         dir.path()
-            .join("fine/c/scope_stats/scope_stats.jsonl")
+            .join("fine/c/chip0/run1_task0_vector_example/scope_stats/scope_stats.jsonl")
             .is_file()
     );
     assert!(!dir.path().join("fine/c/.pto-write-probe").exists());

@@ -113,7 +113,7 @@ fn diagnostics_go_under_the_output_directory_per_case() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         dir.path()
-            .join("diag/defaults/scope_stats/scope_stats.jsonl")
+            .join("diag/defaults/chip0/run1_task0_vector_example/scope_stats/scope_stats.jsonl")
             .is_file()
     );
 }

@@ -5,6 +5,7 @@ mod advise;
 mod config_resolve;
 mod inputs;
 mod liveness;
+mod reports;
 mod run;
 mod scenes;
 mod util;

@@ -10,6 +10,7 @@
 //! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
 //! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
+//! - [`report_html`] — the self-contained HTML page of `pto run --report`.
 //! - [`sizing_report`] — the report behind `pto config resolve`.
 //! - [`tune`] — `pto tune`: run, advise, verify the advised case, repeat on capacity errors.
 //!
@@ -22,6 +23,7 @@ pub mod config_block;
 pub mod file;
 pub mod labels;
 pub mod params;
+pub mod report_html;
 pub mod runner;
 pub mod scene;
 mod scenes;

@@ -1,16 +1,18 @@
 //! The case runner behind `pto run` (RING_CONFIG.md §11.1): runs the cases of a scene file,
 //! prints a result table (or one JSON object per case and task) and says whether all passed.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, RING_COUNT, Resource};
 use serde_json::{Value, json};
 
 use crate::file::{Case, SceneFile};
 use crate::params::{cut, key_list};
-use crate::scene::{CaseResult, CaseRun, RunnerEnv};
+use crate::scene::{CaseResult, CaseRun, RunnerEnv, TaskRow};
 use crate::sizing_report::{human_bytes, rings_json};
 
 /// Diagnostics chosen on the command line; each case writes under `<output>/<case name>`.
@@ -43,6 +45,104 @@ pub struct CaseReport {
     pub name: String,
     pub result: CaseResult,
     pub wall: Duration,
+    /// Distinct problems of the chips' environment, in first-seen order: as the chips reported
+    /// them on the rows (the case's snapshot when no task row exists).
+    pub env_problems: Vec<String>,
+    /// The files the case's diagnostics wrote (`None` when no diagnostics flag is on).
+    pub diagnostics: Option<DiagnosticsFiles>,
+}
+
+/// The diagnostics files under one case's output directory.
+#[derive(Clone, Debug)]
+pub struct DiagnosticsFiles {
+    /// `<output>/<case name>`.
+    pub dir: PathBuf,
+    /// Regular files below `dir`, relative to it, sorted.
+    pub files: Vec<PathBuf>,
+}
+
+/// Most files listed per case; a chip writes at most four per run.
+const MAX_LISTED_FILES: usize = 100_000;
+
+impl DiagnosticsFiles {
+    /// Lists the regular files below `dir` (symlinks are not followed; a directory that
+    /// cannot be read lists nothing).
+    pub fn scan(dir: &Path) -> DiagnosticsFiles {
+        let mut files = Vec::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(at) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&at) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let path = entry.path();
+                if kind.is_dir() {
+                    pending.push(path);
+                } else if kind.is_file() && files.len() < MAX_LISTED_FILES {
+                    files.push(path.strip_prefix(dir).unwrap_or(&path).to_path_buf());
+                }
+            }
+        }
+        files.sort();
+        DiagnosticsFiles {
+            dir: dir.to_path_buf(),
+            files,
+        }
+    }
+
+    /// `DIR/ (2 task directories, 8 files: dep_gen, scope_stats, swimlane)`: each file is
+    /// `<task directory>/<kind>/<name>` (pto-chip's layout).
+    pub fn describe(&self) -> String {
+        let dir = self.dir.display();
+        if self.files.is_empty() {
+            return format!("{dir}/ (no files written)");
+        }
+        let mut tasks = BTreeSet::new();
+        let mut kinds = BTreeSet::new();
+        for f in &self.files {
+            let parts: Vec<_> = f.iter().collect();
+            if parts.len() >= 2 {
+                kinds.insert(parts[parts.len() - 2].to_string_lossy().into_owned());
+                tasks.insert(parts[..parts.len() - 2].to_vec());
+            }
+        }
+        let count =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        format!(
+            "{dir}/ ({}, {}: {})",
+            count(tasks.len(), "task directory", "task directories"),
+            count(self.files.len(), "file", "files"),
+            kinds.into_iter().collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+/// Distinct problems of the rows, or of `snapshot` when there are no rows.
+fn env_problems_of(result: &CaseResult, run: &CaseRun<'_>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    let from_rows = result
+        .rows
+        .iter()
+        .flat_map(|r| r.env_problems.iter().cloned());
+    let snapshot: Vec<String> = match result.rows.is_empty() {
+        true => run
+            .chip_env()
+            .problems
+            .iter()
+            .map(|p| p.to_string())
+            .collect(),
+        false => Vec::new(),
+    };
+    for p in from_rows.chain(snapshot) {
+        if seen.insert(p.clone()) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Runs the cases of `file` (all, or the one named in `options.case`), calling `progress`
@@ -92,6 +192,11 @@ pub fn run_file(
         progress(&case.name);
         reports.push(CaseReport {
             name: case.name.clone(),
+            env_problems: env_problems_of(&result, &run),
+            diagnostics: options
+                .diagnostics
+                .any()
+                .then(|| DiagnosticsFiles::scan(&output)),
             result,
             wall: started.elapsed(),
         });
@@ -191,7 +296,7 @@ fn short_bytes(b: u64) -> String {
     }
 }
 
-/// The result table.
+/// The result table: one row per (case, task), then each case's footer lines.
 pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -214,93 +319,23 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for report in reports {
-        let check = match &report.result.check {
-            Ok(()) => "pass".to_string(),
-            Err(_) => "FAIL".to_string(),
-        };
         if report.result.rows.is_empty() {
-            rows.push(vec![
-                report.name.clone(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                format!("{:.1?}", report.wall),
-                check.clone(),
-            ]);
+            let mut cells = vec![report.name.clone()];
+            cells.extend(std::iter::repeat_n("-".to_string(), header.len() - 1));
+            rows.push(cells);
         }
-        for row in &report.result.rows {
-            let rings = |resource: Resource, bytes: bool| match &row.sizing {
-                Some(s) => {
-                    let cells: Vec<String> = (0..RING_COUNT)
-                        .map(|r| {
-                            let v = s.at(resource, r);
-                            cell(v.value, v.source.as_str(), bytes)
-                        })
-                        .collect();
-                    cells.join(",")
-                }
-                None => "-".to_string(),
-            };
-            let status = match &row.error {
-                Some(e) => format!("{check} ({})", e.name),
-                None => check.clone(),
-            };
-            rows.push(vec![
-                report.name.clone(),
-                row.task.clone(),
-                row.chip.to_string(),
-                rings(Resource::TaskWindow, false),
-                rings(Resource::Heap, true),
-                rings(Resource::DepPool, false),
-                human_bytes(row.reserved_bytes),
-                human_bytes(row.high_water_bytes),
-                if row.sizing.is_none() {
-                    "-".to_string()
-                } else {
-                    format!("{:.1?}", row.wall)
-                },
-                status,
-            ]);
-        }
-    }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(v, w)| format!("{v:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
-    for report in reports {
-        if !report.result.reserved_per_chip.is_empty() {
-            let per_chip: Vec<String> = report
+        rows.extend(
+            report
                 .result
-                .reserved_per_chip
+                .rows
                 .iter()
-                .enumerate()
-                .map(|(i, b)| format!("chip{i} {}", human_bytes(*b)))
-                .collect();
-            let total: u64 = report.result.reserved_per_chip.iter().sum();
-            let _ = writeln!(
-                out,
-                "case {}: device memory reserved: {} — total {}",
-                report.name,
-                per_chip.join(", "),
-                human_bytes(total)
-            );
-        }
-        for note in &report.result.notes {
-            let _ = writeln!(out, "case {}: {note}", report.name);
-        }
-        if let Err(e) = &report.result.check {
-            let _ = writeln!(out, "case {} FAILED: {e}", report.name);
+                .map(|row| table_row(&report.name, row)),
+        );
+    }
+    out.push_str(&aligned(&rows));
+    for report in reports {
+        for line in case_footer(report) {
+            let _ = writeln!(out, "case {}{line}", report.name);
         }
     }
     let pairs: Vec<(String, CaseResult)> = reports
@@ -315,15 +350,108 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
     out
 }
 
-/// One JSON object per (case, task), with `rings` exactly as `pto config resolve --json`.
+/// The per-ring cells of `resource`: `16384d,16384d,64c,64c`, or `-` without a sizing.
+pub fn rings_cell(sizing: Option<&ResolvedSizing>, resource: Resource) -> String {
+    let Some(s) = sizing else {
+        return "-".to_string();
+    };
+    let bytes = resource == Resource::Heap;
+    let cells: Vec<String> = (0..RING_COUNT)
+        .map(|r| {
+            let v = s.at(resource, r);
+            cell(v.value, v.source.as_str(), bytes)
+        })
+        .collect();
+    cells.join(",")
+}
+
+/// The cells of one task row. Failed tasks keep the sizing they bound or tried to bind.
+fn table_row(case: &str, row: &TaskRow) -> Vec<String> {
+    let skipped = row.error.as_ref().is_some_and(|e| e.skipped);
+    vec![
+        case.to_string(),
+        row.task.clone(),
+        row.chip.to_string(),
+        rings_cell(row.sizing.as_ref(), Resource::TaskWindow),
+        rings_cell(row.sizing.as_ref(), Resource::Heap),
+        rings_cell(row.sizing.as_ref(), Resource::DepPool),
+        if skipped || row.sizing.is_none() {
+            "-".to_string()
+        } else {
+            human_bytes(row.reserved_bytes)
+        },
+        row.high_water_bytes.map_or("-".to_string(), human_bytes),
+        row.wall.map_or("-".to_string(), |w| format!("{w:.1?}")),
+        row.check_cell(),
+    ]
+}
+
+/// `rows` as left-aligned columns separated by two spaces.
+fn aligned(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// The footer lines of one case, each to follow `case <name>`: reserved memory, notes,
+/// environment problems (once each), where diagnostics went, and the case's result.
+pub fn case_footer(report: &CaseReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    let result = &report.result;
+    if !result.reserved_per_chip.is_empty() {
+        let per_chip: Vec<String> = result
+            .reserved_per_chip
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("chip{i} {}", human_bytes(*b)))
+            .collect();
+        let total: u64 = result.reserved_per_chip.iter().sum();
+        lines.push(format!(
+            ": device memory reserved: {} — total {}",
+            per_chip.join(", "),
+            human_bytes(total)
+        ));
+    }
+    lines.extend(result.notes.iter().map(|n| format!(": {n}")));
+    lines.extend(
+        report
+            .env_problems
+            .iter()
+            .map(|p| format!(": env problem: {p}")),
+    );
+    if let Some(d) = &report.diagnostics {
+        lines.push(format!(": diagnostics: {}", d.describe()));
+    }
+    lines.push(match &result.check {
+        Ok(()) => ": pass".to_string(),
+        Err(e) => format!(" FAILED: {e}"),
+    });
+    lines
+}
+
+/// One JSON object per (case, task), with `rings` exactly as `pto config resolve --json`
+/// (also for failed tasks: the sizing they tried to bind). `status` and `task_check` are the
+/// task's own; `check` and `case_status` are the case's.
 pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
     let mut lines = Vec::new();
     for report in reports {
-        let status = if report.result.passed() {
+        let case_status = if report.result.passed() {
             "ok"
         } else {
             "failed"
         };
+        let check = report.result.check.as_ref().err();
         for row in &report.result.rows {
             let error = match &row.error {
                 Some(e) => json!({"code": e.code, "name": e.name, "message": e.message}),
@@ -333,22 +461,27 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
                 "case": report.name,
                 "task": row.task,
                 "chip": row.chip,
-                "status": if row.error.is_some() { "failed" } else { status },
+                "status": row.status(),
                 "rings": row.sizing.as_ref().map(rings_json),
                 "arena": row.arena,
                 "reserved_bytes": row.reserved_bytes,
                 "high_water_bytes": row.high_water_bytes,
-                "wall_us": row.wall.as_micros() as u64,
-                "check": report.result.check.as_ref().err(),
+                "wall_us": row.wall.map(|w| w.as_micros() as u64),
+                "check": check,
+                "case_status": case_status,
+                "task_check": row.check_cell(),
                 "error": error,
+                "env_problems": row.env_problems,
+                "diagnostics_dir": row.diagnostics_dir.as_ref().map(|d| d.display().to_string()),
             }));
         }
         if report.result.rows.is_empty() {
             lines.push(json!({
-                "case": report.name, "task": null, "chip": null, "status": status, "rings": null,
-                "arena": null, "reserved_bytes": 0, "high_water_bytes": 0,
-                "wall_us": report.wall.as_micros() as u64,
-                "check": report.result.check.as_ref().err(), "error": null,
+                "case": report.name, "task": null, "chip": null, "status": case_status,
+                "rings": null, "arena": null, "reserved_bytes": 0, "high_water_bytes": null,
+                "wall_us": report.wall.as_micros() as u64, "check": check,
+                "case_status": case_status, "task_check": null, "error": null,
+                "env_problems": report.env_problems, "diagnostics_dir": null,
             }));
         }
     }
@@ -358,4 +491,35 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
 /// The default output directory of `pto run`.
 pub fn default_output() -> PathBuf {
     Path::new("pto-out").to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diagnostics_are_described_by_task_directory_and_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let case = dir.path().join("c");
+        for f in [
+            "chip0/run1_task0_a/scope_stats/scope_stats.jsonl",
+            "chip0/run1_task0_a/dep_gen/deps.json",
+            "chip1/run1_task1_b/scope_stats/scope_stats.jsonl",
+        ] {
+            let path = case.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
+        let files = DiagnosticsFiles::scan(&case);
+        assert_eq!(files.files.len(), 3);
+        assert_eq!(
+            files.describe(),
+            format!(
+                "{}/ (2 task directories, 3 files: dep_gen, scope_stats)",
+                case.display()
+            )
+        );
+        let empty = DiagnosticsFiles::scan(&dir.path().join("missing"));
+        assert!(empty.describe().ends_with("/ (no files written)"));
+    }
 }

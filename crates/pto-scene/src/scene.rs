@@ -12,11 +12,14 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use pto_chip::{ChipRunReport, ChipSpec, ChipWorker};
+use std::path::PathBuf;
+
+use pto_chip::footprint::{Footprint, footprint};
+use pto_chip::{ChipRunReport, ChipSpec, ChipWorker, RingUsage, RunContext};
 use pto_node::{EndpointMode, Worker, WorkerBuilder};
-use pto_types::ring_config::env::EnvSource;
-use pto_types::ring_config::resolve::ResolvedSizing;
-use pto_types::{CallConfig, RING_COUNT};
+use pto_types::ring_config::env::{EnvSnapshot, EnvSource};
+use pto_types::ring_config::resolve::{ResolvedSizing, RingDefaults, resolve};
+use pto_types::{CallConfig, ErrorCode, RING_COUNT};
 
 use crate::config_block::{CaseConfig, SceneLevel};
 use crate::labels::Label;
@@ -194,6 +197,25 @@ impl<'a> CaseRun<'a> {
         EnvSource::process().overlay(self.env.ring_env.iter().cloned())
     }
 
+    /// The environment snapshot every chip of this case takes (never strict: problems only
+    /// make a variable ignored, which is what the chip resolves with too). A child-process
+    /// chip inherits this process's environment plus the same pairs, so it sees the same.
+    pub fn chip_env(&self) -> EnvSnapshot {
+        EnvSnapshot::take(&self.env_source(), false).unwrap_or_else(|_| EnvSnapshot::empty())
+    }
+
+    /// The directory the chip writes the diagnostics of the run `ctx` to (the chip's own
+    /// naming, `pto_chip::diag::diagnostics_dir`), when the case records any.
+    pub fn diagnostics_dir(&self, ctx: &RunContext) -> Option<PathBuf> {
+        let b = &self.base;
+        let any = b.enable_scope_stats || b.enable_dep_gen || b.enable_chip_swimlane > 0;
+        let prefix = b.output_prefix.as_deref().filter(|_| any)?;
+        Some(pto_chip::diag::diagnostics_dir(
+            std::path::Path::new(prefix),
+            ctx,
+        ))
+    }
+
     /// An L2 chip for this case.
     pub fn chip(&self, spec: ChipSpec) -> anyhow::Result<ChipWorker> {
         pto_kernels::link();
@@ -227,18 +249,55 @@ impl<'a> CaseRun<'a> {
     }
 }
 
+/// The sizing a task row shows and the arena it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskSizing {
+    pub sizing: ResolvedSizing,
+    pub footprint: Footprint,
+}
+
+impl TaskSizing {
+    /// What a chip whose environment snapshot is `env` binds for `cfg`: the same `resolve`
+    /// and `footprint` calls as `ChipWorker::run`. Used for tasks without a chip report
+    /// (failed or skipped), so their rows show the sizing they tried to bind; `None` when the
+    /// config itself cannot be resolved (the row then says why in its error).
+    pub fn resolve(cfg: &CallConfig, env: &EnvSnapshot) -> Option<TaskSizing> {
+        let sizing = resolve(&cfg.runtime_env, env, &RingDefaults::BUILT_IN).ok()?;
+        let footprint = footprint(&sizing).ok()?;
+        Some(TaskSizing { sizing, footprint })
+    }
+
+    /// What a chip report says it bound.
+    pub fn of_report(report: &ChipRunReport) -> TaskSizing {
+        TaskSizing {
+            sizing: report.sizing,
+            footprint: report.footprint,
+        }
+    }
+}
+
 /// Outcome of one task (an L2 run).
 #[derive(Clone, Debug)]
 pub struct TaskRow {
     pub task: String,
     pub chip: u32,
+    /// What the task bound (chip report) or tried to bind (resolved like the chip does).
     pub sizing: Option<ResolvedSizing>,
     pub arena: Option<String>,
+    /// The arena footprint the sizing needs (bound, or asked for by a failed bind); 0 for a
+    /// skipped task, which never asked.
     pub reserved_bytes: u64,
-    /// Σ per-ring heap high-water bytes.
-    pub high_water_bytes: u64,
-    pub wall: Duration,
+    /// Σ per-ring heap high-water bytes (`None` without a chip report).
+    pub high_water_bytes: Option<u64>,
+    /// Per-ring high-water marks (`None` without a chip report).
+    pub usage: Option<[RingUsage; RING_COUNT]>,
+    /// `None` when the task never ran on a chip.
+    pub wall: Option<Duration>,
     pub error: Option<TaskErrorInfo>,
+    /// Problems of the chip's environment, as the chip reports them.
+    pub env_problems: Vec<String>,
+    /// The directory the chip writes this task's diagnostics to (`None` without diagnostics).
+    pub diagnostics_dir: Option<PathBuf>,
 }
 
 /// Why a task failed.
@@ -247,23 +306,99 @@ pub struct TaskErrorInfo {
     pub code: Option<u32>,
     pub name: String,
     pub message: String,
+    /// Not run because a producer failed.
+    pub skipped: bool,
+    /// The scene expected this failure (the case passes because of it).
+    pub expected: bool,
+}
+
+impl TaskErrorInfo {
+    pub fn new(code: Option<ErrorCode>, message: String) -> TaskErrorInfo {
+        TaskErrorInfo {
+            code: code.map(|c| c.code()),
+            name: code.map_or("FAILED", |c| c.name()).to_string(),
+            message,
+            skipped: false,
+            expected: false,
+        }
+    }
 }
 
 impl TaskRow {
     /// The row of a successful chip run.
     pub fn from_report(task: &str, report: &ChipRunReport) -> TaskRow {
+        let mut row = TaskRow::new(task, report.chip, Some(TaskSizing::of_report(report)));
+        row.arena = Some(match report.arena {
+            pto_chip::memory::ArenaOutcome::Hit => "hit".to_string(),
+            pto_chip::memory::ArenaOutcome::Miss { .. } => "miss".to_string(),
+        });
+        row.high_water_bytes = Some((0..RING_COUNT).map(|r| report.usage[r].heap_peak).sum());
+        row.usage = Some(report.usage);
+        row.wall = Some(report.wall);
+        row.env_problems = report.env_problems.clone();
+        row
+    }
+
+    /// The row of a task without a chip report: `sizing` is what it tried to bind
+    /// ([`TaskSizing::resolve`]); a skipped task reserves nothing.
+    pub fn failed(
+        task: &str,
+        chip: u32,
+        sizing: Option<TaskSizing>,
+        error: TaskErrorInfo,
+    ) -> TaskRow {
+        let mut row = TaskRow::new(task, chip, sizing);
+        if error.skipped {
+            row.reserved_bytes = 0;
+        }
+        row.error = Some(error);
+        row
+    }
+
+    /// Every row's sizing and reserved bytes come from here, so rows with and without a chip
+    /// report agree.
+    fn new(task: &str, chip: u32, sizing: Option<TaskSizing>) -> TaskRow {
         TaskRow {
             task: task.to_string(),
-            chip: report.chip,
-            sizing: Some(report.sizing),
-            arena: Some(match report.arena {
-                pto_chip::memory::ArenaOutcome::Hit => "hit".to_string(),
-                pto_chip::memory::ArenaOutcome::Miss { .. } => "miss".to_string(),
-            }),
-            reserved_bytes: report.footprint.arena,
-            high_water_bytes: (0..RING_COUNT).map(|r| report.usage[r].heap_peak).sum(),
-            wall: report.wall,
+            chip,
+            sizing: sizing.map(|s| s.sizing),
+            arena: None,
+            reserved_bytes: sizing.map_or(0, |s| s.footprint.arena),
+            high_water_bytes: None,
+            usage: None,
+            wall: None,
             error: None,
+            env_problems: Vec::new(),
+            diagnostics_dir: None,
+        }
+    }
+
+    /// The `check` cell: `ok`, `FAIL (CODE_NAME)`, `expected FAIL (CODE_NAME)`, `skipped`.
+    pub fn check_cell(&self) -> String {
+        match &self.error {
+            None => "ok".to_string(),
+            Some(e) if e.skipped => "skipped".to_string(),
+            Some(e) => {
+                let fail = match e.code {
+                    Some(_) => format!("FAIL ({})", e.name),
+                    None => "FAIL".to_string(),
+                };
+                if e.expected {
+                    format!("expected {fail}")
+                } else {
+                    fail
+                }
+            }
+        }
+    }
+
+    /// `ok`, `failed`, `skipped` or `expected_failure` (the JSON `status`).
+    pub fn status(&self) -> &'static str {
+        match &self.error {
+            None => "ok",
+            Some(e) if e.skipped => "skipped",
+            Some(e) if e.expected => "expected_failure",
+            Some(_) => "failed",
         }
     }
 }
@@ -294,5 +429,17 @@ impl CaseResult {
     /// Whether the case passed (the scene decides which task failures are expected).
     pub fn passed(&self) -> bool {
         self.check.is_ok()
+    }
+
+    /// Marks the rows that failed with `code` as expected failures; whether there was one.
+    pub fn expect_failures(&mut self, code: ErrorCode) -> bool {
+        let mut any = false;
+        for error in self.rows.iter_mut().filter_map(|r| r.error.as_mut()) {
+            if error.code == Some(code.code()) {
+                error.expected = true;
+                any = true;
+            }
+        }
+        any
     }
 }

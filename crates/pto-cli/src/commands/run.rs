@@ -1,10 +1,13 @@
 //! `pto run` (RING_CONFIG.md §11.1).
 
 use std::ffi::OsString;
+use std::io::Write as _;
+use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::EndpointMode;
 use pto_scene::params::{cut, key_list};
+use pto_scene::report_html::{HtmlPage, render_html};
 use pto_scene::runner::{
     Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
 };
@@ -22,26 +25,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
-    let options = RunOptions {
-        case: args.case.clone(),
-        output: args.output.clone(),
-        diagnostics: Diagnostics {
-            scope_stats: args.enable_scope_stats,
-            swimlane: args.enable_chip_swimlane,
-            dep_gen: args.enable_dep_gen,
-        },
-        env: RunnerEnv {
-            mode: match args.mode {
-                Mode::InProcess => EndpointMode::InProcess,
-                Mode::ChildProcess => EndpointMode::ChildProcess,
-            },
-            ring_env: parse_pairs(&args.ring_env)?,
-            strict_env: args.strict_env,
-            fast: args.fast,
-            task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
-            liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
-        },
-    };
+    let options = options_of(args)?;
     if let Some(case) = args
         .case
         .as_ref()
@@ -56,6 +40,14 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     check_options(&file, &options).map_err(InputError)?;
+    // Created before any case runs, so an unwritable path costs no run.
+    let mut report_file = match &args.report {
+        Some(path) => Some((
+            path,
+            std::fs::File::create(path).map_err(|e| report_error(path, &e))?,
+        )),
+        None => None,
+    };
     let total = file
         .cases
         .iter()
@@ -83,11 +75,46 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     } else {
         print!("{}", render_table(&file, &reports));
     }
+    if let Some((path, out)) = report_file.as_mut() {
+        let page = render_html(&HtmlPage::of_run(&file, &options, &reports), &reports);
+        out.write_all(page.as_bytes())
+            .and_then(|()| out.sync_all())
+            .map_err(|e| report_error(path, &e))?;
+    }
     if reports.iter().all(|r| r.result.passed()) {
         Ok(Outcome::Success)
     } else {
         Ok(Outcome::CheckFailed)
     }
+}
+
+/// The run options the flags ask for (usage errors: exit status 2).
+fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
+    Ok(RunOptions {
+        case: args.case.clone(),
+        output: args.output.clone(),
+        diagnostics: Diagnostics {
+            scope_stats: args.enable_scope_stats,
+            swimlane: args.enable_chip_swimlane,
+            dep_gen: args.enable_dep_gen,
+        },
+        env: RunnerEnv {
+            mode: match args.mode {
+                Mode::InProcess => EndpointMode::InProcess,
+                Mode::ChildProcess => EndpointMode::ChildProcess,
+            },
+            ring_env: parse_pairs(&args.ring_env)?,
+            strict_env: args.strict_env,
+            fast: args.fast,
+            task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
+            liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
+        },
+    })
+}
+
+/// `--report FILE: cannot write: OS ERROR` (exit status 2).
+fn report_error(path: &Path, e: &std::io::Error) -> InputError {
+    InputError(format!("--report {}: cannot write: {e}", path.display()))
 }
 
 fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError> {

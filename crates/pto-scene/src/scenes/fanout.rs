@@ -143,7 +143,8 @@ impl Scene for HeterogeneousFanout {
         let ew_cfgs: Vec<_> = (0..ew_outs.len())
             .map(|i| case.for_label(&format!("ew{i}")))
             .collect();
-        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
+        let config_of = |label: &str| case.for_label(label);
+        let (mut result, report) = run_l3(&w, case, &config_of, |orch, _, _| {
             let args = TaskArgs::new()
                 .input(&q)
                 .input(&k)
@@ -173,11 +174,7 @@ impl Scene for HeterogeneousFanout {
             .collect();
         w.close();
         if expect_exhausted {
-            let exhausted = result.rows.iter().any(|r| {
-                r.error
-                    .as_ref()
-                    .is_some_and(|e| e.code == Some(ErrorCode::DeviceMemoryExhausted.code()))
-            });
+            let exhausted = result.expect_failures(ErrorCode::DeviceMemoryExhausted);
             result.check = match (&result.check, exhausted) {
                 (Err(_), true) => Ok(()),
                 (Err(e), false) => {

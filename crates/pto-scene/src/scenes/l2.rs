@@ -1,22 +1,26 @@
 //! Level-2 scenes: one chip runs the case's callable with the case's `CallConfig`.
 //!
-//! In-process mode the chip is a `ChipWorker` driven directly (an L2-direct run: diagnostics go
-//! to `<output>/<case>/`). In child-process mode the same callable runs on a one-chip Worker
-//! whose chip is an OS process, with the inputs in shared buffers.
+//! In-process mode the chip is a `ChipWorker` driven directly. In child-process mode the same
+//! callable runs on a one-chip Worker whose chip is an OS process, with the inputs in shared
+//! buffers. Diagnostics go to `<output>/<case>/chip0/run1_task0_<callable>/` in both modes: the
+//! direct run passes the run context the Worker would ([`direct_context`]).
+
+use std::time::Instant;
 
 use anyhow::Context as _;
 use pto_chip::memory::HostBuffer as ChipBuffer;
 use pto_chip::spec::{DEFAULT_CLUSTERS, MAX_CLUSTERS};
-use pto_chip::{ChipRunError, ChipSpec, RunContext};
+use pto_chip::{BindError, ChipRunError, ChipSpec, RunContext};
 use pto_kernels::paged_attention::{PA_SMALL, PaCase, check, golden, make_inputs};
 use pto_node::{Callable, EndpointMode};
-use pto_types::ring_config::resolve::SizeSource;
-use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor, TensorTag};
+use pto_types::ring_config::env::EnvSnapshot;
+use pto_types::ring_config::resolve::{SizeSource, SizingError};
+use pto_types::{BufferId, DType, ErrorCode, Resource, TaskArgs, Tensor, TensorTag};
 
 use super::rows_of;
 use crate::config_block::{CaseConfig, SceneLevel};
 use crate::params::{Param, ParamError, Params};
-use crate::scene::{CaseResult, CaseRun, Scene, TaskErrorInfo, TaskRow};
+use crate::scene::{CaseResult, CaseRun, Scene, TaskErrorInfo, TaskRow, TaskSizing};
 
 /// One entry tensor of an L2 run: its tag, initial bytes (little-endian elements), shape, dtype.
 pub(crate) struct L2Tensor {
@@ -72,22 +76,41 @@ pub(crate) struct L2Outcome {
     pub(crate) tensors: Vec<Vec<u8>>,
 }
 
-fn error_row(task: &str, code: Option<u32>, name: String, message: String) -> TaskRow {
-    TaskRow {
-        task: task.to_string(),
-        chip: 0,
-        sizing: None,
-        arena: None,
-        reserved_bytes: 0,
-        high_water_bytes: 0,
-        wall: std::time::Duration::ZERO,
-        error: Some(TaskErrorInfo {
-            code,
-            name,
-            message,
-        }),
+/// The row of a run that produced no chip report: the sizing it tried to bind, resolved like
+/// the chip resolves (`env`: the chip's snapshot).
+fn error_row(case: &CaseRun<'_>, task: &str, env: &EnvSnapshot, error: TaskErrorInfo) -> TaskRow {
+    let mut row = TaskRow::failed(task, 0, TaskSizing::resolve(&case.base, env), error);
+    row.env_problems = env.problems.iter().map(|p| p.to_string()).collect();
+    row
+}
+
+/// The numbered code of a bind failure: the reply codes of NODE_RUNTIME.md §4.8, as a one-chip
+/// Worker reports them (pto-node's `chip_failure`), so both modes name the same code.
+fn bind_code(e: &BindError) -> ErrorCode {
+    match e {
+        BindError::InvalidConfig(_) | BindError::AicpuThreads { .. } => ErrorCode::InvalidConfig,
+        BindError::Sizing(SizingError::DeviceMemoryExhausted { .. })
+        | BindError::DeviceMemory { .. } => ErrorCode::DeviceMemoryExhausted,
+        BindError::Sizing(_) => ErrorCode::InvalidConfig,
+        BindError::UnknownCallable { .. } => ErrorCode::UnknownCallable,
+        BindError::InvalidArgs { .. } => ErrorCode::BufferUnavailable,
+        BindError::Poisoned { .. } => ErrorCode::SchedulerTimeout,
     }
 }
+
+/// The run context of the L2-direct path: the one a fresh one-chip Worker gives its first
+/// task (run 1, task 0, labelled with the callable), so the chip writes diagnostics to the same
+/// `chip0/run1_task0_<callable>/` directory in both modes.
+fn direct_context(callable: &str) -> RunContext {
+    RunContext {
+        chip: 0,
+        label: Some(callable.to_string()),
+        l3: Some((FIRST_WORKER_RUN, 0)),
+    }
+}
+
+/// The id of a Worker's first run (`pto_node` numbers runs from 1).
+const FIRST_WORKER_RUN: u64 = 1;
 
 /// Runs `callable` once with `tensors` as entry arguments, in the runner's mode.
 pub(crate) fn run_l2(
@@ -123,16 +146,26 @@ fn run_direct(
         buffers.push(buf);
     }
     let chip = case.chip(spec).context("starting the chip")?;
-    let row = match chip.run(callable, &args, &case.base, &RunContext::default()) {
+    let ctx = direct_context(callable);
+    let started = Instant::now();
+    let mut row = match chip.run(callable, &args, &case.base, &ctx) {
         Ok(report) => TaskRow::from_report(callable, &report),
         Err(e) => {
-            let (code, name) = match &e {
-                ChipRunError::Run(c) => (Some(c.code.code()), c.code.name().to_string()),
-                ChipRunError::Bind(_) => (None, "BIND".to_string()),
+            let code = match &e {
+                ChipRunError::Run(c) => c.code,
+                ChipRunError::Bind(b) => bind_code(b),
             };
-            error_row(callable, code, name, e.to_string())
+            let mut row = error_row(
+                case,
+                callable,
+                chip.env(),
+                TaskErrorInfo::new(Some(code), e.to_string()),
+            );
+            row.wall = Some(started.elapsed());
+            row
         }
     };
+    row.diagnostics_dir = case.diagnostics_dir(&ctx);
     let tensors = tensors
         .iter()
         .zip(&buffers)
@@ -160,6 +193,7 @@ fn run_on_worker(
         buffers.push(buf);
     }
     let base = case.base.clone();
+    let config_of = |_: &str| case.base.clone();
     let rows = match w.run(
         |orch, _, _| {
             orch.submit_next_level(&handle, args.clone().label(callable), &base, 0)?;
@@ -168,25 +202,21 @@ fn run_on_worker(
         TaskArgs::new(),
         case.base.clone(),
     ) {
-        Ok(report) => rows_of(&report),
+        Ok(report) => rows_of(&report, case, &config_of),
         Err(pto_node::WorkerRunError::Failed(e)) => {
-            let mut rows = rows_of(&e.report);
+            let mut rows = rows_of(&e.report, case, &config_of);
             if rows.is_empty() {
-                rows.push(error_row(
-                    callable,
-                    e.first.code.map(|c| c.code()),
-                    "FAILED".into(),
-                    e.to_string(),
-                ));
+                let error = TaskErrorInfo::new(e.first.code, e.to_string());
+                rows.push(error_row(case, callable, &case.chip_env(), error));
             }
             rows
         }
         Err(e) => return Err(e.into()),
     };
-    let row = rows
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| error_row(callable, None, "FAILED".into(), "no report".into()));
+    let row = rows.into_iter().next().unwrap_or_else(|| {
+        let error = TaskErrorInfo::new(None, "no report".into());
+        error_row(case, callable, &case.chip_env(), error)
+    });
     let tensors = tensors
         .iter()
         .zip(&buffers)

@@ -81,10 +81,13 @@ pub(crate) fn f32_buffer(w: &Worker, n: usize, value: f32) -> anyhow::Result<(Ho
     Ok((buf, t))
 }
 
-/// Runs an L3 orchestration and turns its report (or failure) into a case result.
+/// Runs an L3 orchestration and turns its report (or failure) into a case result;
+/// `config_of(label)` is the config the orchestration gave the task labelled `label` (rows of
+/// tasks without a chip report show what it resolves to).
 pub(crate) fn run_l3(
     w: &Worker,
     case: &CaseRun<'_>,
+    config_of: &dyn Fn(&str) -> CallConfig,
     f: impl FnOnce(
         &mut pto_node::Orchestrator<'_>,
         &TaskArgs,
@@ -92,9 +95,12 @@ pub(crate) fn run_l3(
     ) -> Result<(), pto_node::OrchError>,
 ) -> anyhow::Result<(CaseResult, Option<RunReport>)> {
     match w.run(f, TaskArgs::new(), case.base.clone()) {
-        Ok(report) => Ok((CaseResult::new(rows_of(&report)), Some(report))),
+        Ok(report) => Ok((
+            CaseResult::new(rows_of(&report, case, config_of)),
+            Some(report),
+        )),
         Err(WorkerRunError::Failed(e)) => {
-            let mut result = CaseResult::new(rows_of(&e.report));
+            let mut result = CaseResult::new(rows_of(&e.report, case, config_of));
             result.check = Err(e.to_string());
             Ok((result, None))
         }
@@ -194,7 +200,13 @@ impl Scene for PerTaskRuntimeEnv {
             outs.push(f32_buffer(&w, n, 0.0)?);
         }
         let configs: Vec<CallConfig> = PER_TASK_LABELS.iter().map(|l| case.for_label(l)).collect();
-        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
+        let config_of = |label: &str| {
+            PER_TASK_LABELS
+                .iter()
+                .position(|l| *l == label)
+                .map_or_else(|| case.base.clone(), |i| configs[i].clone())
+        };
+        let (mut result, report) = run_l3(&w, case, &config_of, |orch, _, _| {
             for (i, label) in PER_TASK_LABELS.iter().enumerate() {
                 let args = TaskArgs::new()
                     .input(&a)
@@ -289,7 +301,8 @@ impl Scene for MultiChipDispatch {
         let configs: Vec<_> = (0..chips)
             .map(|i| case.for_label(&format!("add{i}")))
             .collect();
-        let (mut result, report) = run_l3(&w, case, |orch, _, _| {
+        let config_of = |label: &str| case.for_label(label);
+        let (mut result, report) = run_l3(&w, case, &config_of, |orch, _, _| {
             for i in 0..chips {
                 let args = TaskArgs::new()
                     .input(&inputs[i].0.1)
