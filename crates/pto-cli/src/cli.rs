@@ -29,9 +29,51 @@ pub(crate) enum Command {
     /// Recommend a per-ring `runtime_env` from a run's scope_stats.jsonl (the block on stdout,
     /// the per-ring table on stderr).
     Advise(AdviseArgs),
+    /// Tune a scene's cases: run with scope stats, advise, re-run with the advice to verify
+    /// it, repeat while a run fails with a capacity error; print sizing and reserved bytes
+    /// before and after (exit 0 every case verified, 1 one was not, 2 usage error).
+    Tune(TuneArgs),
     /// List the scenes this binary knows: level, params (range, default), task labels and
     /// worker counts; with NAME, only that scene.
     Scenes(ScenesArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TuneArgs {
+    /// The scene file.
+    pub(crate) scene: PathBuf,
+    /// Tune only this case.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) case: Option<String>,
+    /// Headroom over the observed peaks: a fraction (0.25) or a percentage (25%). Default 0:
+    /// the advice already covers the worst case the run could need (dep-pool demand, a heap
+    /// of peak + the largest allocation), and tune verifies it by re-running.
+    #[arg(
+        long,
+        value_name = "H",
+        default_value = "0",
+        allow_hyphen_values = true
+    )]
+    pub(crate) headroom: String,
+    /// Runs per case at most, the case as written included.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub(crate) max_rounds: usize,
+    /// Save each verified advised case into the scene file as `<case>_advised`.
+    #[arg(long)]
+    pub(crate) write: bool,
+    /// Where the rounds' scope stats go (`DIR/<case>/round<k>`); default: a temporary
+    /// directory, removed afterwards.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) output: Option<PathBuf>,
+    /// Where level-3 scenes run their workers.
+    #[arg(long, value_enum, default_value_t = Mode::InProcess)]
+    pub(crate) mode: Mode,
+    /// A chip environment variable laid over this process's environment (repeatable).
+    #[arg(long = "ring-env", value_name = "KEY=VALUE")]
+    pub(crate) ring_env: Vec<String>,
+    /// Smaller inputs (what `cargo test` runs).
+    #[arg(long)]
+    pub(crate) fast: bool,
 }
 
 #[derive(Debug, Args)]

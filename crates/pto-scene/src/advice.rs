@@ -233,14 +233,12 @@ pub fn case_toml(case: &Table) -> String {
     toml::to_string(&doc).unwrap_or_default()
 }
 
-/// Puts `case` into the scene file at `path`: removes a case of the same name, then appends
-/// it as a `[[cases]]` block; the rest of the file (comments, order, formatting) is kept.
-pub fn write_case(path: &Path, case: &Table) -> Result<(), String> {
-    let at = |e: String| format!("{}: {e}", path.display());
-    let text = read_text(path, MAX_FILE_BYTES).map_err(at)?;
+/// The scene-file text `text` with `case` in it: a case of the same name is removed, then
+/// `case` is appended as a `[[cases]]` block; the rest (comments, order, formatting) is kept.
+pub fn with_case(text: &str, case: &Table) -> Result<String, String> {
     let mut doc: toml_edit::DocumentMut = text
         .parse()
-        .map_err(|e: toml_edit::TomlError| at(e.to_string()))?;
+        .map_err(|e: toml_edit::TomlError| e.to_string())?;
     let name = case.get("name").and_then(Value::as_str).unwrap_or_default();
     if let Some(cases) = doc
         .get_mut("cases")
@@ -254,5 +252,13 @@ pub fn write_case(path: &Path, case: &Table) -> Result<(), String> {
     }
     out.push('\n');
     out.push_str(&case_toml(case));
+    Ok(out)
+}
+
+/// Puts `case` into the scene file at `path` ([`with_case`]).
+pub fn write_case(path: &Path, case: &Table) -> Result<(), String> {
+    let at = |e: String| format!("{}: {e}", path.display());
+    let text = read_text(path, MAX_FILE_BYTES).map_err(at)?;
+    let out = with_case(&text, case).map_err(at)?;
     std::fs::write(path, out).map_err(|e| at(e.to_string()))
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use pto_chip::advise::Headroom;
 use toml::Table;
 
-use crate::advice::{advise_by_key, advised_case, advised_name, case_toml, find_stats, load_runs};
+use crate::advice::{advise_by_key, advised_case, advised_name, find_stats, load_runs, with_case};
 use crate::file::{MAX_FILE_BYTES, SceneFile, read_text};
 use crate::runner::{CaseReport, Diagnostics, RunOptions, run_file};
 use crate::scene::RunnerEnv;
@@ -47,10 +47,20 @@ pub struct Round {
 pub struct Tuning {
     pub case: String,
     pub rounds: Vec<Round>,
-    /// The last advised case (verified when `verdict` is `Ok`).
+    /// The last advised case (verified when `verdict` is `Verified`).
     pub advised: Option<Table>,
-    /// `Ok` when the last round ran the advised case and passed.
-    pub verdict: Result<(), String>,
+    pub verdict: Verdict,
+}
+
+/// How a tuning ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The advised case ran and passed with no failed task.
+    Verified,
+    /// Not tuned, and rightly so (a case that passes by failing).
+    Skipped(String),
+    /// Tuning did not reach a passing advised case.
+    Failed(String),
 }
 
 impl Tuning {
@@ -59,7 +69,7 @@ impl Tuning {
         &self.rounds[0]
     }
 
-    /// The last round (the verified advised case when `verdict` is `Ok`).
+    /// The last round (the verified advised case when `verdict` is `Verified`).
     pub fn after(&self) -> &Round {
         self.rounds.last().expect("a tuning has at least one round")
     }
@@ -91,7 +101,7 @@ pub fn tune_case(file: &SceneFile, case: &str, options: &TuneOptions) -> anyhow:
         case: case.to_string(),
         rounds: Vec::new(),
         advised: None,
-        verdict: Err("not run".to_string()),
+        verdict: Verdict::Failed("not run".to_string()),
     };
     let first = run_round(file, case, &round_dir(options, 0), &options.env)?;
     let expected_failure = first.result.passed() && !clean(&first);
@@ -101,18 +111,20 @@ pub fn tune_case(file: &SceneFile, case: &str, options: &TuneOptions) -> anyhow:
         report: first,
     });
     if expected_failure {
-        tuning.verdict = Err("the case passes by failing (an expected failure): not tuned".into());
+        tuning.verdict =
+            Verdict::Skipped("the case passes by failing (an expected failure): not tuned".into());
         return Ok(tuning);
     }
     if !usable {
-        tuning.verdict =
-            Err("the case as written fails with more than a capacity error: fix it first".into());
+        tuning.verdict = Verdict::Failed(
+            "the case as written fails with more than a capacity error: fix it first".into(),
+        );
         return Ok(tuning);
     }
     for k in 1..options.max_rounds.max(2) {
         let advised = advise_rounds(file, case, options, k)?;
-        let with_case = format!("{text}\n{}", case_toml(&advised));
-        let scene = SceneFile::parse(&file.path, &with_case).map_err(anyhow::Error::msg)?;
+        let text = with_case(&text, &advised).map_err(anyhow::Error::msg)?;
+        let scene = SceneFile::parse(&file.path, &text).map_err(anyhow::Error::msg)?;
         let name = advised_name(case);
         let report = run_round(&scene, &name, &round_dir(options, k), &options.env)?;
         let done = clean(&report);
@@ -120,17 +132,17 @@ pub fn tune_case(file: &SceneFile, case: &str, options: &TuneOptions) -> anyhow:
         tuning.rounds.push(Round { case: name, report });
         tuning.advised = Some(advised);
         if done {
-            tuning.verdict = Ok(());
+            tuning.verdict = Verdict::Verified;
             return Ok(tuning);
         }
         if !retry {
-            tuning.verdict = Err(format!(
+            tuning.verdict = Verdict::Failed(format!(
                 "the advised case failed with more than a capacity error in round {k}"
             ));
             return Ok(tuning);
         }
     }
-    tuning.verdict = Err(format!(
+    tuning.verdict = Verdict::Failed(format!(
         "still failing with a capacity error after {} rounds",
         tuning.rounds.len()
     ));
@@ -178,4 +190,107 @@ fn run_round(
     reports
         .pop()
         .ok_or_else(|| anyhow::anyhow!("case {case:?} did not run"))
+}
+
+/// Heap bytes reserved and used (high-water) on the rings of `row` that had heap traffic:
+/// a ring nobody allocated on holds only the smallest legal heap, which says nothing about
+/// how well the sizing fits.
+fn heap_fit(row: &crate::scene::TaskRow) -> Option<(u64, u64)> {
+    let (sizing, usage) = (row.sizing.as_ref()?, row.usage.as_ref()?);
+    let heaps = sizing.values(pto_types::Resource::Heap);
+    let (mut reserved, mut high) = (0u64, 0u64);
+    for (ring, u) in usage.iter().enumerate().filter(|(_, u)| u.heap_peak > 0) {
+        reserved += heaps[ring];
+        high += u.heap_peak;
+    }
+    (high > 0).then_some((reserved, high))
+}
+
+/// `1.15`, or `-` without heap traffic.
+fn ratio(row: &crate::scene::TaskRow) -> String {
+    heap_fit(row).map_or("-".to_string(), |(r, h)| {
+        format!("{:.2}", r as f64 / h as f64)
+    })
+}
+
+/// Heap reserved / high-water over the rings with heap traffic of every task of a round.
+pub fn heap_ratio(report: &CaseReport) -> Option<f64> {
+    let (reserved, high) = report
+        .result
+        .rows
+        .iter()
+        .filter_map(heap_fit)
+        .fold((0u64, 0u64), |(r, h), (a, b)| (r + a, h + b));
+    (high > 0).then(|| reserved as f64 / high as f64)
+}
+
+/// Σ reserved bytes of a round's rows.
+pub fn reserved(report: &CaseReport) -> u64 {
+    report.result.rows.iter().map(|r| r.reserved_bytes).sum()
+}
+
+/// The text `pto tune` prints for one case: per task the sizing and reserved bytes before and
+/// after, the heap's reserved / high-water after, then the totals and the verdict.
+pub fn render_tuning(t: &Tuning) -> String {
+    use crate::runner::rings_cell;
+    use crate::sizing_report::human_bytes;
+    use pto_types::Resource;
+    use std::fmt::Write as _;
+    let (before, after) = (&t.before().report, &t.after().report);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<11} heap reserved/high-water",
+        "task", "chip", "", "task_window", "heap", "dep_pool", "reserved", "high-water"
+    );
+    for row in &before.result.rows {
+        let later = after
+            .result
+            .rows
+            .iter()
+            .find(|r| r.task == row.task && r.chip == row.chip);
+        let rounds = if t.rounds.len() > 1 {
+            vec![("before", Some(row)), ("after", later)]
+        } else {
+            vec![("as is", Some(row))]
+        };
+        for (when, r) in rounds {
+            let Some(r) = r else { continue };
+            let _ = writeln!(
+                out,
+                "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<11} {}",
+                if when == "after" { "" } else { r.task.as_str() },
+                r.chip,
+                when,
+                rings_cell(r.sizing.as_ref(), Resource::TaskWindow),
+                rings_cell(r.sizing.as_ref(), Resource::Heap),
+                rings_cell(r.sizing.as_ref(), Resource::DepPool),
+                human_bytes(r.reserved_bytes),
+                r.high_water_bytes.map_or("-".to_string(), human_bytes),
+                ratio(r),
+            );
+        }
+    }
+    let ratio_text = |r: &CaseReport| heap_ratio(r).map_or("-".to_string(), |x| format!("{x:.2}"));
+    let _ = writeln!(
+        out,
+        "case {}: reserved {} -> {}; heap reserved/high-water {} -> {}; {} round(s)",
+        t.case,
+        human_bytes(reserved(before)),
+        human_bytes(reserved(after)),
+        ratio_text(before),
+        ratio_text(after),
+        t.rounds.len()
+    );
+    let _ = match &t.verdict {
+        Verdict::Verified => writeln!(
+            out,
+            "case {}: verified: {} passes with the advice",
+            t.case,
+            t.after().case
+        ),
+        Verdict::Skipped(why) => writeln!(out, "case {}: skipped: {why}", t.case),
+        Verdict::Failed(why) => writeln!(out, "case {}: not verified: {why}", t.case),
+    };
+    out
 }

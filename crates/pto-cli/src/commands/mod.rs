@@ -4,6 +4,7 @@ mod advise;
 mod config_resolve;
 mod run;
 mod scenes;
+mod tune;
 
 use crate::Outcome;
 use crate::cli::{Command, ConfigCommand};
@@ -14,5 +15,6 @@ pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Advise(args) => advise::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Scenes(args) => scenes::run(&args),
+        Command::Tune(args) => tune::run(&args),
     }
 }

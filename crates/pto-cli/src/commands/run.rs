@@ -70,10 +70,10 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     bar.finish_and_clear();
     if args.json {
         for line in render_json_lines(&reports) {
-            println!("{line}");
+            crate::print_out(&format!("{line}\n"));
         }
     } else {
-        print!("{}", render_table(&file, &reports));
+        crate::print_out(&render_table(&file, &reports));
     }
     if let Some((path, out)) = report_file.as_mut() {
         let page = render_html(&HtmlPage::of_run(&file, &options, &reports), &reports);
@@ -117,7 +117,7 @@ fn report_error(path: &Path, e: &std::io::Error) -> InputError {
     InputError(format!("--report {}: cannot write: {e}", path.display()))
 }
 
-fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError> {
+pub(crate) fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputError> {
     pairs
         .iter()
         .map(|pair| match pair.split_once('=') {

@@ -1,0 +1,93 @@
+//! `pto tune` (issue 11, item 3): the library's tuning loop per case, its table on stdout.
+
+use pto_chip::advise::Headroom;
+use pto_node::EndpointMode;
+use pto_scene::advice::write_case;
+use pto_scene::params::{cut, key_list};
+use pto_scene::tune::{TuneOptions, Verdict, render_tuning, tune_case};
+use pto_scene::{RunnerEnv, SceneFile};
+
+use super::run::parse_pairs;
+use crate::cli::{Mode, TuneArgs};
+use crate::{InputError, Outcome};
+
+pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
+    let headroom =
+        Headroom::parse(&args.headroom).map_err(|e| InputError(format!("--headroom {e}")))?;
+    if args.max_rounds < 2 {
+        return Err(InputError(format!(
+            "--max-rounds {}: at least 2 (the case as written, then the advised case)",
+            args.max_rounds
+        ))
+        .into());
+    }
+    let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
+    let cases: Vec<String> = file
+        .cases
+        .iter()
+        .map(|c| c.name.clone())
+        .filter(|n| args.case.as_deref().is_none_or(|c| c == n))
+        .collect();
+    if cases.is_empty() {
+        return Err(InputError(format!(
+            "{}: no case named {:?} (cases: {})",
+            args.scene.display(),
+            cut(args.case.as_deref().unwrap_or("")),
+            key_list(file.cases.iter().map(|c| c.name.as_str()))
+        ))
+        .into());
+    }
+    let temp = tempfile::tempdir()?;
+    let work = args
+        .output
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    let env = RunnerEnv {
+        mode: match args.mode {
+            Mode::InProcess => EndpointMode::InProcess,
+            Mode::ChildProcess => EndpointMode::ChildProcess,
+        },
+        ring_env: parse_pairs(&args.ring_env)?,
+        strict_env: false,
+        fast: args.fast,
+        task_timeout: None,
+        liveness_timeout: None,
+    };
+    let mut all_verified = true;
+    crate::print_out(&format!(
+        "pto tune: scene {} ({}), headroom {headroom}\n",
+        file.scene.name(),
+        args.scene.display()
+    ));
+    for case in &cases {
+        let options = TuneOptions {
+            headroom,
+            max_rounds: args.max_rounds,
+            work: work.join(case),
+            env: env.clone(),
+        };
+        let tuning = tune_case(&file, case, &options)?;
+        crate::print_out(&render_tuning(&tuning));
+        match (&tuning.verdict, &tuning.advised) {
+            (Verdict::Verified, Some(advised)) if args.write => {
+                write_case(&file.path, advised).map_err(InputError)?;
+                crate::print_out(&format!(
+                    "case {case}: wrote {}_advised into {}\n",
+                    cut(case),
+                    args.scene.display()
+                ));
+            }
+            (Verdict::Verified | Verdict::Skipped(_), _) => {}
+            (Verdict::Failed(_), _) => all_verified = false,
+        }
+    }
+    if args.write {
+        // What was written must load, with the same checks as `pto run`.
+        SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
+    }
+    Ok(if all_verified {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
