@@ -224,6 +224,37 @@ pub fn heap_ratio(report: &CaseReport) -> Option<f64> {
     (high > 0).then(|| reserved as f64 / high as f64)
 }
 
+impl Tuning {
+    /// Heap reserved by the last round / the largest heap high-water any round of this tuning
+    /// saw, over the rings with heap traffic of every task. The high-water of one run depends
+    /// on timing (how fast tasks retire); the advice must hold the largest one seen, so that is
+    /// what its fit is measured against.
+    pub fn heap_ratio(&self) -> Option<f64> {
+        let (mut reserved, mut high) = (0u64, 0u64);
+        for row in &self.after().report.result.rows {
+            let (Some(sizing), Some(_)) = (row.sizing.as_ref(), row.usage.as_ref()) else {
+                continue;
+            };
+            let heaps = sizing.values(pto_types::Resource::Heap);
+            for (ring, &heap) in heaps.iter().enumerate() {
+                let peak = self
+                    .rounds
+                    .iter()
+                    .flat_map(|r| r.report.result.rows.iter())
+                    .filter(|r| r.task == row.task && r.chip == row.chip)
+                    .filter_map(|r| r.usage.as_ref().map(|u| u[ring].heap_peak))
+                    .max()
+                    .unwrap_or(0);
+                if peak > 0 {
+                    reserved += heap;
+                    high += peak;
+                }
+            }
+        }
+        (high > 0).then(|| reserved as f64 / high as f64)
+    }
+}
+
 /// Σ reserved bytes of a round's rows.
 pub fn reserved(report: &CaseReport) -> u64 {
     report.result.rows.iter().map(|r| r.reserved_bytes).sum()
@@ -271,15 +302,15 @@ pub fn render_tuning(t: &Tuning) -> String {
             );
         }
     }
-    let ratio_text = |r: &CaseReport| heap_ratio(r).map_or("-".to_string(), |x| format!("{x:.2}"));
+    let ratio_text = |r: Option<f64>| r.map_or("-".to_string(), |x| format!("{x:.2}"));
     let _ = writeln!(
         out,
-        "case {}: reserved {} -> {}; heap reserved/high-water {} -> {}; {} round(s)",
+        "case {}: reserved {} -> {}; heap reserved/high-water {} -> {} (against the largest high-water of {} round(s))",
         t.case,
         human_bytes(reserved(before)),
         human_bytes(reserved(after)),
-        ratio_text(before),
-        ratio_text(after),
+        ratio_text(heap_ratio(before)),
+        ratio_text(t.heap_ratio()),
         t.rounds.len()
     );
     let _ = match &t.verdict {
