@@ -165,8 +165,21 @@ pub(crate) struct ResolveArgs {
     /// `pto advise`). The flags above override its non-zero entries.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// With --config: apply the overrides of `tasks.<LABEL>` on top of the file's base.
-    #[arg(long, value_name = "LABEL", requires = "config")]
+    /// Resolve what a task of this scene file's case `--case` binds (its `config` block,
+    /// and with --label the overrides that apply to that task).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "case",
+        conflicts_with = "config"
+    )]
+    pub(crate) scene: Option<PathBuf>,
+    /// The case of `--scene`.
+    #[arg(long, value_name = "NAME", requires = "scene")]
+    pub(crate) case: Option<String>,
+    /// With --config or --scene: the task's label; the overrides of `tasks.<LABEL>` (or of its
+    /// family, `tasks.ew` for `ew3`) apply on top of the base.
+    #[arg(long, value_name = "LABEL")]
     pub(crate) label: Option<String>,
     /// An environment variable for the environment tier (repeatable). When given, these pairs
     /// replace this process's environment entirely.

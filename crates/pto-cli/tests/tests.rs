@@ -8,4 +8,5 @@ mod liveness;
 mod reports;
 mod run;
 mod scenes;
+mod sizing_loop;
 mod util;

@@ -172,7 +172,11 @@ fn check_regular(meta: &Metadata, limit: u64) -> Result<(), String> {
 /// The TOML table of `text`; errors say where (line and column) and what.
 fn parse_toml(text: &str) -> Result<Table, String> {
     toml::from_str(text).map_err(|e: toml::de::Error| {
-        let message = cut(&e.message().replace('\n', " "));
+        let mut message = cut(&e.message().replace('\n', " "));
+        if message.contains("too large") {
+            // TOML integers are signed 64-bit: say so, not only that a number did not fit.
+            message.push_str(" (TOML integers stop at 2^63-1 = 9223372036854775807)");
+        }
         match e.span() {
             Some(span) => {
                 let before = text.get(..span.start).unwrap_or(text);

@@ -2,7 +2,9 @@
 
 use std::ffi::OsString;
 
+use pto_scene::SceneFile;
 use pto_scene::config_block::{SceneLevel, parse_config_block};
+use pto_scene::params::{cut, key_list};
 use pto_scene::sizing_report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
@@ -39,36 +41,17 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-/// The config file (if any) as the base, with the sizing flags' non-zero entries on top.
+/// The base (a config file, or a scene case) with the task's label overrides, then the
+/// sizing flags' non-zero entries on top.
 fn call_config(args: &ResolveArgs) -> anyhow::Result<CallConfig> {
-    let mut base = CallConfig::default();
-    if let Some(path) = &args.config {
-        // The same guard as scene files: a regular file of at most 16 MiB, never a FIFO.
-        let text = pto_scene::file::read_text(path, pto_scene::file::MAX_FILE_BYTES)
-            .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| InputError(format!("{}: {}", path.display(), e.message())))?;
-        let block = parse_config_block(&toml::Value::Table(table), "config", SceneLevel::L3)
-            .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
-        base = block.base_call_config();
-        if let Some(label) = &args.label {
-            let overrides = block.tasks.get(label).ok_or_else(|| {
-                let known: Vec<&str> = block.tasks.keys().map(String::as_str).collect();
-                InputError(format!(
-                    "{}: no tasks.{label} in the file (labels: {})",
-                    path.display(),
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ))
-            })?;
-            base = base
-                .derive(overrides)
-                .map_err(|e| InputError(format!("{}: tasks.{label}: {e}", path.display())))?;
+    let base = match (&args.config, &args.scene, &args.case) {
+        (Some(path), _, _) => config_file_base(path, args.label.as_deref())?,
+        (None, Some(path), Some(case)) => scene_case_base(path, case, args.label.as_deref())?,
+        _ if args.label.is_some() => {
+            return Err(InputError("--label needs --config or --scene".to_string()).into());
         }
-    }
+        _ => CallConfig::default(),
+    };
     let mut flags = RuntimeEnv::default();
     let sizing_flags = [
         (Resource::TaskWindow, "--task-window", &args.task_window),
@@ -119,4 +102,60 @@ fn parse_env_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputE
             _ => Err(InputError(format!("--env {pair:?}: expected KEY=VALUE"))),
         })
         .collect()
+}
+
+/// The base of a `--config` file, with `tasks.<label>` (or its family) applied.
+fn config_file_base(path: &std::path::Path, label: Option<&str>) -> Result<CallConfig, InputError> {
+    // The same guard as scene files: a regular file of at most 16 MiB, never a FIFO.
+    let text = pto_scene::file::read_text(path, pto_scene::file::MAX_FILE_BYTES)
+        .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+    let table: toml::Table = toml::from_str(&text)
+        .map_err(|e| InputError(format!("{}: {}", path.display(), e.message())))?;
+    let block = parse_config_block(&toml::Value::Table(table), "config", SceneLevel::L3)
+        .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+    with_label(block, label).map_err(|e| InputError(format!("{}: {e}", path.display())))
+}
+
+/// The base of case `case` of a scene file, with the overrides that apply to `label`.
+fn scene_case_base(
+    path: &std::path::Path,
+    case: &str,
+    label: Option<&str>,
+) -> Result<CallConfig, InputError> {
+    let file = SceneFile::load(path).map_err(|e| InputError(e.to_string()))?;
+    let Some(c) = file.cases.iter().find(|c| c.name == case) else {
+        return Err(InputError(format!(
+            "{}: no case named {:?} (cases: {})",
+            path.display(),
+            cut(case),
+            key_list(file.cases.iter().map(|c| c.name.as_str()))
+        )));
+    };
+    if let Some(label) = label {
+        pto_scene::labels::check_key(file.scene.name(), label, file.scene.labels())
+            .map_err(|e| InputError(format!("{}: --label {}: {e}", path.display(), cut(label))))?;
+    }
+    with_label(c.config.clone(), label)
+        .map_err(|e| InputError(format!("{}: case {case:?}: {e}", path.display())))
+}
+
+/// `block`'s base config, derived with the `tasks` key that applies to `label` (none applies:
+/// the base itself, as for a task of that label in a run).
+fn with_label(block: pto_scene::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
+    let base = block.base_call_config();
+    let Some(label) = label else {
+        return Ok(base);
+    };
+    match pto_scene::labels::config_key(label, block.tasks.keys()) {
+        Some(key) => base
+            .derive(&block.tasks[key])
+            .map_err(|e| format!("tasks.{key}: {e}")),
+        None if block.tasks.is_empty() => Ok(base),
+        None => Err(format!(
+            "no tasks.{} applies to label {:?} (keys: {})",
+            cut(label),
+            cut(label),
+            key_list(block.tasks.keys().map(String::as_str))
+        )),
+    }
 }
