@@ -325,6 +325,20 @@ impl TaskErrorInfo {
 }
 
 impl TaskRow {
+    /// Heap bytes reserved and used (high-water) on the rings of this task that had heap
+    /// traffic: a ring nobody allocated on holds only the smallest legal heap, which says
+    /// nothing about how well a sizing fits. `None` without a chip report or heap traffic.
+    pub fn heap_fit(&self) -> Option<(u64, u64)> {
+        let (sizing, usage) = (self.sizing.as_ref()?, self.usage.as_ref()?);
+        let heaps = sizing.values(pto_types::Resource::Heap);
+        let (mut reserved, mut high) = (0u64, 0u64);
+        for (ring, u) in usage.iter().enumerate().filter(|(_, u)| u.heap_peak > 0) {
+            reserved += heaps[ring];
+            high += u.heap_peak;
+        }
+        (high > 0).then_some((reserved, high))
+    }
+
     /// The row of a successful chip run.
     pub fn from_report(task: &str, report: &ChipRunReport) -> TaskRow {
         let mut row = TaskRow::new(task, report.chip, Some(TaskSizing::of_report(report)));

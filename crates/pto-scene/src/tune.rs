@@ -192,23 +192,9 @@ fn run_round(
         .ok_or_else(|| anyhow::anyhow!("case {case:?} did not run"))
 }
 
-/// Heap bytes reserved and used (high-water) on the rings of `row` that had heap traffic:
-/// a ring nobody allocated on holds only the smallest legal heap, which says nothing about
-/// how well the sizing fits.
-fn heap_fit(row: &crate::scene::TaskRow) -> Option<(u64, u64)> {
-    let (sizing, usage) = (row.sizing.as_ref()?, row.usage.as_ref()?);
-    let heaps = sizing.values(pto_types::Resource::Heap);
-    let (mut reserved, mut high) = (0u64, 0u64);
-    for (ring, u) in usage.iter().enumerate().filter(|(_, u)| u.heap_peak > 0) {
-        reserved += heaps[ring];
-        high += u.heap_peak;
-    }
-    (high > 0).then_some((reserved, high))
-}
-
 /// `1.15`, or `-` without heap traffic.
 fn ratio(row: &crate::scene::TaskRow) -> String {
-    heap_fit(row).map_or("-".to_string(), |(r, h)| {
+    row.heap_fit().map_or("-".to_string(), |(r, h)| {
         format!("{:.2}", r as f64 / h as f64)
     })
 }
@@ -219,7 +205,7 @@ pub fn heap_ratio(report: &CaseReport) -> Option<f64> {
         .result
         .rows
         .iter()
-        .filter_map(heap_fit)
+        .filter_map(crate::scene::TaskRow::heap_fit)
         .fold((0u64, 0u64), |(r, h), (a, b)| (r + a, h + b));
     (high > 0).then(|| reserved as f64 / high as f64)
 }

@@ -63,7 +63,12 @@ fn failed_rows_keep_the_sizing_they_tried_to_bind() {
         assert_eq!(row.status(), "expected_failure");
         assert_eq!(row.high_water_bytes, None);
     }
-    let cfg = file.cases[3].config.base_call_config();
+    let case = file
+        .cases
+        .iter()
+        .find(|c| c.name == "global_max_on_small_chips")
+        .unwrap();
+    let cfg = case.config.base_call_config();
     let env = EnvSnapshot::take(&EnvSource::process(), false).unwrap();
     let resolved = TaskSizing::resolve(&cfg, &env).unwrap();
     assert_eq!(Some(resolved.sizing), bound.sizing);

@@ -101,10 +101,39 @@ fn scene_multi_chip_dispatch() {
 #[test]
 fn scene_heterogeneous_fanout_per_task_sizing_reserves_less() {
     let table = run_scene("heterogeneous_fanout.toml");
+    // BENCHMARKS.md B5's three ways, leanest last: tuned < by hand < global maximum.
+    for needle in [
+        "global_max_sizing needs",
+        "per_task_sizing needs",
+        "x the device memory of per_task_tuned for identical results",
+    ] {
+        assert!(table.contains(needle), "{needle:?} missing:\n{table}");
+    }
+    let times = |way: &str| -> f64 {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{way} needs ")))
+            .unwrap();
+        line[way.len() + 7..]
+            .split('x')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
     assert!(
-        table.contains("global_max_sizing / per_task_sizing ="),
+        times("global_max_sizing") > times("per_task_sizing"),
         "{table}"
     );
+    assert!(times("per_task_sizing") > 1.05, "{table}");
+    // The tuned heaps fit within 1.5x their high-water.
+    let tuned = table
+        .lines()
+        .skip_while(|l| !l.starts_with("sizing "))
+        .find(|l| l.starts_with("per_task_tuned "))
+        .unwrap();
+    let ratio: f64 = tuned.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(ratio <= 1.5, "{tuned}");
 }
 
 /// Issue 7: every shipped scene also passes with chips and subs as child processes.

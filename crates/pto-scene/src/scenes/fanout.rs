@@ -208,28 +208,47 @@ impl Scene for HeterogeneousFanout {
         Ok(result)
     }
 
+    /// BENCHMARKS.md B5: every way of sizing that passed (no expected failure), with the
+    /// device memory it reserved, its heaps reserved against their high-water (on rings with
+    /// heap traffic), and how much more memory each way needs than the leanest.
     fn summary(&self, cases: &[(String, CaseResult)]) -> Vec<String> {
-        let totals: Vec<(&str, u64)> = cases
+        let ways: Vec<(&str, u64, u64, u64)> = cases
             .iter()
-            .filter(|(_, r)| r.passed() && r.notes.is_empty())
-            .map(|(name, r)| (name.as_str(), r.reserved_per_chip.iter().sum()))
+            .filter(|(_, r)| r.passed() && r.rows.iter().all(|row| row.error.is_none()))
+            .map(|(name, r)| {
+                let (heap, high) = r
+                    .rows
+                    .iter()
+                    .filter_map(crate::scene::TaskRow::heap_fit)
+                    .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+                (name.as_str(), r.reserved_per_chip.iter().sum(), heap, high)
+            })
             .collect();
-        let Some(&(best_name, best)) = totals.iter().min_by_key(|(_, t)| *t) else {
+        let Some(&(best_name, best, _, _)) = ways.iter().min_by_key(|w| w.1) else {
             return Vec::new();
         };
         let mut lines = vec![format!(
-            "device memory reserved in total: {}",
-            totals
-                .iter()
-                .map(|(n, t)| format!("{n} {}", human_bytes(*t)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "{:<26} {:>16} {:>14} {:>16} {:>9}",
+            "sizing", "device memory", "heap reserved", "heap high-water", "ratio"
         )];
-        for (name, total) in &totals {
-            let ratio = *total as f64 / best.max(1) as f64;
-            if *name != best_name && ratio >= 1.05 {
+        for &(name, total, heap, high) in &ways {
+            let ratio = if high > 0 {
+                format!("{:.2}", heap as f64 / high as f64)
+            } else {
+                "-".to_string()
+            };
+            lines.push(format!(
+                "{name:<26} {:>16} {:>14} {:>16} {ratio:>9}",
+                human_bytes(total),
+                human_bytes(heap),
+                human_bytes(high)
+            ));
+        }
+        for &(name, total, _, _) in &ways {
+            let times = total as f64 / best.max(1) as f64;
+            if name != best_name && times >= 1.05 {
                 lines.push(format!(
-                    "{name} / {best_name} = {ratio:.2}x the device memory for identical results"
+                    "{name} needs {times:.2}x the device memory of {best_name} for identical results"
                 ));
             }
         }
