@@ -74,6 +74,10 @@ pub(crate) struct TuneArgs {
     /// Smaller inputs (what `cargo test` runs).
     #[arg(long)]
     pub(crate) fast: bool,
+    /// Also write one self-contained HTML page with every case as written and as tuned
+    /// (sizing, reserved vs high-water bars, ring occupancy over the run).
+    #[arg(long, value_name = "FILE.html")]
+    pub(crate) report: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

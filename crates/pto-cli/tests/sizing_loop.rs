@@ -314,3 +314,25 @@ fn toml_integers_above_i64_max_say_so() {
     let err = stderr(&out);
     assert!(err.contains("line 5") && err.contains("2^63-1"), "{err}");
 }
+
+#[test]
+fn tune_report_is_one_self_contained_page_with_both_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let scene = copy_scene(dir.path(), "vector_example.toml");
+    let out = pto(dir.path())
+        .args([
+            "tune", &scene, "--case", "defaults", "--fast", "--report", "t.html",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(dir.path().join("t.html")).unwrap();
+    assert!(
+        page.contains("defaults_advised") && page.contains("pto tune"),
+        "both rounds"
+    );
+    for banned in ["http://", "https://", "<script src", "<link"] {
+        assert!(!page.contains(banned), "{banned}");
+    }
+    assert!(page.matches("<svg").count() >= 4);
+}

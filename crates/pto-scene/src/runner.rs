@@ -40,7 +40,7 @@ pub struct RunOptions {
 }
 
 /// One case's outcome.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CaseReport {
     pub name: String,
     pub result: CaseResult,

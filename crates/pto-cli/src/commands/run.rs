@@ -113,7 +113,7 @@ fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
 }
 
 /// `--report FILE: cannot write: OS ERROR` (exit status 2).
-fn report_error(path: &Path, e: &std::io::Error) -> InputError {
+pub(crate) fn report_error(path: &Path, e: &std::io::Error) -> InputError {
     InputError(format!("--report {}: cannot write: {e}", path.display()))
 }
 

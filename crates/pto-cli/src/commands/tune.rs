@@ -2,12 +2,16 @@
 
 use pto_chip::advise::Headroom;
 use pto_node::EndpointMode;
+use std::io::Write as _;
+
 use pto_scene::advice::write_case;
 use pto_scene::params::{cut, key_list};
+use pto_scene::report_html::{HtmlPage, render_html};
+use pto_scene::runner::CaseReport;
 use pto_scene::tune::{TuneOptions, Verdict, render_tuning, tune_case};
 use pto_scene::{RunnerEnv, SceneFile};
 
-use super::run::parse_pairs;
+use super::run::{parse_pairs, report_error};
 use crate::cli::{Mode, TuneArgs};
 use crate::{InputError, Outcome};
 
@@ -53,6 +57,16 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
         task_timeout: None,
         liveness_timeout: None,
     };
+    // Created before any case runs, so an unwritable path costs no run.
+    let mut report_file = match &args.report {
+        Some(path) => Some((
+            path,
+            std::fs::File::create(path).map_err(|e| report_error(path, &e))?,
+        )),
+        None => None,
+    };
+    let mut pages: Vec<CaseReport> = Vec::new();
+    let mut summary: Vec<String> = Vec::new();
     let mut all_verified = true;
     crate::print_out(&format!(
         "pto tune: scene {} ({}), headroom {headroom}\n",
@@ -67,7 +81,17 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
             env: env.clone(),
         };
         let tuning = tune_case(&file, case, &options)?;
-        crate::print_out(&render_tuning(&tuning));
+        let text = render_tuning(&tuning);
+        summary.extend(
+            text.lines()
+                .filter(|l| l.starts_with("case "))
+                .map(str::to_string),
+        );
+        crate::print_out(&text);
+        pages.push(tuning.before().report.clone());
+        if tuning.rounds.len() > 1 {
+            pages.push(tuning.after().report.clone());
+        }
         match (&tuning.verdict, &tuning.advised) {
             (Verdict::Verified, Some(advised)) if args.write => {
                 write_case(&file.path, advised).map_err(InputError)?;
@@ -80,6 +104,18 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
             (Verdict::Verified | Verdict::Skipped(_), _) => {}
             (Verdict::Failed(_), _) => all_verified = false,
         }
+    }
+    if let Some((path, out)) = report_file.as_mut() {
+        let page = HtmlPage {
+            title: format!("pto tune — scene {}", file.scene.name()),
+            lines: std::iter::once(format!("{} · headroom {headroom}", args.scene.display()))
+                .chain(summary)
+                .collect(),
+            scope_stats: true,
+        };
+        out.write_all(render_html(&page, &pages).as_bytes())
+            .and_then(|()| out.sync_all())
+            .map_err(|e| report_error(path, &e))?;
     }
     if args.write {
         // What was written must load, with the same checks as `pto run`.
