@@ -406,7 +406,7 @@ pub struct ScopeSeries {
 
 impl ScopeSeries {
     /// Reads a `scope_stats.jsonl`: a metadata line, then one sample per line. Only a regular
-    /// file is read, at most [`MAX_STATS_BYTES`]; bad sample lines are counted, not fatal.
+    /// file is read, at most `MAX_STATS_BYTES`; bad sample lines are counted, not fatal.
     pub fn read(path: &Path) -> Result<ScopeSeries, String> {
         let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
         if !meta.is_file() {
