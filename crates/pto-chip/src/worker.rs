@@ -89,9 +89,11 @@ pub struct ChipRunReport {
 /// Why a chip could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum ChipStartError {
-    #[error("{0}")]
+    // Transparent: the wrapped error is the whole message (printing it as a source as well
+    // would say everything twice).
+    #[error(transparent)]
     Env(#[from] EnvError),
-    #[error("{0}")]
+    #[error(transparent)]
     Spec(#[from] ChipSpecError),
     #[error("cannot start chip threads: {0}")]
     Thread(std::io::Error),

@@ -336,3 +336,28 @@ fn tune_report_is_one_self_contained_page_with_both_rounds() {
     }
     assert!(page.matches("<svg").count() >= 4);
 }
+
+#[test]
+fn strict_env_problems_exit_2_in_both_modes_and_say_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["in-process", "child-process"] {
+        let out = pto(dir.path())
+            .arg("run")
+            .arg(scenes().join("multi_chip_dispatch.toml"))
+            .args([
+                "--strict-env",
+                "--ring-env",
+                "PTO2_RING_HEAP=abc",
+                "--fast",
+                "--mode",
+                mode,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{mode}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.matches("PTO2_RING_HEAP=\"abc\"").count(), 1, "{err}");
+        assert_eq!(err.matches("strict environment mode").count(), 1, "{err}");
+        assert!(stdout(&out).is_empty(), "no case ran");
+    }
+}

@@ -473,11 +473,16 @@ fn handshake(
     );
     match outcome {
         Some(Ok(())) => Ok(()),
-        Some(Err((i, message))) => Err(InitError::ChildFailed {
-            child: pending[i].base_name.clone(),
-            pid: Some(pending[i].status.pid()),
-            message,
-        }),
+        Some(Err((i, message))) => {
+            // The child names itself in its INIT_FAILED text; the error names it already.
+            let own = format!("{} pid={}: ", pending[i].base_name, pending[i].status.pid());
+            let message = message.strip_prefix(&own).unwrap_or(&message).to_string();
+            Err(InitError::ChildFailed {
+                child: pending[i].base_name.clone(),
+                pid: Some(pending[i].status.pid()),
+                message,
+            })
+        }
         None => Err(InitError::Timeout {
             pending: pending
                 .iter()

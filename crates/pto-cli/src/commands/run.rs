@@ -26,6 +26,14 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     }
     let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
     let options = options_of(args)?;
+    if options.env.strict_env {
+        // The chips would each refuse this environment; say it once, as a usage error, before
+        // any case starts (in-process chips snapshot it, chip children inherit it).
+        let env = pto_types::ring_config::env::EnvSource::process()
+            .overlay(options.env.ring_env.iter().cloned());
+        pto_types::ring_config::env::EnvSnapshot::take(&env, true)
+            .map_err(|e| InputError(format!("--strict-env: {e}")))?;
+    }
     if let Some(case) = args
         .case
         .as_ref()
