@@ -10,14 +10,14 @@ use rustix::process::{Pid, Signal};
 
 use crate::util::{pto, stderr};
 
-/// A multi-chip dispatch whose chip tasks take 1 s, so the sum task on the sub worker is
+/// A multi-chip dispatch whose chip tasks take 2 s, so the sum task on the sub worker is
 /// PENDING for that long.
 const SLOW_DISPATCH: &str = r#"
 scene = "multi_chip_dispatch"
 level = 3
 [[cases]]
 name = "slow"
-params = { chip_delay_ms = 1000 }
+params = { chip_delay_ms = 2000 }
 [cases.config]
 device_count = 2
 num_sub_workers = 1
@@ -108,8 +108,9 @@ fn hit_the_sub_child(sig: Signal, bound: Duration) -> (String, String) {
         );
         std::thread::sleep(Duration::from_millis(5));
     };
-    // Let the run start: the chip tasks wait 1 s, the sum task is PENDING.
-    std::thread::sleep(Duration::from_millis(300));
+    // Let the run start (start-up can be slow on a loaded machine): the chip tasks wait 2 s,
+    // the sum task is PENDING all that time.
+    std::thread::sleep(Duration::from_millis(700));
     let sub = *children.last().unwrap();
     let hit = Instant::now();
     rustix::process::kill_process(Pid::from_raw(sub as i32).unwrap(), sig).unwrap();
@@ -129,15 +130,15 @@ fn hit_the_sub_child(sig: Signal, bound: Duration) -> (String, String) {
 
 #[test]
 fn r10_pto_run_exits_1_when_a_sub_child_is_killed() {
-    // The chip tasks still take their second; the run then ends at once.
-    let (out, err) = hit_the_sub_child(Signal::KILL, Duration::from_millis(2500));
+    // The chip tasks still take the rest of their 2 s; the run then ends at once.
+    let (out, err) = hit_the_sub_child(Signal::KILL, Duration::from_millis(3500));
     let all = format!("{out}{err}");
     assert!(all.contains("SIGKILL"), "{all}");
 }
 
 #[test]
 fn r10_pto_run_exits_1_when_a_sub_child_is_stopped() {
-    let (out, err) = hit_the_sub_child(Signal::STOP, Duration::from_millis(3000));
+    let (out, err) = hit_the_sub_child(Signal::STOP, Duration::from_millis(4000));
     let all = format!("{out}{err}");
     assert!(all.contains("stopped answering liveness probes"), "{all}");
 }
