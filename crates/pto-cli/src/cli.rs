@@ -33,6 +33,9 @@ pub(crate) enum Command {
     /// it, repeat while a run fails with a capacity error; print sizing and reserved bytes
     /// before and after (exit 0 every case verified, 1 one was not, 2 usage error).
     Tune(TuneArgs),
+    /// Measure pto against peers in the same run (BENCHMARKS.md): submit, dispatch, idle,
+    /// footprint, or all; a table, or one JSON object per measured point.
+    Bench(BenchArgs),
     /// List the scenes this binary knows: level, params (range, default), task labels and
     /// worker counts; with NAME, only that scene.
     Scenes(ScenesArgs),
@@ -78,6 +81,18 @@ pub(crate) struct TuneArgs {
     /// (sizing, reserved vs high-water bars, ring occupancy over the run).
     #[arg(long, value_name = "FILE.html")]
     pub(crate) report: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// submit, dispatch, idle, footprint or all.
+    pub(crate) which: String,
+    /// One JSON object per measured point per line.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Small workloads (seconds, for tests): the figures are not meaningful.
+    #[arg(long)]
+    pub(crate) quick: bool,
 }
 
 #[derive(Debug, Args)]

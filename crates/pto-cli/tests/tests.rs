@@ -2,6 +2,7 @@
 //! with its own directory and an explicit environment; the process environment is never changed.
 
 mod advise;
+mod bench;
 mod config_resolve;
 mod inputs;
 mod liveness;

@@ -1,6 +1,7 @@
 //! One module per command; each turns parsed arguments into a library request.
 
 mod advise;
+mod bench;
 mod config_resolve;
 mod run;
 mod scenes;
@@ -15,6 +16,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Advise(args) => advise::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Scenes(args) => scenes::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Tune(args) => tune::run(&args),
     }
 }

@@ -1,0 +1,259 @@
+//! B3: L3 dispatch cost (`pto bench dispatch`, BENCHMARKS.md B3).
+//!
+//! A Worker with one chip and one sub worker, in both endpoint modes, runs k trivial tasks per
+//! run (k ∈ {0, 1, 4, 16, 64, 256}); a least-squares line through the per-k medians gives the
+//! fixed µs per run and the marginal µs per task, for no-op sub tasks and for chip tasks whose
+//! chip callable submits nothing (reported above the chip's own empty L2 run). Floors measured
+//! in the same run: a thread-to-thread round trip by spinning on an atomic and by a blocking
+//! hand-off (a kernel wake each way).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use pto_chip::orch::{OrchArgs, OrchResult, RootScope};
+use pto_chip::{ChipSpec, ChipWorker, RunContext};
+use pto_node::{Callable, CallableHandle, EndpointMode, MappedArgs, SubContext, TaskError, Worker};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::{CallConfig, RuntimeEnv, TaskArgs};
+
+use crate::{Point, Stats, sample, us_since};
+
+fn noop_sub(_: &SubContext, _: &MappedArgs) -> Result<(), TaskError> {
+    Ok(())
+}
+pto_node::register_sub!("bench.noop_sub", noop_sub);
+
+fn empty_chip<'r>(_: &mut RootScope<'r>, _: &OrchArgs<'r>) -> OrchResult<()> {
+    Ok(())
+}
+pto_chip::register_chip!("bench.empty_chip", empty_chip);
+
+/// A small chip: dispatch cost, not chip start-up, is measured.
+fn chip_spec() -> ChipSpec {
+    ChipSpec {
+        clusters: 1,
+        max_aicpu_threads: 2,
+        device_memory_bytes: 1 << 30,
+        ..ChipSpec::default()
+    }
+}
+
+fn small_cfg() -> CallConfig {
+    CallConfig::with_runtime_env(
+        RuntimeEnv::default()
+            .with_task_window(16)
+            .with_heap(4096)
+            .with_dep_pool(16),
+    )
+}
+
+/// µs of one run of `k` tasks of `handle` (sub or chip).
+fn one_run(w: &Worker, handle: CallableHandle, chip: bool, k: usize) -> anyhow::Result<f64> {
+    let cfg = small_cfg();
+    let started = Instant::now();
+    w.run(
+        move |orch, _, _| {
+            for _ in 0..k {
+                if chip {
+                    orch.submit_next_level(&handle, TaskArgs::new(), &cfg, 0)?;
+                } else {
+                    orch.submit_sub(&handle, TaskArgs::new())?;
+                }
+            }
+            Ok(())
+        },
+        TaskArgs::new(),
+        CallConfig::default(),
+    )?;
+    Ok(us_since(started))
+}
+
+/// Least squares `y = a + b·x` through the points.
+fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let b = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (my - b * mx, b)
+}
+
+/// Fixed and marginal points of one mode and task kind.
+fn measure_kind(
+    w: &Worker,
+    handle: CallableHandle,
+    chip: bool,
+    ks: &[usize],
+    runs: usize,
+) -> anyhow::Result<(Stats, Stats)> {
+    // One warm-up run binds the chip's arena and faults the mailbox in.
+    one_run(w, handle, chip, 1)?;
+    let mut medians = Vec::new();
+    let mut marginals = Vec::new();
+    for &k in ks {
+        let s = sample(runs, || one_run(w, handle, chip, k))?;
+        medians.push((k as f64, s.median));
+        if k > 0 {
+            marginals.push(s.median / k as f64);
+        }
+    }
+    let (fixed, marginal) = fit(&medians);
+    let spread = Stats::of(&marginals);
+    Ok((
+        Stats::one(fixed),
+        Stats {
+            median: marginal,
+            ..spread
+        },
+    ))
+}
+
+/// The chip's own empty L2 run (µs), what a chip task costs below the node.
+fn empty_l2_run(runs: usize) -> anyhow::Result<Stats> {
+    let chip = ChipWorker::new(chip_spec(), EnvSource::empty())?;
+    let cfg = small_cfg();
+    chip.run_fn(empty_chip, &TaskArgs::new(), &cfg, &RunContext::default())?;
+    sample(runs * 20, || {
+        let started = Instant::now();
+        chip.run_fn(empty_chip, &TaskArgs::new(), &cfg, &RunContext::default())?;
+        Ok(us_since(started))
+    })
+}
+
+/// Round trips between two threads, µs each: spinning on an atomic, and blocking hand-offs.
+fn ping_pong(rounds: u64) -> (f64, f64) {
+    let word = Arc::new(AtomicU64::new(0));
+    let other = Arc::clone(&word);
+    let t = std::thread::spawn(move || {
+        for i in 0..rounds {
+            while other.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            other.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let started = Instant::now();
+    for i in 0..rounds {
+        word.store(2 * i + 1, Ordering::Release);
+        while word.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    let spin = us_since(started) / rounds as f64;
+    let _ = t.join();
+    let (to, from) = (
+        std::sync::mpsc::sync_channel::<u64>(0),
+        std::sync::mpsc::sync_channel::<u64>(0),
+    );
+    let (tx, rx_back) = (to.0, from.1);
+    let (rx, tx_back) = (to.1, from.0);
+    let t = std::thread::spawn(move || {
+        while let Ok(v) = rx.recv() {
+            if tx_back.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let blocking_rounds = (rounds / 10).max(10);
+    let started = Instant::now();
+    for i in 0..blocking_rounds {
+        let _ = tx.send(i);
+        black_box(rx_back.recv().ok());
+    }
+    let blocking = us_since(started) / blocking_rounds as f64;
+    drop(tx);
+    let _ = t.join();
+    (spin, blocking)
+}
+
+pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
+    let (ks, runs): (&[usize], usize) = if quick {
+        (&[0, 1, 4, 16], 2)
+    } else {
+        (&[0, 1, 4, 16, 64, 256], 7)
+    };
+    let (spin, blocking) = ping_pong(if quick { 2_000 } else { 100_000 });
+    let empty_l2 = empty_l2_run(runs)?;
+    let mut points = vec![
+        Point::new(
+            "dispatch",
+            "floor: thread round trip, spinning",
+            "us",
+            Stats::one(spin),
+        ),
+        Point::new(
+            "dispatch",
+            "floor: thread round trip, blocking",
+            "us",
+            Stats::one(blocking),
+        ),
+        Point::new("dispatch", "chip: empty L2 run (no node)", "us", empty_l2),
+    ];
+    for (mode, mode_name) in [
+        (EndpointMode::InProcess, "in-process"),
+        (EndpointMode::ChildProcess, "child-process"),
+    ] {
+        pto_kernels::link();
+        let w = Worker::builder(3)
+            .chips(1)
+            .chip_spec(0, chip_spec())
+            .sub_workers(1)
+            .endpoint_mode(mode)
+            .heap_ring_size(1 << 20)
+            .build()?;
+        let sub = w.register(Callable::sub("bench.noop_sub"))?;
+        let chip = w.register(Callable::chip("bench.empty_chip"))?;
+        w.init()?;
+        let (fixed, marginal) = measure_kind(&w, sub, false, ks, runs)?;
+        points.push(Point::new(
+            "dispatch",
+            format!("sub task fixed per run, {mode_name}"),
+            "us",
+            fixed,
+        ));
+        points.push(
+            Point::new(
+                "dispatch",
+                format!("sub task marginal, {mode_name}"),
+                "us/task",
+                marginal,
+            )
+            .with_peer("thread round trip, spinning", spin)
+            .with_anchor("upstream Python L3 path: 43.3 us per run + 8.08 us per task (issue 12)"),
+        );
+        let (cfixed, cmarginal) = measure_kind(&w, chip, true, ks, runs)?;
+        points.push(Point::new(
+            "dispatch",
+            format!("chip task fixed per run, {mode_name}"),
+            "us",
+            cfixed,
+        ));
+        points.push(
+            Point::new(
+                "dispatch",
+                format!("chip task marginal, {mode_name}"),
+                "us/task",
+                cmarginal,
+            )
+            .with_peer("chip: empty L2 run", empty_l2.median),
+        );
+        w.close();
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_squares_fit() {
+        let (a, b) = fit(&[(0.0, 3.0), (1.0, 5.0), (4.0, 11.0)]);
+        assert!((a - 3.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
+    }
+}

@@ -1,0 +1,75 @@
+//! B5: device-memory footprint of per-task sizing (`pto bench footprint`, BENCHMARKS.md B5):
+//! the heterogeneous fan-out scene's three sizings — one global sizing, per-task sizing by
+//! hand, per-task sizing found by `pto tune` — with the device memory each reserves, its heaps
+//! against their high-water, and each way against the global sizing.
+
+use std::path::Path;
+
+use pto_node::EndpointMode;
+use pto_scene::runner::{Diagnostics, RunOptions, run_file};
+use pto_scene::{RunnerEnv, SceneFile, TaskRow};
+
+use crate::{Point, Stats};
+
+/// The shipped scene file (the main job), built into the binary.
+const SCENE: &str = include_str!("../../../scenes/heterogeneous_fanout.toml");
+const WAYS: [&str; 3] = ["global_max_sizing", "per_task_sizing", "per_task_tuned"];
+
+pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
+    let file = SceneFile::parse(Path::new("scenes/heterogeneous_fanout.toml"), SCENE)?;
+    let out = std::env::temp_dir().join(format!("pto-bench-footprint-{}", std::process::id()));
+    let mut points = Vec::new();
+    let mut global = None;
+    for way in WAYS {
+        let options = RunOptions {
+            case: Some(way.to_string()),
+            output: out.clone(),
+            diagnostics: Diagnostics::default(),
+            env: RunnerEnv {
+                mode: EndpointMode::InProcess,
+                ring_env: Vec::new(),
+                strict_env: false,
+                fast: quick,
+                task_timeout: None,
+                liveness_timeout: None,
+            },
+        };
+        let reports = run_file(&file, &options, |_| {})?;
+        let Some(report) = reports.first() else {
+            anyhow::bail!("the scene file has no case {way}");
+        };
+        anyhow::ensure!(
+            report.result.passed(),
+            "{way} failed: {:?}",
+            report.result.check
+        );
+        let mib = report.result.reserved_per_chip.iter().sum::<u64>() as f64 / (1 << 20) as f64;
+        let (heap, high) = report
+            .result
+            .rows
+            .iter()
+            .filter_map(TaskRow::heap_fit)
+            .fold((0u64, 0u64), |(a, b), (c, d)| (a + c, b + d));
+        let mut p = Point::new(
+            "footprint",
+            format!("{way}: device memory"),
+            "MiB",
+            Stats::one(mib),
+        );
+        match global {
+            None => global = Some(mib),
+            Some(g) => p = p.with_peer("global_max_sizing", g),
+        }
+        points.push(p);
+        if high > 0 {
+            points.push(Point::new(
+                "footprint",
+                format!("{way}: heap reserved / high-water"),
+                "ratio",
+                Stats::one(heap as f64 / high as f64),
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(points)
+}

@@ -1,0 +1,66 @@
+//! B4: idle cost (`pto bench idle`, BENCHMARKS.md B4): a Worker with 4 chip children and 2 sub
+//! children, initialised and idle; CPU time of the whole process tree (this process and every
+//! child) per wall second, from `/proc/<pid>/stat`.
+
+use std::time::{Duration, Instant};
+
+use pto_node::{EndpointMode, Worker};
+
+use crate::{Point, Stats};
+
+/// CPU ticks (user + system, all threads) of process `pid`; 0 once it is gone.
+fn ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(14) + field(15)
+}
+
+fn tree_ticks(children: &[u32]) -> u64 {
+    ticks(std::process::id()) + children.iter().map(|&p| ticks(p)).sum::<u64>()
+}
+
+pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
+    let idle = if quick {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(5)
+    };
+    pto_kernels::link();
+    let w = Worker::builder(3)
+        .chips(4)
+        .sub_workers(2)
+        .endpoint_mode(EndpointMode::ChildProcess)
+        .heap_ring_size(1 << 20)
+        .build()?;
+    w.init()?;
+    // Let start-up settle (children parking, the monitor's first probes).
+    std::thread::sleep(Duration::from_millis(200));
+    let children = w.child_pids();
+    let before = tree_ticks(&children);
+    let started = Instant::now();
+    std::thread::sleep(idle);
+    let used = tree_ticks(&children).saturating_sub(before);
+    let wall = started.elapsed().as_secs_f64();
+    w.close();
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    let percent = used as f64 / hz / wall * 100.0;
+    Ok(vec![
+        Point::new(
+            "idle",
+            format!("4 chip + 2 sub children idle {:.1} s", wall),
+            "% of a core",
+            Stats::one(percent),
+        )
+        .with_anchor("upstream: ~80% of a core per idle child (BENCHMARKS.md B4)"),
+    ])
+}

@@ -1,0 +1,196 @@
+//! B1: L2 orchestration cost per task (`pto bench submit`, BENCHMARKS.md B1).
+//!
+//! One chip run submits N no-op AIV tasks in three shapes — independent, a 1-D stencil of
+//! width 16 (each task reads 3 entries of the previous step's row), a chain (one INOUT
+//! tensor) — in scopes of 64 tasks, with window 1024 (back-pressure) and 262144 (none).
+//! Reported per task, end to end (the `run` call), in µs. Peers in the same run: rayon's
+//! `scope.spawn` of a no-op closure per task, and a sequential loop calling the no-op kernel
+//! function N times through a `black_box`.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_chip::{ChipSpec, ChipWorker, RunContext};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
+
+use crate::{Point, Stats, sample, us_since};
+
+/// Tasks per scope (a root scope may not hold more tasks than its window).
+const CHUNK: u64 = 64;
+/// Columns of the stencil.
+const WIDTH: u32 = 16;
+
+fn noop() -> pto_chip::kernel::KernelRef {
+    pto_kernels::link();
+    pto_chip::kernel::find_kernel("bench.noop").expect("pto-kernels registers bench.noop")
+}
+
+fn independent<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let k = noop();
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        s.scope(|s| {
+            for _ in 0..chunk {
+                s.submit_aiv(k, KernelArgs::new())?;
+            }
+            Ok(())
+        })?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+fn chain<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let (k, x) = (noop(), a.tensor(0));
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        s.scope(|s| {
+            for _ in 0..chunk {
+                s.submit_aiv(k, KernelArgs::new().inout(x))?;
+            }
+            Ok(())
+        })?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// Step t writes row t % 2 of a 2 × WIDTH grid; task (t, j) reads columns j-1..=j+1 of the
+/// other row (clamped at the edges: 2 or 3 producers).
+fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let (k, grid) = (noop(), a.tensor(0));
+    let steps = n.div_ceil(u64::from(WIDTH));
+    for t in 0..steps {
+        let (row, prev) = ((t % 2) as u32, ((t + 1) % 2) as u32);
+        s.scope(|s| {
+            for j in 0..WIDTH {
+                let lo = j.saturating_sub(1);
+                let len = (j + 2).min(WIDTH) - lo;
+                let fail = |e: pto_chip::tensor::TensorError| e.to_string();
+                let (input, output) = match (
+                    grid.view(&[1, len], &[prev, lo]),
+                    grid.view(&[1, 1], &[row, j]),
+                ) {
+                    (Ok(i), Ok(o)) => (i, o),
+                    (Err(e), _) | (_, Err(e)) => return Err(s.report_fatal(fail(e))),
+                };
+                s.submit_aiv(k, KernelArgs::new().input(input).output_existing(output))?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// One shape: its orchestration and the entry tensor it needs.
+struct Shape {
+    name: &'static str,
+    orch: pto_chip::orch::OrchFn,
+    grid: bool,
+}
+
+const SHAPES: [Shape; 3] = [
+    Shape {
+        name: "independent",
+        orch: independent,
+        grid: false,
+    },
+    Shape {
+        name: "stencil_1d",
+        orch: stencil,
+        grid: true,
+    },
+    Shape {
+        name: "chain",
+        orch: chain,
+        grid: false,
+    },
+];
+
+/// µs per task of one run of `shape` with `n` tasks and window `window`.
+fn run_once(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Result<f64> {
+    let buf = pto_chip::memory::HostBuffer::new((2 * WIDTH as usize) * 4)?;
+    let id = BufferId {
+        owner_uid: 0xBE7C,
+        buffer_id: 1,
+        generation: 0,
+    };
+    let shape_dims: &[u32] = if shape.grid { &[2, WIDTH] } else { &[1] };
+    let t = Tensor::contiguous(buf.buffer_ref(id), shape_dims, DType::F32)?;
+    let args = TaskArgs::new().inout(&t).scalar(n);
+    let cfg = CallConfig::with_runtime_env(
+        RuntimeEnv::default()
+            .with_task_window(window)
+            .with_heap(1 << 20)
+            .with_dep_pool(window.min(1 << 20)),
+    );
+    let started = Instant::now();
+    chip.run_fn(shape.orch, &args, &cfg, &RunContext::default())?;
+    Ok(us_since(started) / n as f64)
+}
+
+/// The peers: µs per task of rayon `scope.spawn` and of a sequential loop.
+fn peers(n: u64, runs: usize) -> anyhow::Result<(Stats, Stats)> {
+    let rayon = sample(runs, || {
+        let started = Instant::now();
+        rayon::scope(|s| {
+            for _ in 0..n {
+                s.spawn(|_| black_box(()));
+            }
+        });
+        Ok(us_since(started) / n as f64)
+    })?;
+    let sequential = sample(runs, || {
+        let started = Instant::now();
+        for i in 0..n {
+            black_box(i);
+        }
+        Ok(us_since(started) / n as f64)
+    })?;
+    Ok((rayon, sequential))
+}
+
+pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
+    let (n, runs) = if quick {
+        (2_000u64, 1)
+    } else {
+        (200_000u64, 3)
+    };
+    let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty())?;
+    let (rayon, sequential) = peers(n, runs)?;
+    let mut points = Vec::new();
+    for shape in &SHAPES {
+        for window in [1024u64, 262_144] {
+            let stats = sample(runs, || run_once(&chip, shape, n, window))?;
+            let case = format!("{} window={window} n={n}", shape.name);
+            let mut p = Point::new("submit", case, "us/task", stats)
+                .with_peer("rayon scope.spawn", rayon.median);
+            if shape.name == "independent" && window == 1024 {
+                p = p.with_anchor(
+                    "upstream simulator ~4.8 us per no-op kernel task on this machine (issue 12); upstream device orchestrator 0.87 us/task (BENCHMARKS.md B1)",
+                );
+            }
+            points.push(p);
+        }
+    }
+    points.push(Point::new(
+        "submit",
+        format!("peer: rayon scope.spawn n={n}"),
+        "us/task",
+        rayon,
+    ));
+    points.push(Point::new(
+        "submit",
+        format!("peer: sequential loop n={n}"),
+        "us/task",
+        sequential,
+    ));
+    Ok(points)
+}
