@@ -5,17 +5,22 @@
 //!
 //! - [`submit`] — B1, L2 orchestration cost per task (rayon `scope.spawn` and a sequential
 //!   loop as peers);
+//! - [`metg`] — B2, METG(50%) of stencil_1d on 2 simulated cores (a rayon bulk-synchronous
+//!   loop as peer);
 //! - [`dispatch`] — B3, L3 dispatch cost, both endpoint modes (thread ping-pong floors);
 //! - [`idle`] — B4, CPU of the whole process tree per wall second while idle;
-//! - [`footprint`] — B5, device memory of the fan-out scene's three sizings.
+//! - [`footprint`] — B5, device memory of the fan-out scene's three sizings;
+//! - [`deadlock`] — B6, detection latency of each undersized-ring reproducer and a killed child.
 //!
 //! Benchmarks are not tests: nothing here asserts a speed. `quick` shrinks every workload so a
 //! test can prove each benchmark runs and its output parses.
 #![forbid(unsafe_code)]
 
+pub mod deadlock;
 pub mod dispatch;
 pub mod footprint;
 pub mod idle;
+pub mod metg;
 pub mod submit;
 
 use std::time::Instant;
@@ -141,15 +146,24 @@ pub fn us_since(t: Instant) -> f64 {
 }
 
 /// The benchmarks, by name.
-pub const BENCHES: [&str; 4] = ["submit", "dispatch", "idle", "footprint"];
+pub const BENCHES: [&str; 6] = [
+    "submit",
+    "metg",
+    "dispatch",
+    "idle",
+    "footprint",
+    "deadlock",
+];
 
 /// Runs benchmark `name` (`all`: every one in [`BENCHES`] order).
 pub fn run(name: &str, quick: bool) -> anyhow::Result<Vec<Point>> {
     match name {
         "submit" => submit::run(quick),
+        "metg" => metg::run(quick),
         "dispatch" => dispatch::run(quick),
         "idle" => idle::run(quick),
         "footprint" => footprint::run(quick),
+        "deadlock" => deadlock::run(quick),
         "all" => {
             let mut all = Vec::new();
             for b in BENCHES {

@@ -26,10 +26,17 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
         }
         benches.insert(v["bench"].as_str().unwrap().to_string());
     }
-    let want: std::collections::BTreeSet<String> = ["submit", "dispatch", "idle", "footprint"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let want: std::collections::BTreeSet<String> = [
+        "submit",
+        "metg",
+        "dispatch",
+        "idle",
+        "footprint",
+        "deadlock",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     assert_eq!(benches, want);
 }
 
