@@ -178,6 +178,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         (&[0, 1, 4, 16, 64, 256], 7)
     };
     let (spin, blocking) = ping_pong(if quick { 2_000 } else { 100_000 });
+    let process = pto_node::floor::shm_round_trip(if quick { 2_000 } else { 100_000 }, false)?;
     let empty_l2 = empty_l2_run(runs)?;
     let mut points = vec![
         Point::new(
@@ -191,6 +192,12 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             "floor: thread round trip, blocking",
             "us",
             Stats::one(blocking),
+        ),
+        Point::new(
+            "dispatch",
+            "floor: process round trip, spinning (shared memory)",
+            "us",
+            Stats::one(process),
         ),
         Point::new("dispatch", "chip: empty L2 run (no node)", "us", empty_l2),
     ];
@@ -210,6 +217,10 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         let chip = w.register(Callable::chip("bench.empty_chip"))?;
         w.init()?;
         let (fixed, marginal) = measure_kind(&w, sub, false, ks, runs)?;
+        let (floor_name, floor) = match mode {
+            EndpointMode::InProcess => ("thread round trip, spinning", spin),
+            EndpointMode::ChildProcess => ("process round trip, spinning", process),
+        };
         points.push(Point::new(
             "dispatch",
             format!("sub task fixed per run, {mode_name}"),
@@ -223,7 +234,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
                 "us/task",
                 marginal,
             )
-            .with_peer("thread round trip, spinning", spin)
+            .with_peer(floor_name, floor)
             .with_anchor("upstream Python L3 path: 43.3 us per run + 8.08 us per task (issue 12)"),
         );
         let (cfixed, cmarginal) = measure_kind(&w, chip, true, ks, runs)?;

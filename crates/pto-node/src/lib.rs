@@ -48,6 +48,7 @@ mod device;
 mod endpoint;
 mod engine;
 pub mod error;
+pub mod floor;
 mod heap;
 mod launch;
 mod monitor;

@@ -68,6 +68,9 @@ pub fn child_main() {
         return;
     }
     ENTERED.store(true, Ordering::SeqCst);
+    if env.get("PTO_CHILD_ROLE").as_deref() == Some(OsStr::new("pingpong")) {
+        std::process::exit(pingpong(&env));
+    }
     let fds = env
         .get("PTO_CHILD_FDS")
         .map(|v| v.to_string_lossy().into_owned())
@@ -84,6 +87,18 @@ pub fn child_main() {
     };
     let code = run(fds);
     std::process::exit(code);
+}
+
+/// `pto bench`'s shared-memory floor (`crate::floor`): the segment is fd 5.
+fn pingpong(env: &EnvSource) -> i32 {
+    let rounds = env
+        .get("PTO_PINGPONG_ROUNDS")
+        .and_then(|v| v.to_str().and_then(|s| s.parse::<u32>().ok()))
+        .unwrap_or(0);
+    match crate::spawn::adopt_child_fds("3,4,5,6") {
+        Ok([_, _, seg, _]) => crate::floor::serve(seg, rounds),
+        Err(_) => EXIT_BROKEN,
+    }
 }
 
 /// What the role needs.
