@@ -172,6 +172,13 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         .build()?;
     let (ours, ours_100) = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g))?;
     let (peer, peer_100) = sweep(|g| Ok(rayon_efficiency(&pool, steps_for(g, budget, range), g)))?;
+    // The efficiency reference: the same tasks one after another on one thread (W = 1).
+    let seq_steps = steps_for(100_000, budget, range);
+    let started = Instant::now();
+    for _ in 0..seq_steps * u64::from(WIDTH) {
+        spin_cpu(100_000);
+    }
+    let sequential = (seq_steps * u64::from(WIDTH)) as f64 * 1e-4 / started.elapsed().as_secs_f64();
     let case = format!("stencil_1d width {WIDTH} W=2");
     // Not reached below 10 ms: reported as NaN (JSON null).
     let metg = |v: Option<f64>| v.unwrap_or(f64::NAN);
@@ -181,6 +188,12 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             .with_anchor("Task Bench (32 cores): MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)"),
         Point::new("metg", format!("{case}: efficiency at 100 us"), "fraction", Stats::one(ours_100))
             .with_peer("rayon bulk-synchronous", peer_100),
+        Point::new(
+            "metg",
+            "sequential loop (W=1): efficiency at 100 us",
+            "fraction",
+            Stats::one(sequential),
+        ),
     ])
 }
 
