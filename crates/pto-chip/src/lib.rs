@@ -10,6 +10,10 @@
 //! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/` and `engine/heap.rs`.
 
 pub mod advise;
+/// Wrappers of crate-private hot paths for the criterion benches (feature `bench-internals`).
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_support;
 pub mod callable;
 pub mod diag;
 mod engine;

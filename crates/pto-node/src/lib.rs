@@ -40,6 +40,10 @@
 //! process boundary is defined in `pto_types::node_wire`.
 #![deny(unsafe_code)]
 
+/// Wrappers of crate-private hot paths for the criterion benches (feature `bench-internals`).
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_support;
 mod buffer;
 pub mod builder;
 pub mod callable;

@@ -57,6 +57,15 @@ impl SlotId {
     pub(crate) fn generation(self) -> u32 {
         self.generation
     }
+
+    /// Slot `index`, generation 0: task identities for `bench_support` only.
+    #[cfg(feature = "bench-internals")]
+    pub(crate) fn for_bench(index: u32) -> SlotId {
+        SlotId {
+            index,
+            generation: 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
