@@ -9,7 +9,7 @@ use pto_node::{EndpointMode, Worker};
 use crate::{Point, Stats};
 
 /// CPU ticks (user + system, all threads) of process `pid`; 0 once it is gone.
-fn ticks(pid: u32) -> u64 {
+pub(crate) fn ticks(pid: u32) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0;
     };
@@ -52,8 +52,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let used = tree_ticks(&children).saturating_sub(before);
     let wall = started.elapsed().as_secs_f64();
     w.close();
-    let hz = rustix::param::clock_ticks_per_second() as f64;
-    let percent = used as f64 / hz / wall * 100.0;
+    let percent = used as f64 / hz() / wall * 100.0;
     Ok(vec![
         Point::new(
             "idle",
@@ -63,4 +62,22 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         )
         .with_anchor("upstream: ~80% of a core per idle child (BENCHMARKS.md B4)"),
     ])
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` times.
+pub(crate) fn hz() -> f64 {
+    rustix::param::clock_ticks_per_second() as f64
+}
+
+/// This process's peak resident set, MiB (`VmHWM` of `/proc/self/status`).
+pub(crate) fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
 }

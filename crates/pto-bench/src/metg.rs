@@ -45,10 +45,15 @@ pto_chip::register_kernel!(
     /// Spins until its thread's CPU time advanced by `scalar(0)` ns (BENCHMARKS.md B2).
     SPIN = "bench.spin", CoreType::Aiv, kernel_spin
 );
+pto_chip::register_kernel!(
+    /// `bench.spin` on the cluster's one AIC core (W = 1).
+    SPIN_AIC = "bench.spin_aic", CoreType::Aic, kernel_spin
+);
 
-/// `stencil_1d`: scalar 0 = steps, scalar 1 = g (ns); the grid is 2 × WIDTH.
+/// `stencil_1d`: scalar 0 = steps, scalar 1 = g (ns), scalar 2 = 1 for the AIC core (W = 1),
+/// 0 for the two AIV cores (W = 2); the grid is 2 × WIDTH.
 fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
-    let (steps, g): (u64, u64) = (a.scalar(0), a.scalar(1));
+    let (steps, g, aic): (u64, u64, u64) = (a.scalar(0), a.scalar(1), a.scalar(2));
     let grid = a.tensor(0);
     for t in 0..steps {
         let (row, prev) = ((t % 2) as u32, ((t + 1) % 2) as u32);
@@ -68,7 +73,11 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
                     .input(input)
                     .output_existing(output)
                     .scalar(g);
-                s.submit_aiv(SPIN, args)?;
+                if aic == 1 {
+                    s.submit_aic(SPIN_AIC, args)?;
+                } else {
+                    s.submit_aiv(SPIN, args)?;
+                }
             }
             Ok(())
         })?;
@@ -76,8 +85,8 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     Ok(())
 }
 
-/// pto's efficiency at grain `g_ns` over `steps` steps.
-fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f64> {
+/// pto's efficiency at grain `g_ns` over `steps` steps on `w` cores (2: AIV, 1: AIC).
+fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64, w: f64) -> anyhow::Result<f64> {
     let buf = pto_chip::memory::HostBuffer::new((2 * WIDTH as usize) * 4)?;
     let id = BufferId {
         owner_uid: 0xBE7D,
@@ -85,7 +94,12 @@ fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f6
         generation: 0,
     };
     let t = Tensor::contiguous(buf.buffer_ref(id), &[2, WIDTH], DType::F32)?;
-    let args = TaskArgs::new().inout(&t).scalar(steps).scalar(g_ns);
+    let aic = u64::from(w < 2.0);
+    let args = TaskArgs::new()
+        .inout(&t)
+        .scalar(steps)
+        .scalar(g_ns)
+        .scalar(aic);
     let cfg = CallConfig::with_runtime_env(
         RuntimeEnv::default()
             .with_task_window(256)
@@ -95,7 +109,7 @@ fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f6
     let started = Instant::now();
     chip.run_fn(stencil, &args, &cfg, &RunContext::default())?;
     let wall = started.elapsed().as_secs_f64();
-    Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W))
+    Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * w))
 }
 
 /// The rayon bulk-synchronous peer's efficiency at grain `g_ns`.
@@ -170,7 +184,8 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(W as usize)
         .build()?;
-    let (ours, ours_100) = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g))?;
+    let (ours, ours_100) = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g, W))?;
+    let (ours_w1, _) = sweep(|g| pto_efficiency(&chip, steps_for(g, budget / 2.0, range), g, 1.0))?;
     let (peer, peer_100) = sweep(|g| Ok(rayon_efficiency(&pool, steps_for(g, budget, range), g)))?;
     // The efficiency reference: the same tasks one after another on one thread (W = 1).
     let seq_steps = steps_for(100_000, budget, range);
@@ -188,6 +203,12 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             .with_anchor("Task Bench (32 cores): MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)"),
         Point::new("metg", format!("{case}: efficiency at 100 us"), "fraction", Stats::one(ours_100))
             .with_peer("rayon bulk-synchronous", peer_100),
+        Point::new(
+            "metg",
+            format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%)"),
+            "us",
+            Stats::one(metg(ours_w1)),
+        ),
         Point::new(
             "metg",
             "sequential loop (W=1): efficiency at 100 us",

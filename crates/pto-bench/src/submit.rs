@@ -166,9 +166,18 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty())?;
     let (rayon, sequential) = peers(n, runs)?;
     let mut points = Vec::new();
+    let me = std::process::id();
     for shape in &SHAPES {
         for window in [1024u64, 262_144] {
+            let cpu_before = crate::idle::ticks(me);
             let stats = sample(runs, || run_once(&chip, shape, n, window))?;
+            let cpu = crate::idle::ticks(me).saturating_sub(cpu_before) as f64 / crate::idle::hz();
+            points.push(Point::new(
+                "submit",
+                format!("{} window={window} n={n}: CPU per task", shape.name),
+                "us CPU/task",
+                Stats::one(cpu * 1e6 / (n as f64 * stats.runs as f64)),
+            ));
             let case = format!("{} window={window} n={n}", shape.name);
             let mut p = Point::new("submit", case, "us/task", stats)
                 .with_peer("rayon scope.spawn", rayon.median);
@@ -180,6 +189,25 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             points.push(p);
         }
     }
+    // What the chip costs once the runs are over: its threads must park (idle ~0 %).
+    let idle = std::time::Duration::from_millis(if quick { 200 } else { 1000 });
+    let before = crate::idle::ticks(me);
+    std::thread::sleep(idle);
+    let idle_cpu = crate::idle::ticks(me).saturating_sub(before) as f64
+        / crate::idle::hz()
+        / idle.as_secs_f64();
+    points.push(Point::new(
+        "submit",
+        "idle CPU after the runs",
+        "% of a core",
+        Stats::one(idle_cpu * 100.0),
+    ));
+    points.push(Point::new(
+        "submit",
+        "peak RSS of the process",
+        "MiB",
+        Stats::one(crate::idle::peak_rss_mib()),
+    ));
     points.push(Point::new(
         "submit",
         format!("peer: rayon scope.spawn n={n}"),
