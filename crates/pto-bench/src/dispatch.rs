@@ -50,14 +50,17 @@ fn small_cfg() -> CallConfig {
 }
 
 /// µs of one run of `k` tasks of `handle` (sub or chip).
+/// Chip tasks go round robin over the Worker's chips.
 fn one_run(w: &Worker, handle: CallableHandle, chip: bool, k: usize) -> anyhow::Result<f64> {
     let cfg = small_cfg();
+    let w_chips = w.chips().max(1);
     let started = Instant::now();
     w.run(
         move |orch, _, _| {
-            for _ in 0..k {
+            for i in 0..k {
                 if chip {
-                    orch.submit_next_level(&handle, TaskArgs::new(), &cfg, 0)?;
+                    let chip_index = i % w_chips;
+                    orch.submit_next_level(&handle, TaskArgs::new(), &cfg, chip_index)?;
                 } else {
                     orch.submit_sub(&handle, TaskArgs::new())?;
                 }
@@ -254,8 +257,38 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             .with_peer("chip: empty L2 run", empty_l2.median),
         );
         w.close();
+        points.push(four_chips(mode, mode_name, ks, runs, empty_l2.median)?);
     }
     Ok(points)
+}
+
+/// Chip tasks spread round robin over 4 chip workers (BENCHMARKS.md B3: 1-4 chips).
+fn four_chips(
+    mode: EndpointMode,
+    mode_name: &str,
+    ks: &[usize],
+    runs: usize,
+    empty_l2: f64,
+) -> anyhow::Result<Point> {
+    let mut b = Worker::builder(3)
+        .chips(4)
+        .endpoint_mode(mode)
+        .heap_ring_size(1 << 20);
+    for i in 0..4 {
+        b = b.chip_spec(i, chip_spec());
+    }
+    let w = b.build()?;
+    let chip = w.register(Callable::chip("bench.empty_chip"))?;
+    w.init()?;
+    let (_, marginal) = measure_kind(&w, chip, true, ks, runs)?;
+    w.close();
+    Ok(Point::new(
+        "dispatch",
+        format!("chip task marginal, 4 chips round robin, {mode_name}"),
+        "us/task",
+        marginal,
+    )
+    .with_peer("chip: empty L2 run", empty_l2))
 }
 
 #[cfg(test)]
