@@ -1,8 +1,8 @@
 //! B3: L3 dispatch cost (`pto bench dispatch`, BENCHMARKS.md B3).
 //!
 //! A Worker with one chip and one sub worker, in both endpoint modes, runs k trivial tasks per
-//! run (k ∈ {0, 1, 4, 16, 64, 256}); a least-squares line through the per-k medians gives the
-//! fixed µs per run and the marginal µs per task, for no-op sub tasks and for chip tasks whose
+//! run (k ∈ {0, 1, 4, 16, 64, 256}); a robust line (Theil–Sen) through the per-k medians gives
+//! the fixed µs per run and the marginal µs per task, for no-op sub tasks and for chip tasks whose
 //! chip callable submits nothing (reported above the chip's own empty L2 run). Floors measured
 //! in the same run: a thread-to-thread round trip by spinning on an atomic and by a blocking
 //! hand-off (a kernel wake each way).
@@ -73,17 +73,33 @@ fn one_run(w: &Worker, handle: CallableHandle, chip: bool, k: usize) -> anyhow::
     Ok(us_since(started))
 }
 
-/// Least squares `y = a + b·x` through the points.
+/// A line `y = a + b·x` through the points by Theil–Sen: `b` is the median of the pairwise
+/// slopes, `a` the median of `y − b·x`. One slow run (a page fault, a preempted thread on 2
+/// cores) moves a least-squares intercept by hundreds of µs; it barely moves these medians.
 fn fit(points: &[(f64, f64)]) -> (f64, f64) {
-    let n = points.len() as f64;
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-    let (mx, my) = (sx / n, sy / n);
-    let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
-    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
-    let b = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    (my - b * mx, b)
+    let median = |mut v: Vec<f64>| -> f64 {
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let mut slopes = Vec::new();
+    for (i, &(x1, y1)) in points.iter().enumerate() {
+        for &(x2, y2) in &points[i + 1..] {
+            if x2 != x1 {
+                slopes.push((y2 - y1) / (x2 - x1));
+            }
+        }
+    }
+    let b = median(slopes);
+    let a = median(points.iter().map(|&(x, y)| y - b * x).collect());
+    (a, b)
 }
 
 /// Fixed and marginal points of one mode and task kind.
@@ -296,8 +312,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn least_squares_fit() {
+    fn robust_line_fit() {
         let (a, b) = fit(&[(0.0, 3.0), (1.0, 5.0), (4.0, 11.0)]);
+        assert!((a - 3.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
+        // One outlier does not drag the line.
+        let (a, b) = fit(&[
+            (0.0, 3.0),
+            (1.0, 5.0),
+            (4.0, 11.0),
+            (16.0, 35.0),
+            (64.0, 900.0),
+        ]);
         assert!((a - 3.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
     }
 }
