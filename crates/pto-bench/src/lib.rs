@@ -140,6 +140,26 @@ pub fn sample(runs: usize, mut f: impl FnMut() -> anyhow::Result<f64>) -> anyhow
     Ok(Stats::of(&values))
 }
 
+/// Columns of the stencil_1d pattern (B1, B2).
+pub(crate) const WIDTH: u32 = 16;
+
+/// The tensors of stencil task `(t, j)` over a 2 × WIDTH grid: step t writes row t % 2 and
+/// task j reads columns j-1..=j+1 (clamped at the edges) of the other row.
+pub(crate) fn stencil_views<'s>(
+    grid: &pto_chip::orch::Tensor<'s>,
+    t: u64,
+    j: u32,
+) -> Result<(pto_chip::orch::Tensor<'s>, pto_chip::orch::Tensor<'s>), pto_chip::tensor::TensorError>
+{
+    let (row, prev) = ((t % 2) as u32, ((t + 1) % 2) as u32);
+    let lo = j.saturating_sub(1);
+    let len = (j + 2).min(WIDTH) - lo;
+    Ok((
+        grid.view(&[1, len], &[prev, lo])?,
+        grid.view(&[1, 1], &[row, j])?,
+    ))
+}
+
 /// Microseconds since `t`.
 pub fn us_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::{Point, Stats};
 
-const WIDTH: u32 = 16;
+use crate::WIDTH;
 const W: f64 = 2.0;
 
 /// This thread's CPU time, ns.
@@ -56,18 +56,11 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let (steps, g, aic): (u64, u64, u64) = (a.scalar(0), a.scalar(1), a.scalar(2));
     let grid = a.tensor(0);
     for t in 0..steps {
-        let (row, prev) = ((t % 2) as u32, ((t + 1) % 2) as u32);
         s.scope(|s| {
             for j in 0..WIDTH {
-                let lo = j.saturating_sub(1);
-                let len = (j + 2).min(WIDTH) - lo;
-                let views = (
-                    grid.view(&[1, len], &[prev, lo]),
-                    grid.view(&[1, 1], &[row, j]),
-                );
-                let (input, output) = match views {
-                    (Ok(i), Ok(o)) => (i, o),
-                    (Err(e), _) | (_, Err(e)) => return Err(s.report_fatal(e.to_string())),
+                let (input, output) = match crate::stencil_views(&grid, t, j) {
+                    Ok(views) => views,
+                    Err(e) => return Err(s.report_fatal(e.to_string())),
                 };
                 let args = KernelArgs::new()
                     .input(input)

@@ -19,8 +19,7 @@ use crate::{Point, Stats, sample, us_since};
 
 /// Tasks per scope (a root scope may not hold more tasks than its window).
 const CHUNK: u64 = 64;
-/// Columns of the stencil.
-const WIDTH: u32 = 16;
+use crate::WIDTH;
 
 fn noop() -> pto_chip::kernel::KernelRef {
     pto_kernels::link();
@@ -68,18 +67,11 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let (k, grid) = (noop(), a.tensor(0));
     let steps = n.div_ceil(u64::from(WIDTH));
     for t in 0..steps {
-        let (row, prev) = ((t % 2) as u32, ((t + 1) % 2) as u32);
         s.scope(|s| {
             for j in 0..WIDTH {
-                let lo = j.saturating_sub(1);
-                let len = (j + 2).min(WIDTH) - lo;
-                let fail = |e: pto_chip::tensor::TensorError| e.to_string();
-                let (input, output) = match (
-                    grid.view(&[1, len], &[prev, lo]),
-                    grid.view(&[1, 1], &[row, j]),
-                ) {
-                    (Ok(i), Ok(o)) => (i, o),
-                    (Err(e), _) | (_, Err(e)) => return Err(s.report_fatal(fail(e))),
+                let (input, output) = match crate::stencil_views(&grid, t, j) {
+                    Ok(views) => views,
+                    Err(e) => return Err(s.report_fatal(e.to_string())),
                 };
                 s.submit_aiv(k, KernelArgs::new().input(input).output_existing(output))?;
             }

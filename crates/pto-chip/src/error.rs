@@ -215,6 +215,24 @@ pub enum BindError {
     },
 }
 
+impl BindError {
+    /// The numbered code a bind failure is reported with (the reply codes of NODE_RUNTIME.md
+    /// §4.8), the same in-process and across the mailbox.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BindError::InvalidConfig(_) | BindError::AicpuThreads { .. } => {
+                ErrorCode::InvalidConfig
+            }
+            BindError::Sizing(SizingError::DeviceMemoryExhausted { .. })
+            | BindError::DeviceMemory { .. } => ErrorCode::DeviceMemoryExhausted,
+            BindError::Sizing(_) => ErrorCode::InvalidConfig,
+            BindError::UnknownCallable { .. } => ErrorCode::UnknownCallable,
+            BindError::InvalidArgs { .. } => ErrorCode::BufferUnavailable,
+            BindError::Poisoned { .. } => ErrorCode::SchedulerTimeout,
+        }
+    }
+}
+
 impl fmt::Display for BindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pto_chip::memory::{AllocId, DeviceMemoryError};
-use pto_chip::{BindError, ChipRunError, ChipWorker, RunContext};
-use pto_types::ring_config::resolve::SizingError;
+use pto_chip::{ChipRunError, ChipWorker, RunContext};
 use pto_types::wait::{EventCount, SpinPolicy, wait_until};
 use pto_types::{CallConfig, ErrorCode, TaskArgs, Tensor};
 
@@ -435,17 +434,7 @@ pub(crate) fn chip_failure(e: &ChipRunError) -> Failure {
             ),
         },
         ChipRunError::Bind(bind) => {
-            let code = match bind {
-                BindError::InvalidConfig(_) | BindError::AicpuThreads { .. } => {
-                    ErrorCode::InvalidConfig
-                }
-                BindError::Sizing(SizingError::DeviceMemoryExhausted { .. })
-                | BindError::DeviceMemory { .. } => ErrorCode::DeviceMemoryExhausted,
-                BindError::Sizing(_) => ErrorCode::InvalidConfig,
-                BindError::UnknownCallable { .. } => ErrorCode::UnknownCallable,
-                BindError::InvalidArgs { .. } => ErrorCode::BufferUnavailable,
-                BindError::Poisoned { .. } => ErrorCode::SchedulerTimeout,
-            };
+            let code = bind.code();
             Failure {
                 kind: FailureKind::Bind,
                 code: Some(code),

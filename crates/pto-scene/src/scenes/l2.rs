@@ -10,12 +10,12 @@ use std::time::Instant;
 use anyhow::Context as _;
 use pto_chip::memory::HostBuffer as ChipBuffer;
 use pto_chip::spec::{DEFAULT_CLUSTERS, MAX_CLUSTERS};
-use pto_chip::{BindError, ChipRunError, ChipSpec, RunContext};
+use pto_chip::{ChipRunError, ChipSpec, RunContext};
 use pto_kernels::paged_attention::{PA_SMALL, PaCase, check, golden, make_inputs};
 use pto_node::{Callable, EndpointMode};
 use pto_types::ring_config::env::EnvSnapshot;
-use pto_types::ring_config::resolve::{SizeSource, SizingError};
-use pto_types::{BufferId, DType, ErrorCode, Resource, TaskArgs, Tensor, TensorTag};
+use pto_types::ring_config::resolve::SizeSource;
+use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor, TensorTag};
 
 use super::rows_of;
 use crate::config_block::{CaseConfig, SceneLevel};
@@ -84,20 +84,6 @@ fn error_row(case: &CaseRun<'_>, task: &str, env: &EnvSnapshot, error: TaskError
     row
 }
 
-/// The numbered code of a bind failure: the reply codes of NODE_RUNTIME.md §4.8, as a one-chip
-/// Worker reports them (pto-node's `chip_failure`), so both modes name the same code.
-fn bind_code(e: &BindError) -> ErrorCode {
-    match e {
-        BindError::InvalidConfig(_) | BindError::AicpuThreads { .. } => ErrorCode::InvalidConfig,
-        BindError::Sizing(SizingError::DeviceMemoryExhausted { .. })
-        | BindError::DeviceMemory { .. } => ErrorCode::DeviceMemoryExhausted,
-        BindError::Sizing(_) => ErrorCode::InvalidConfig,
-        BindError::UnknownCallable { .. } => ErrorCode::UnknownCallable,
-        BindError::InvalidArgs { .. } => ErrorCode::BufferUnavailable,
-        BindError::Poisoned { .. } => ErrorCode::SchedulerTimeout,
-    }
-}
-
 /// The run context of the L2-direct path: the one a fresh one-chip Worker gives its first
 /// task (run 1, task 0, labelled with the callable), so the chip writes diagnostics to the same
 /// `chip0/run1_task0_<callable>/` directory in both modes.
@@ -153,7 +139,7 @@ fn run_direct(
         Err(e) => {
             let code = match &e {
                 ChipRunError::Run(c) => c.code,
-                ChipRunError::Bind(b) => bind_code(b),
+                ChipRunError::Bind(b) => b.code(),
             };
             let mut row = error_row(
                 case,
