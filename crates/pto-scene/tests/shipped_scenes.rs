@@ -126,14 +126,21 @@ fn scene_heterogeneous_fanout_per_task_sizing_reserves_less() {
         "{table}"
     );
     assert!(times("per_task_sizing") > 1.05, "{table}");
-    // The tuned heaps fit within 1.5x their high-water.
-    let tuned = table
-        .lines()
-        .skip_while(|l| !l.starts_with("sizing "))
-        .find(|l| l.starts_with("per_task_tuned "))
-        .unwrap();
-    let ratio: f64 = tuned.split_whitespace().last().unwrap().parse().unwrap();
-    assert!(ratio <= 1.5, "{tuned}");
+    // The tuned heaps fit tighter than the hand-written ones. (One run's high-water depends on
+    // timing, so the 1.5x bound is asserted where it is defined: against the largest
+    // high-water of the tuning's rounds, tests/tune.rs.)
+    let ratio = |way: &str| -> f64 {
+        let line = table
+            .lines()
+            .skip_while(|l| !l.starts_with("sizing "))
+            .find(|l| l.starts_with(&format!("{way} ")))
+            .unwrap();
+        line.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    assert!(
+        ratio("per_task_tuned") < ratio("per_task_sizing"),
+        "{table}"
+    );
 }
 
 /// Issue 7: every shipped scene also passes with chips and subs as child processes.
