@@ -6,6 +6,7 @@ mod bench;
 mod config_resolve;
 mod inputs;
 mod liveness;
+mod readme;
 mod reports;
 mod run;
 mod scenes;
