@@ -93,13 +93,23 @@ impl Pending {
         }
     }
 
-    /// Asks the child to exit, waits until `deadline`, then kills it.
-    fn stop(&self, deadline: Instant) {
+    /// Asks the child to exit (the sticky word, and SHUTDOWN where the parent owns the frame).
+    fn ask_to_stop(&self) {
         self.mailbox.request_shutdown();
         let _ = self.mailbox.transition_to_shutdown(MailboxState::InitReady);
+    }
+
+    /// Waits until `deadline` for the child to exit, then kills it.
+    fn wait_or_kill(&self, deadline: Instant) {
         if !self.status.wait_exit(deadline) {
             self.status.kill();
         }
+    }
+
+    /// Asks the child to exit, waits until `deadline`, then kills it.
+    fn stop(&self, deadline: Instant) {
+        self.ask_to_stop();
+        self.wait_or_kill(deadline);
     }
 }
 
@@ -497,12 +507,12 @@ fn handshake(
 /// for the rest, SIGKILL after `shutdown_grace`, reap (the monitor stops last).
 fn rollback(pending: &[Pending], monitor: &mut Monitor, options: &WorkerOptions) {
     let deadline = Instant::now() + options.shutdown_grace;
+    // Every child is asked first, so they exit in parallel within one grace period.
     for p in pending {
-        p.mailbox.request_shutdown();
-        let _ = p.mailbox.transition_to_shutdown(MailboxState::InitReady);
+        p.ask_to_stop();
     }
     for p in pending {
-        p.stop(deadline);
+        p.wait_or_kill(deadline);
     }
     monitor.stop();
 }

@@ -171,9 +171,14 @@ pub fn render_toml(groups: &[KeyAdvice]) -> String {
 }
 
 /// The advised case of `file`'s case `case`, as a TOML table named `<case>_advised`.
-pub fn advised_case(file: &SceneFile, case: &str, groups: &[KeyAdvice]) -> Result<Table, String> {
-    let text = read_text(&file.path, MAX_FILE_BYTES)?;
-    let doc: Table = toml::from_str(&text).map_err(|e| e.to_string())?;
+/// `text` is the file's text (the caller has read it once already).
+pub fn advised_case(
+    file: &SceneFile,
+    text: &str,
+    case: &str,
+    groups: &[KeyAdvice],
+) -> Result<Table, String> {
+    let doc: Table = toml::from_str(text).map_err(|e| e.to_string())?;
     let original = doc
         .get("cases")
         .and_then(Value::as_array)

@@ -122,9 +122,9 @@ pub fn tune_case(file: &SceneFile, case: &str, options: &TuneOptions) -> anyhow:
         return Ok(tuning);
     }
     for k in 1..options.max_rounds.max(2) {
-        let advised = advise_rounds(file, case, options, k)?;
-        let text = with_case(&text, &advised).map_err(anyhow::Error::msg)?;
-        let scene = SceneFile::parse(&file.path, &text).map_err(anyhow::Error::msg)?;
+        let advised = advise_rounds(file, &text, case, options, k)?;
+        let with_advised = with_case(&text, &advised).map_err(anyhow::Error::msg)?;
+        let scene = SceneFile::parse(&file.path, &with_advised).map_err(anyhow::Error::msg)?;
         let name = advised_name(case);
         let report = run_round(&scene, &name, &round_dir(options, k), &options.env)?;
         let done = clean(&report);
@@ -156,6 +156,7 @@ fn round_dir(options: &TuneOptions, k: usize) -> PathBuf {
 /// The advised case from the scope stats of rounds `0..k`.
 fn advise_rounds(
     file: &SceneFile,
+    text: &str,
     case: &str,
     options: &TuneOptions,
     k: usize,
@@ -167,7 +168,7 @@ fn advise_rounds(
     let files = find_stats(&dirs).map_err(anyhow::Error::msg)?;
     let runs = load_runs(&files).map_err(anyhow::Error::msg)?;
     let groups = advise_by_key(&runs, Some(file.scene), options.headroom);
-    advised_case(file, case, &groups).map_err(anyhow::Error::msg)
+    advised_case(file, text, case, &groups).map_err(anyhow::Error::msg)
 }
 
 /// Runs one case of `file` with scope stats into `dir`.
@@ -221,16 +222,17 @@ impl Tuning {
             let (Some(sizing), Some(_)) = (row.sizing.as_ref(), row.usage.as_ref()) else {
                 continue;
             };
+            // This task's usage in every round (the same task label on the same chip).
+            let seen: Vec<_> = self
+                .rounds
+                .iter()
+                .flat_map(|r| r.report.result.rows.iter())
+                .filter(|r| r.task == row.task && r.chip == row.chip)
+                .filter_map(|r| r.usage.as_ref())
+                .collect();
             let heaps = sizing.values(pto_types::Resource::Heap);
             for (ring, &heap) in heaps.iter().enumerate() {
-                let peak = self
-                    .rounds
-                    .iter()
-                    .flat_map(|r| r.report.result.rows.iter())
-                    .filter(|r| r.task == row.task && r.chip == row.chip)
-                    .filter_map(|r| r.usage.as_ref().map(|u| u[ring].heap_peak))
-                    .max()
-                    .unwrap_or(0);
+                let peak = seen.iter().map(|u| u[ring].heap_peak).max().unwrap_or(0);
                 if peak > 0 {
                     reserved += heap;
                     high += peak;

@@ -58,7 +58,9 @@ fn scene_case(
             cut(case)
         )));
     }
-    let advised = advised_case(file, case, groups).map_err(InputError)?;
+    let text = pto_scene::file::read_text(&file.path, pto_scene::file::MAX_FILE_BYTES)
+        .map_err(|e| InputError(format!("{}: {e}", file.path.display())))?;
+    let advised = advised_case(file, &text, case, groups).map_err(InputError)?;
     if args.write {
         write_case(&file.path, &advised).map_err(InputError)?;
         // What was written must load: the same checks as `pto run`.

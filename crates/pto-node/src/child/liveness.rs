@@ -28,13 +28,13 @@ pub(crate) enum Phase {
 
 /// Shared between the serving thread and the liveness thread.
 #[derive(Debug, Default)]
-pub(crate) struct Health {
+pub(crate) struct Progress {
     phase: AtomicU32,
     steps: AtomicU64,
     stop: AtomicBool,
 }
 
-impl Health {
+impl Progress {
     /// Records a phase change (and a step of progress).
     pub(crate) fn enter(&self, phase: Phase) {
         self.phase.store(phase as u32, Relaxed);
@@ -57,19 +57,19 @@ const RECHECK: Duration = Duration::from_millis(5);
 const PARK: Duration = Duration::from_millis(250);
 
 /// Starts the liveness thread for `mailbox`.
-pub(crate) fn start(mailbox: Mailbox, health: Arc<Health>) -> std::io::Result<()> {
+pub(crate) fn start(mailbox: Mailbox, progress: Arc<Progress>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("pto-child-liveness".to_string())
         .spawn(move || {
             let mut answered = mailbox.probe_ack();
-            let mut steps = health.steps.load(Relaxed);
-            while !health.stop.load(Relaxed) {
+            let mut steps = progress.steps.load(Relaxed);
+            while !progress.stop.load(Relaxed) {
                 let probe = mailbox.wait_probe(answered, PARK);
                 if probe == answered {
                     continue;
                 }
-                if health.healthy(steps) {
-                    steps = health.steps.load(Relaxed);
+                if progress.healthy(steps) {
+                    steps = progress.steps.load(Relaxed);
                     mailbox.ack_probe(probe);
                     answered = probe;
                 } else {
@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn a_serving_thread_that_does_not_move_is_unhealthy() {
-        let h = Health::default();
+        let h = Progress::default();
         h.enter(Phase::Serving);
         let steps = h.steps.load(Relaxed);
         assert!(!h.healthy(steps), "stuck in Serving since the last answer");

@@ -37,7 +37,7 @@ use pto_types::ring_config::env::EnvSource;
 
 use crate::shm::{Mailbox, Segment, SegmentKey, SharedDoorbell};
 
-use liveness::{Health, Phase};
+use liveness::{Phase, Progress};
 
 /// Exit statuses of a child.
 const EXIT_OK: i32 = 0;
@@ -128,7 +128,7 @@ pub(crate) struct Child {
     pub(crate) parent_pid: u32,
     pub(crate) spin: Duration,
     /// What the serving thread is doing, for the liveness thread.
-    pub(crate) health: Arc<Health>,
+    pub(crate) health: Arc<Progress>,
     /// Segments whose descriptor could not be received, with why.
     pub(crate) lost_segments: HashMap<SegmentKey, String>,
     /// A node child passes segments on to its own children, so it keeps their descriptors;
@@ -206,7 +206,7 @@ fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
         Ok(r) => r,
         Err(message) => return fail(message),
     };
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Progress::default());
     if liveness::start(mailbox.clone(), Arc::clone(&health)).is_err() {
         return fail("cannot start the liveness thread".to_string());
     }

@@ -77,8 +77,8 @@ pub(crate) struct InProcessEndpoint {
     name: String,
     shared: Arc<LaneShared>,
     thread: Option<JoinHandle<()>>,
-    /// The task in flight, for timeout messages.
-    task_in_flight: Option<Box<TaskRequest>>,
+    /// The kind and name of the callable of the task in flight (for timeout messages).
+    task_in_flight: Option<(CallableKind, Arc<str>)>,
     /// The task in flight was failed for its timeout: its late reply is discarded.
     abandoned: bool,
     /// A control command in flight.
@@ -144,7 +144,7 @@ impl Endpoint for InProcessEndpoint {
             return Err(EndpointError::Busy);
         }
         self.hand_over(LaneRequest::Task(Box::new(req.clone())))?;
-        self.task_in_flight = Some(Box::new(req.clone()));
+        self.task_in_flight = Some((req.kind, Arc::clone(&req.callable)));
         Ok(())
     }
 
@@ -202,7 +202,7 @@ impl Endpoint for InProcessEndpoint {
     }
 
     fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure> {
-        let req = self.task_in_flight.as_ref()?;
+        let (kind, callable) = self.task_in_flight.as_ref()?;
         if self.abandoned {
             return None;
         }
@@ -213,8 +213,8 @@ impl Endpoint for InProcessEndpoint {
             code: Some(code),
             message: format!(
                 "{code}: task timeout: {} callable '{}' ran for {:.2} s, longer than task_timeout {:.2} s; {} stays busy until the callable returns (an in-process lane cannot be killed)",
-                req.kind,
-                req.callable,
+                kind,
+                callable,
                 elapsed.as_secs_f64(),
                 limit.as_secs_f64(),
                 self.name

@@ -1154,8 +1154,8 @@ impl EngineState {
             })
             .collect();
         let message = format!(
-            "EndpointFailure: {} before the task could start",
-            format_args!("{name} {}", death.fate)
+            "EndpointFailure: {name} {} before the task could start",
+            death.fate
         );
         for id in victims {
             let Some(s) = self.slot(id) else { continue };
