@@ -11,7 +11,7 @@ use pto_types::wait::SpinPolicy;
 
 use crate::engine::graph::{Effects, Graph, NewTask};
 use crate::engine::run::RunShared;
-use crate::engine::{Assignment, ChipShared, Completion, Shape, TaskPayload};
+use crate::engine::{Assignment, ChipShared, Completion, Shape, TaskPayload, Work};
 use crate::kernel::{CoreType, KernelCtx, KernelDef, KernelRef};
 use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
@@ -106,17 +106,17 @@ fn noop_kernel(_: &mut KernelCtx<'_>) {}
 static NOOP_AIV: KernelDef = KernelDef::from_fn("bench.noop_aiv", CoreType::Aiv, noop_kernel);
 
 /// The shared graph of one run (`engine::graph::Graph` behind `RunShared::graph`, the parking
-/// mutex), driven through a ready task's whole life as the orchestrator and a scheduler do:
-/// publish (no producers, so it is routed to the AIV ready lane), dispatch (popped from the lane
-/// onto an idle core), finish (the core's completion), end of scope (consumed, the watermark
-/// moves). Each step takes the graph lock once, as the engine does. No threads run; the
-/// assignments are dropped instead of handed to cores.
+/// mutex), driven through a ready task's whole life as the orchestrator and an executor do:
+/// publish (no producers, so it is routed to the AIV ready lane), take (popped from the lane
+/// onto an idle logical core), finish (the block's completion), end of scope (consumed, the
+/// watermark moves). Each step takes the graph lock once per task, as the engine does. No
+/// threads run; the kernels are not called.
 pub struct ReadyLanes {
     chip: ChipShared,
     run: Arc<RunShared>,
     payload: Arc<TaskPayload>,
     next_local: u64,
-    out: Vec<(u32, Assignment)>,
+    out: Vec<Assignment>,
 }
 
 impl ReadyLanes {
@@ -129,7 +129,7 @@ impl ReadyLanes {
             SpinPolicy::PARK_IMMEDIATELY,
         );
         let graph = Graph::new([window; RING_COUNT], clusters);
-        let run = Arc::new(RunShared::new(0, graph, 1, 0));
+        let run = Arc::new(RunShared::new(0, graph, 0));
         let payload = Arc::new(TaskPayload {
             shape: Shape::Aiv,
             kernels: [None, Some(KernelRef::from_static(&NOOP_AIV)), None],
@@ -165,31 +165,34 @@ impl ReadyLanes {
                 &mut fx,
             );
             debug_assert_eq!(fx.became_ready, 1);
+            fx.wake = self.run.graph.lock().dispatchable(&self.run);
             ids.push(id);
         }
     }
 
-    /// One dispatch pass under the lock (pops ready tasks onto idle cores); returns the number
-    /// of blocks assigned. The assignments are dropped.
+    /// Takes ready blocks onto idle cores until none is dispatchable, one lock hold per take
+    /// (as executors do); returns the number of blocks taken.
     pub fn dispatch(&mut self) -> usize {
         self.out.clear();
-        self.run
-            .graph
-            .lock()
-            .dispatch(&self.run, &self.chip, &mut self.out);
-        self.out.len()
+        loop {
+            let work = self.run.graph.lock().take(&self.run, &self.chip);
+            match work {
+                Some(Work::Single(a)) => self.out.push(a),
+                Some(Work::Gang(parts)) => self.out.extend(parts),
+                None => return self.out.len(),
+            }
+        }
     }
 
-    /// The cores' completions of the last dispatch, then the end of the tasks' scope: one lock
-    /// hold for the completions (as a scheduler's batch) and one for the scope end.
+    /// The completions of the last dispatch, then the end of the tasks' scope: one lock hold
+    /// per completion (as executors finish blocks) and one for the scope end.
     pub fn finish_dispatched(&mut self, ids: &mut Vec<TaskId>) {
         let mut fx = Effects::default();
         {
-            let mut graph = self.run.graph.lock();
-            for (core, a) in self.out.drain(..) {
+            for a in self.out.drain(..) {
+                let mut graph = self.run.graph.lock();
                 let c = Completion {
-                    run_id: 0,
-                    core,
+                    core: a.core,
                     task: a.task,
                     block_idx: a.block_idx,
                     kernel: a.kernel,

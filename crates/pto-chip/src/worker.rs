@@ -26,12 +26,12 @@ use crate::callable::{ChipCallable, find_chip_callable};
 use crate::diag::scope_stats::Metadata;
 use crate::diag::{diagnostics_dir, write_file};
 use crate::engine::ChipShared;
-use crate::engine::core::{core_main, panic_message};
+use crate::engine::core::panic_message;
+use crate::engine::executor::executor_main;
 use crate::engine::graph::Graph;
 use crate::engine::heap::{HostRegion, RunMemory};
 use crate::engine::orchestrator::{OrchCore, OrchSettings};
-use crate::engine::run::RunShared;
-use crate::engine::scheduler::scheduler_main;
+use crate::engine::run::{RunShared, Watch};
 use crate::error::{BindError, ChipError, ChipRunError, Detector};
 use crate::footprint::Footprint;
 use crate::kernel::{CoreType, KernelCtx, KernelNameError, KernelRef, register_kernel_closure};
@@ -129,15 +129,8 @@ impl ChipWorker {
         }
         let effective = spec.effective(&snapshot.chip);
         let spin = SpinPolicy::new(effective.spin).with_pure_spin(effective.spin);
-        let core_spin = SpinPolicy::new(effective.spin.min(Duration::from_micros(5)))
-            .with_pure_spin(effective.spin.min(Duration::from_micros(5)));
-        let schedulers = effective.max_aicpu_threads as usize - 1;
-        let shared = Arc::new(ChipShared::new(
-            effective.clusters,
-            schedulers,
-            spin,
-            core_spin,
-        ));
+        let executors = executor_count(effective.cores());
+        let shared = Arc::new(ChipShared::new(effective.clusters, executors, spin, spin));
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -145,20 +138,21 @@ impl ChipWorker {
                 .spawn(f)
                 .map_err(ChipStartError::Thread)
         };
-        for index in 0..schedulers {
+        for index in 0..executors {
             let chip = Arc::clone(&shared);
-            let watchdog = effective.scheduler_timeout;
-            threads.push(spawn(
-                format!("pto-sched{index}"),
-                Box::new(move || scheduler_main(chip, index, watchdog)),
-            )?);
-        }
-        for id in 0..effective.cores() {
-            let chip = Arc::clone(&shared);
-            threads.push(spawn(
-                format!("pto-core{id}"),
-                Box::new(move || core_main(chip, id)),
-            )?);
+            match spawn(
+                format!("pto-exec{index}"),
+                Box::new(move || executor_main(chip, index)),
+            ) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    shared.stop();
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
+            }
         }
         let windows = [u64::from(Resource::TaskWindow.default_value() as u32); RING_COUNT];
         let tensormap = TensorMap::new(
@@ -392,11 +386,9 @@ impl ChipWorker {
         let run_id = state.next_run_id;
         state.next_run_id += 1;
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
-        let schedulers = threads as usize - 1;
         let run = Arc::new(RunShared::new(
             run_id,
             Graph::new(windows, self.spec.clusters),
-            schedulers,
             cfg.enable_chip_swimlane,
         ));
         let mut tensormap = state
@@ -404,10 +396,7 @@ impl ChipWorker {
             .take()
             .expect("the chip holds its TensorMap");
         tensormap.reset(windows.map(u64::from));
-        *self.shared.run.lock() = Some(Arc::clone(&run));
-        for s in &self.shared.schedulers {
-            s.ec.notify_one();
-        }
+        self.shared.install(Some(Arc::clone(&run)));
         let mut core = OrchCore::new(
             Arc::clone(&run),
             Arc::clone(&self.shared),
@@ -423,7 +412,7 @@ impl ChipWorker {
                 alloc_backstop: self.spec.alloc_backstop,
                 tensor_wait_timeout: self.spec.tensor_wait_timeout,
                 spin: self.shared.spin,
-                schedulers,
+                watchdog: self.spec.scheduler_timeout,
                 root_site: callable.name.to_string(),
             },
         );
@@ -450,7 +439,7 @@ impl ChipWorker {
         let usage_marks = core.high_water();
         let tasks = core.published;
         let poisoned = self.wait_for_end(&run);
-        *self.shared.run.lock() = None;
+        self.shared.install(None);
         let error = run.take_error();
         let diagnostics =
             self.write_diagnostics(cfg, ctx, &run, &mut core, &sizing, threads, error.as_ref());
@@ -546,7 +535,7 @@ impl ChipWorker {
             let text = trace.lock().render(
                 cfg.enable_chip_swimlane,
                 self.spec.clusters,
-                threads as usize - 1,
+                self.shared.executors,
                 &edges,
                 other,
             );
@@ -561,12 +550,15 @@ impl ChipWorker {
     fn wait_for_end(&self, run: &RunShared) -> Option<String> {
         let mut waiter = Waiter::new(&run.done, self.shared.spin);
         let mut cancelled_at: Option<Instant> = None;
+        let mut watch = Watch::default();
         loop {
             if run.is_finished() {
                 return None;
             }
             let now = Instant::now();
-            let deadline = if run.is_cancelled() {
+            let deadline = if !run.is_cancelled() {
+                watch.check(run, self.spec.scheduler_timeout)
+            } else {
                 let since = *cancelled_at.get_or_insert(now);
                 if now - since >= self.spec.scheduler_timeout {
                     let census = run.graph.lock().stall_census();
@@ -578,8 +570,6 @@ impl ChipWorker {
                     ));
                 }
                 Some(since + self.spec.scheduler_timeout)
-            } else {
-                None
             };
             let _ = waiter.wait(deadline);
         }
@@ -588,24 +578,24 @@ impl ChipWorker {
 
 impl Drop for ChipWorker {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
-        for s in &self.shared.schedulers {
-            s.ec.notify_all();
-        }
-        for c in &self.shared.cores {
-            c.ec.notify_all();
-        }
+        self.shared.stop();
         let poisoned = self
             .state
             .lock()
             .poisoned
             .as_ref()
             .is_some_and(|(_, run)| run.running.load(Ordering::Acquire) > 0);
-        for t in self.threads.drain(..) {
-            if poisoned {
-                // A core stuck in a kernel cannot be joined; leave the threads detached.
-                continue;
-            }
+        let gangs = self
+            .shared
+            .gangs
+            .iter()
+            .filter_map(|g| g.thread.lock().take());
+        let threads: Vec<JoinHandle<()>> = self.threads.drain(..).chain(gangs).collect();
+        if poisoned {
+            // A thread stuck in a kernel cannot be joined; leave the threads detached.
+            return;
+        }
+        for t in threads {
             let _ = t.join();
         }
     }
@@ -679,4 +669,11 @@ fn register_host_buffers(args: &TaskArgs) -> Result<(Vec<HostRegion>, Vec<Tensor
         tensors.push(desc);
     }
     Ok((regions, tensors))
+}
+
+/// Executor threads of a chip with `cores` simulated cores: never more than the host can run
+/// at once, since a kernel is CPU work on this simulator (ARCHITECTURE.md, "The chip engine").
+fn executor_count(cores: u32) -> usize {
+    let host = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    (cores as usize).min(host).max(1)
 }

@@ -1,28 +1,206 @@
-//! Simulated core threads (CHIP_RUNTIME.md §6.4).
+//! Running one block on a logical core (CHIP_RUNTIME.md §6.4), and the gang threads that run
+//! the parts of work that must run at the same time.
 //!
-//! A core waits for an assignment in its mailbox (spin briefly, then park), runs the kernel
-//! under `catch_unwind`, and reports to the scheduler that owns its cluster. A panicking kernel
-//! is reported as KERNEL_PANIC; the thread survives.
+//! A block runs under `catch_unwind`: a panicking kernel is reported as KERNEL_PANIC and the
+//! thread survives. Whoever ran a block completes it ([`finish_block`]): there is no hop to
+//! another thread between a kernel's return and its consumers becoming ready.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use pto_types::ErrorCode;
 use pto_types::wait::Waiter;
 
+use crate::diag::trace::BlockSpan;
+use crate::error::{ChipError, Detector};
 use crate::kernel::{CoreId, KernelCtx};
 
-use super::{Assignment, ChipShared, Completion, Shape};
+use super::graph::Effects;
+use super::run::RunShared;
+use super::{Assignment, ChipShared, Completion, Shape, Work};
 
-/// The body of core thread `id`.
-pub(crate) fn core_main(chip: Arc<ChipShared>, id: u32) {
-    let cell = &chip.cores[id as usize];
-    let mut waiter = Waiter::new(&cell.ec, chip.core_spin);
+/// Runs the kernel of `a` on the calling thread.
+pub(crate) fn run_block(a: &Assignment) -> Completion {
+    let tracing = a.run.trace_level > 0;
+    let started = tracing.then(Instant::now);
+    let payload = &a.payload;
+    let mut ctx = KernelCtx::new(
+        &payload.tensors,
+        &payload.scalars,
+        a.block_idx,
+        payload.block_num,
+        a.sub_block_id,
+        CoreId(a.core),
+        a.task,
+        &a.run.cancelled,
+    );
+    if let Shape::Mix(mask) = payload.shape {
+        ctx = ctx.with_mix_lanes(mask.count_ones());
+    }
+    let kernel = a.kernel;
+    let panic = catch_unwind(AssertUnwindSafe(|| kernel.call(&mut ctx)))
+        .err()
+        .map(|p| panic_message(p.as_ref()));
+    let micros = |t: Option<Instant>| t.map_or(0.0, |t| a.run.micros(t));
+    Completion {
+        core: a.core,
+        task: a.task,
+        block_idx: a.block_idx,
+        kernel: a.kernel,
+        panic,
+        start_us: micros(started),
+        end_us: micros(tracing.then(Instant::now)),
+        dispatch_us: a.dispatch_us,
+        sub_block_id: a.sub_block_id,
+        block_num: payload.block_num,
+    }
+}
+
+/// Records a finished block in the graph (under the lock the caller holds): latches a kernel
+/// panic, releases the core, completes the task when it was its last part.
+pub(crate) fn finish_block(
+    graph: &mut super::graph::Graph,
+    chip: &ChipShared,
+    run: &RunShared,
+    c: &Completion,
+    fx: &mut Effects,
+) {
+    if let Some(message) = &c.panic {
+        let mut e = ChipError::new(
+            ErrorCode::KernelPanic,
+            Detector::Immediate,
+            format!(
+                "kernel {} of task {} (block {}) panicked on core {}: {message}",
+                c.kernel.name(),
+                c.task,
+                c.block_idx,
+                CoreId(c.core).label(chip.clusters)
+            ),
+        );
+        e.task = Some(c.task);
+        run.latch_sched(e);
+    }
+    graph.finish(c, run, fx);
+}
+
+/// Finishes a block without taking more work (gang threads): one lock hold, then the wakes.
+fn finish_alone(chip: &ChipShared, run: &RunShared, c: &Completion) {
+    let mut fx = Effects::default();
+    {
+        let mut graph = run.graph.lock();
+        finish_block(&mut graph, chip, run, c, &mut fx);
+        fx.wake = graph.dispatchable(run);
+    }
+    after_finish(chip, run, c, &fx);
+}
+
+/// What the caller of [`finish_block`] does once the lock is released: counts the block as no
+/// longer running, records its trace span and wakes whoever the graph changes concern.
+pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, c: &Completion, fx: &Effects) {
+    run.running.fetch_sub(1, Ordering::AcqRel);
+    run.bump_progress();
+    if let Some(trace) = &run.trace {
+        trace.lock().block(BlockSpan {
+            core: c.core,
+            task: c.task,
+            kernel: c.kernel.name(),
+            block_idx: c.block_idx,
+            block_num: c.block_num,
+            sub_block: c.sub_block_id,
+            dispatch_us: c.dispatch_us,
+            start_us: c.start_us,
+            end_us: c.end_us,
+            finish_us: run.micros(Instant::now()),
+        });
+    }
+    after_effects(chip, run, fx);
+}
+
+/// Wakes the orchestrator (ring space, run end) and executors (new ready work) as `fx` says.
+pub(crate) fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
+    if fx.wake {
+        chip.signal_work(run);
+    }
+    if fx.watermark_moved || fx.completed_tasks > 0 {
+        run.ring_progress.notify_one();
+    }
+    if run.is_finished() {
+        run.done.notify_all();
+    }
+}
+
+/// Hands the parts of a gang but the first to the gang threads of their cores (starting them
+/// the first time) and returns the first, for the caller to run. A gang thread that cannot be
+/// started fails the run (INTERNAL_ERROR) and its part is finished unrun.
+pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, work: Work) -> Assignment {
+    let parts = match work {
+        Work::Single(a) => return a,
+        Work::Gang(parts) => parts,
+    };
+    let mut parts = parts.into_iter();
+    let first = parts.next().expect("a gang has parts");
+    for a in parts {
+        let core = a.core;
+        if let Err(e) = ensure_gang_thread(chip, core) {
+            let run = Arc::clone(&a.run);
+            run.latch_sched(ChipError::new(
+                ErrorCode::InternalError,
+                Detector::Immediate,
+                format!("cannot start the thread of core {core} for a co-scheduled part: {e}"),
+            ));
+            finish_alone(chip, &run, &skipped(&a));
+            continue;
+        }
+        let cell = &chip.gangs[core as usize];
+        *cell.mailbox.lock() = Some(a);
+        cell.ec.notify_one();
+    }
+    first
+}
+
+/// The completion of an assignment that never ran.
+fn skipped(a: &Assignment) -> Completion {
+    Completion {
+        core: a.core,
+        task: a.task,
+        block_idx: a.block_idx,
+        kernel: a.kernel,
+        panic: None,
+        start_us: 0.0,
+        end_us: 0.0,
+        dispatch_us: a.dispatch_us,
+        sub_block_id: a.sub_block_id,
+        block_num: a.payload.block_num,
+    }
+}
+
+fn ensure_gang_thread(chip: &Arc<ChipShared>, core: u32) -> std::io::Result<()> {
+    let mut slot = chip.gangs[core as usize].thread.lock();
+    if slot.is_none() {
+        let shared = Arc::clone(chip);
+        *slot = Some(
+            std::thread::Builder::new()
+                .name(format!("pto-gang{core}"))
+                .spawn(move || gang_main(shared, core))?,
+        );
+    }
+    Ok(())
+}
+
+/// The body of the gang thread of logical core `core`: run what arrives in its mailbox and
+/// finish it; never take other work.
+fn gang_main(chip: Arc<ChipShared>, core: u32) {
+    let cell = &chip.gangs[core as usize];
+    let mut waiter = Waiter::new(&cell.ec, chip.executor_spin);
     loop {
         let assignment = cell.mailbox.lock().take();
         if let Some(a) = assignment {
-            run_assignment(&chip, id, a);
+            let c = run_block(&a);
+            let run = Arc::clone(&a.run);
+            drop(a);
+            finish_alone(&chip, &run, &c);
             waiter.reset();
             continue;
         }
@@ -30,54 +208,6 @@ pub(crate) fn core_main(chip: Arc<ChipShared>, id: u32) {
             return;
         }
         let _ = waiter.wait(None);
-    }
-}
-
-fn run_assignment(chip: &ChipShared, id: u32, a: Assignment) {
-    let started = Instant::now();
-    let panic = {
-        let payload = &a.payload;
-        let mut ctx = KernelCtx::new(
-            &payload.tensors,
-            &payload.scalars,
-            a.block_idx,
-            payload.block_num,
-            a.sub_block_id,
-            CoreId(id),
-            a.task,
-            &a.run.cancelled,
-        );
-        if let Shape::Mix(mask) = payload.shape {
-            ctx = ctx.with_mix_lanes(mask.count_ones());
-        }
-        let kernel = a.kernel;
-        catch_unwind(AssertUnwindSafe(|| kernel.call(&mut ctx)))
-            .err()
-            .map(|p| panic_message(p.as_ref()))
-    };
-    let ended = Instant::now();
-    let cluster = chip.cores[id as usize].cluster;
-    let owner = cluster as usize % a.run.active_schedulers;
-    chip.schedulers[owner].inbox.lock().push(Completion {
-        run_id: a.run.id,
-        core: id,
-        task: a.task,
-        block_idx: a.block_idx,
-        kernel: a.kernel,
-        panic,
-        start_us: a.run.micros(started),
-        end_us: a.run.micros(ended),
-        dispatch_us: a.dispatch_us,
-        sub_block_id: a.sub_block_id,
-        block_num: a.payload.block_num,
-    });
-    let run = Arc::clone(&a.run);
-    drop(a);
-    run.running.fetch_sub(1, Ordering::AcqRel);
-    run.bump_progress();
-    chip.schedulers[owner].ec.notify_one();
-    if run.is_cancelled() {
-        run.done.notify_all();
     }
 }
 

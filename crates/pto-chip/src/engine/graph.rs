@@ -12,6 +12,9 @@
 //!   released (a consumer releases its pins when it completes);
 //! - **I4** the watermark `last_alive` of a ring only passes CONSUMED slots and never passes
 //!   `next_id`; it is published to the orchestrator after every move.
+//! - **I5** a logical core is busy from the [`Graph::take`] that claims it until the
+//!   [`Graph::finish`] of the one part that ran on it; `idle_aic` / `idle_aiv` hold exactly the
+//!   idle cores. Threads are not cores: any executor may run any core's part.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,7 +25,7 @@ use pto_types::RING_COUNT;
 use crate::task_id::TaskId;
 
 use super::run::RunShared;
-use super::{Assignment, ChipShared, Completion, Shape, TaskPayload};
+use super::{Assignment, ChipShared, Completion, Shape, TaskPayload, Work};
 
 /// Lifecycle of a slot's task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +138,8 @@ pub(crate) enum ProducerState {
 /// Side effects the caller must carry out after releasing the lock.
 #[derive(Default)]
 pub(crate) struct Effects {
+    /// Set by the caller from [`Graph::dispatchable`] at the end of its lock hold.
+    pub(crate) wake: bool,
     pub(crate) watermark_moved: bool,
     pub(crate) became_ready: u32,
     pub(crate) completed_tasks: u32,
@@ -400,125 +405,123 @@ impl Graph {
         }
     }
 
-    /// Dispatches ready blocks onto idle cores (CHIP_RUNTIME.md §6.2–§6.3). Assignments are
-    /// returned in `out`; the caller hands them to the cores after releasing the lock.
-    pub(crate) fn dispatch(
-        &mut self,
-        run: &Arc<RunShared>,
-        chip: &ChipShared,
-        out: &mut Vec<(u32, Assignment)>,
-    ) {
-        if run.is_cancelled() {
-            return;
-        }
-        // Tier 0: sync-start cohorts, admitted only when all their units are idle at once.
+    /// The lane a thread would take from now, if any (CHIP_RUNTIME.md §6.2–§6.3). Tier 0:
+    /// sync-start cohorts, admitted only when all their units are idle at once; a cohort that
+    /// waits holds back tier-1 work of the core kinds it needs. Tier 1: MIX, then AIC, then AIV.
+    fn pick(&self) -> Option<Lane> {
         let mut hold_aic = false;
         let mut hold_aiv = false;
         for lane in [Lane::MixSync, Lane::AicSync, Lane::AivSync] {
             let Some(&id) = self.lanes[lane as usize].front() else {
                 continue;
             };
-            let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
-            let blocks = payload.block_num;
+            let payload = self.slot(id).payload.as_ref().expect("payload");
+            let blocks = payload.block_num as usize;
             let admitted = match payload.shape {
-                Shape::Aic => self.idle_aic.len() >= blocks as usize,
-                Shape::Aiv => self.idle_aiv.len() >= blocks as usize,
-                Shape::Mix(mask) => self.idle_clusters(mask).len() >= blocks as usize,
-                Shape::Dummy => unreachable!(),
+                Shape::Aic => self.idle_aic.len() >= blocks,
+                Shape::Aiv => self.idle_aiv.len() >= blocks,
+                Shape::Mix(mask) => self.idle_clusters(mask).count() >= blocks,
+                Shape::Dummy => unreachable!("dummy tasks have no lane"),
             };
             if admitted {
-                self.lanes[lane as usize].pop_front();
-                for _ in 0..blocks {
-                    self.assign_block(id, &payload, run, chip, out);
+                return Some(lane);
+            }
+            let (aic, aiv) = shape_uses(payload.shape);
+            hold_aic |= aic;
+            hold_aiv |= aiv;
+        }
+        let has = |lane: Lane| !self.lanes[lane as usize].is_empty();
+        if !hold_aic && !hold_aiv && has(Lane::Mix) {
+            let id = self.lanes[Lane::Mix as usize][0];
+            if let Some(Shape::Mix(mask)) = self.slot(id).payload.as_ref().map(|p| p.shape) {
+                if self.idle_clusters(mask).next().is_some() {
+                    return Some(Lane::Mix);
                 }
-            } else {
-                let (aic, aiv) = shape_uses(payload.shape);
-                hold_aic |= aic;
-                hold_aiv |= aiv;
             }
         }
-        // Tier 1: MIX, then AIC and AIV.
-        if !hold_aic && !hold_aiv {
-            self.dispatch_lane(Lane::Mix, run, chip, out);
+        if !hold_aic && has(Lane::Aic) && !self.idle_aic.is_empty() {
+            return Some(Lane::Aic);
         }
-        if !hold_aic {
-            self.dispatch_lane(Lane::Aic, run, chip, out);
+        if !hold_aiv && has(Lane::Aiv) && !self.idle_aiv.is_empty() {
+            return Some(Lane::Aiv);
         }
-        if !hold_aiv {
-            self.dispatch_lane(Lane::Aiv, run, chip, out);
-        }
+        None
     }
 
-    fn dispatch_lane(
-        &mut self,
-        lane: Lane,
-        run: &Arc<RunShared>,
-        chip: &ChipShared,
-        out: &mut Vec<(u32, Assignment)>,
-    ) {
-        while let Some(&id) = self.lanes[lane as usize].front() {
-            let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
-            let has_unit = match payload.shape {
-                Shape::Aic => !self.idle_aic.is_empty(),
-                Shape::Aiv => !self.idle_aiv.is_empty(),
-                Shape::Mix(mask) => !self.idle_clusters(mask).is_empty(),
-                Shape::Dummy => unreachable!(),
-            };
-            if !has_unit {
-                return;
+    /// Whether a thread could take work now: the caller wakes an executor when it is.
+    pub(crate) fn dispatchable(&self, run: &RunShared) -> bool {
+        !run.is_cancelled() && self.pick().is_some()
+    }
+
+    /// Takes the next unit of work, claiming its logical core(s): one block, a whole
+    /// sync-start cohort, or the parts of one MIX block. Nothing once the run failed.
+    pub(crate) fn take(&mut self, run: &Arc<RunShared>, chip: &ChipShared) -> Option<Work> {
+        if run.is_cancelled() {
+            return None;
+        }
+        let lane = self.pick()?;
+        let id = *self.lanes[lane as usize]
+            .front()
+            .expect("picked lanes are not empty");
+        let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
+        let mut parts = Vec::new();
+        if matches!(lane, Lane::MixSync | Lane::AicSync | Lane::AivSync) {
+            for _ in 0..payload.block_num {
+                self.assign_block(id, &payload, run, chip, &mut parts);
             }
-            self.assign_block(id, &payload, run, chip, out);
-            let slot = self.slot(id);
-            if slot.next_block == payload.block_num {
-                self.lanes[lane as usize].pop_front();
-            }
+        } else {
+            self.assign_block(id, &payload, run, chip, &mut parts);
+        }
+        if self.slot(id).next_block == payload.block_num {
+            self.lanes[lane as usize].pop_front();
+        }
+        if parts.len() == 1 {
+            parts.pop().map(Work::Single)
+        } else {
+            Some(Work::Gang(parts))
         }
     }
 
     /// Clusters whose cores in `mask` are all idle.
-    fn idle_clusters(&self, mask: u8) -> Vec<u32> {
-        (0..self.clusters)
-            .filter(|&k| {
-                cluster_cores(self.clusters, k, mask)
-                    .iter()
-                    .all(|&(core, _, _)| !self.core_busy[core as usize])
-            })
-            .collect()
+    fn idle_clusters(&self, mask: u8) -> impl Iterator<Item = u32> + '_ {
+        (0..self.clusters).filter(move |&k| {
+            cluster_cores(self.clusters, k, mask)
+                .iter()
+                .all(|&(core, _, _)| !self.core_busy[core as usize])
+        })
     }
 
-    /// Hands the next block of `id` to idle core(s). A unit must be available.
+    /// Claims idle core(s) for the next block of `id` and appends its part(s) to `out`. A unit
+    /// must be available.
     fn assign_block(
         &mut self,
         id: TaskId,
         payload: &Arc<TaskPayload>,
         run: &Arc<RunShared>,
         chip: &ChipShared,
-        out: &mut Vec<(u32, Assignment)>,
+        out: &mut Vec<Assignment>,
     ) {
         let slot = self.slot_mut(id);
         let block_idx = slot.next_block;
         slot.next_block += 1;
+        let dispatch_us = if run.trace_level > 0 {
+            run.micros(std::time::Instant::now())
+        } else {
+            0.0
+        };
         let mut give = |graph: &mut Graph, core: u32, kernel_slot: usize, sub_block_id: u32| {
             graph.claim_core(core);
             run.running.fetch_add(1, Ordering::AcqRel);
-            let kernel = payload.kernels[kernel_slot].expect("the shape has this kernel");
-            let dispatch_us = if run.trace_level > 0 {
-                run.micros(std::time::Instant::now())
-            } else {
-                0.0
-            };
-            out.push((
+            out.push(Assignment {
+                run: Arc::clone(run),
                 core,
-                Assignment {
-                    run: Arc::clone(run),
-                    task: id,
-                    payload: Arc::clone(payload),
-                    kernel,
-                    block_idx,
-                    sub_block_id,
-                    dispatch_us,
-                },
-            ));
+                task: id,
+                payload: Arc::clone(payload),
+                kernel: payload.kernels[kernel_slot].expect("the shape has this kernel"),
+                block_idx,
+                sub_block_id,
+                dispatch_us,
+            });
         };
         match payload.shape {
             Shape::Aic => {
@@ -531,7 +534,7 @@ impl Graph {
                 give(self, core, 1, sub);
             }
             Shape::Mix(mask) => {
-                let cluster = self.idle_clusters(mask)[0];
+                let cluster = self.idle_clusters(mask).next().expect("an idle cluster");
                 for (core, kernel_slot, sub) in cluster_cores(self.clusters, cluster, mask) {
                     give(self, core, kernel_slot, sub);
                 }

@@ -1,32 +1,46 @@
-//! The execution engine of a chip: graph state, orchestrator, schedulers and cores
-//! (CHIP_RUNTIME.md §3 and §6).
+//! The execution engine of a chip: graph state, orchestrator and executors (CHIP_RUNTIME.md §3
+//! and §6).
 //!
 //! Threads and ownership:
 //! - the **orchestrator** is the thread that calls `ChipWorker::run`; it runs the user's
 //!   orchestration function and owns every ring allocator, the TensorMap and the scope stack
-//!   ([`orchestrator::OrchCore`]); nothing else touches them;
-//! - **scheduler threads** (`aicpu_thread_num - 1` per run) complete tasks, route consumers to
-//!   the ready queues, advance ring watermarks and dispatch ready blocks to cores
-//!   ([`scheduler`]);
-//! - **core threads** (3 per cluster) run kernels ([`core`]).
+//!   ([`orchestrator::OrchCore`]); nothing else touches them. It also runs the no-progress
+//!   watchdog (code 100) whenever it waits ([`run::Watch`]);
+//! - **executors** (`min(simulated cores, host parallelism)` threads per chip) take a ready
+//!   block, claim a *logical* core for it, run the kernel, complete it — releasing its consumers
+//!   into the ready lanes — and take the next block themselves, in one hold of the graph lock
+//!   per block ([`executor`]). Simulated cores are not threads: a core is a slot in the graph's
+//!   occupancy table, so 24 simulated cores on a 2-CPU host cost 2 threads, not 24;
+//! - **gang threads**, one per logical core and started the first time that core needs one, run
+//!   the extra parts of work that must run *at the same time*: the blocks of a
+//!   `require_sync_start` cohort and the parts of a MIX block (their kernels may wait for each
+//!   other, as on the device). They only run such parts and never take work themselves.
 //!
-//! All task state shared between them — slot records, fanout lists, ready queues, core
+//! All task state shared between them — slot records, fanout lists, ready lanes, core
 //! occupancy — sits behind one parking mutex, [`run::RunShared::graph`] ([`graph::Graph`]),
-//! taken once per submit (wiring and publication) and once per batch of completions. This
-//! removes the classic bug classes of fine-grained task graphs (lost readiness, double
-//! consumption, reuse of a slot still referenced) at the cost of a short critical section; the
-//! ring allocators, pools and TensorMap stay lock-free because only the orchestrator uses them.
-//! The watermark of each ring is published in an atomic for the orchestrator's refresh.
+//! taken once per submit (wiring and publication) and once per finished block (completion and
+//! the next take, together). This removes the classic bug classes of fine-grained task graphs
+//! (lost readiness, double consumption, reuse of a slot still referenced) at the cost of a short
+//! critical section (ARCHITECTURE.md has the measurements); the ring allocators, pools and
+//! TensorMap stay lock-free because only the orchestrator uses them. The watermark of each ring
+//! is published in an atomic for the orchestrator's refresh.
+//!
+//! Waking executors ([`ChipShared::signal_work`]): whoever makes a block dispatchable bumps the
+//! run's `work_epoch` and wakes one parked executor only when no executor is searching (spinning
+//! for work). A searching executor watches the epoch; before it parks it stops counting itself
+//! as searching and then re-checks the epoch (both `SeqCst`, the store-buffering pattern of
+//! `pto_types::wait`'s README): either the signaller sees it searching, or it sees the bump.
 
 pub(crate) mod core;
+pub(crate) mod executor;
 pub(crate) mod graph;
 pub(crate) mod heap;
 pub(crate) mod orchestrator;
 pub(crate) mod run;
-pub(crate) mod scheduler;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 use pto_types::wait::{EventCount, SpinPolicy};
@@ -57,7 +71,7 @@ impl Shape {
     }
 }
 
-/// What a task runs: immutable once published, shared with the cores running its blocks.
+/// What a task runs: immutable once published, shared with the threads running its blocks.
 #[derive(Debug)]
 pub(crate) struct TaskPayload {
     pub(crate) shape: Shape,
@@ -81,21 +95,30 @@ impl TaskPayload {
     }
 }
 
-/// One block (or one core's part of a MIX block) handed to a core.
+/// One block (or one core's part of a MIX block) on the logical core it claimed.
 pub(crate) struct Assignment {
     pub(crate) run: Arc<RunShared>,
+    pub(crate) core: u32,
     pub(crate) task: TaskId,
     pub(crate) payload: Arc<TaskPayload>,
     pub(crate) kernel: KernelRef,
     pub(crate) block_idx: u32,
     pub(crate) sub_block_id: u32,
-    /// When the block was handed to the core (µs since the run started).
+    /// When the block was handed out (µs since the run started; 0 unless tracing).
     pub(crate) dispatch_us: f64,
 }
 
-/// A core's report that it finished one assignment.
+/// What one take from the ready lanes hands a thread.
+pub(crate) enum Work {
+    /// One block on one core.
+    Single(Assignment),
+    /// Parts that must run at the same time (a sync-start cohort, the parts of a MIX block):
+    /// the taker runs the first, gang threads the others.
+    Gang(Vec<Assignment>),
+}
+
+/// The report that one assignment finished.
 pub(crate) struct Completion {
-    pub(crate) run_id: u64,
     pub(crate) core: u32,
     pub(crate) task: TaskId,
     pub(crate) block_idx: u32,
@@ -103,7 +126,7 @@ pub(crate) struct Completion {
     pub(crate) kernel: KernelRef,
     /// The panic message, if the kernel panicked.
     pub(crate) panic: Option<String>,
-    /// Kernel start and end, µs since the run started.
+    /// Kernel start and end, µs since the run started (0 unless tracing).
     pub(crate) start_us: f64,
     pub(crate) end_us: f64,
     pub(crate) dispatch_us: f64,
@@ -111,71 +134,99 @@ pub(crate) struct Completion {
     pub(crate) block_num: u32,
 }
 
-/// A simulated core: its mailbox and the event count it parks on.
-pub(crate) struct CoreCell {
-    pub(crate) cluster: u32,
+/// Where a logical core sits in its cluster.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CoreInfo {
+    /// Its AIV index in the cluster (0 for the AIC core): the kernel's `sub_block_id`.
     pub(crate) sub_block: u32,
-    pub(crate) mailbox: Mutex<Option<Assignment>>,
-    pub(crate) ec: EventCount,
 }
 
-/// A scheduler thread's inbox of completions and the event count it parks on.
-pub(crate) struct SchedCell {
-    pub(crate) inbox: Mutex<Vec<Completion>>,
+/// The gang thread of one logical core: its mailbox and the event count it parks on.
+#[derive(Default)]
+pub(crate) struct GangCell {
+    pub(crate) mailbox: Mutex<Option<Assignment>>,
     pub(crate) ec: EventCount,
+    /// The thread, once started.
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// State shared by a chip's threads for the chip's lifetime.
 pub(crate) struct ChipShared {
     pub(crate) clusters: u32,
-    pub(crate) cores: Vec<CoreCell>,
-    pub(crate) schedulers: Vec<SchedCell>,
-    /// The run in progress, if any. Schedulers read it when they wake.
+    pub(crate) cores: Vec<CoreInfo>,
+    /// Executor threads of this chip.
+    pub(crate) executors: usize,
+    /// Executors park here; [`ChipShared::signal_work`] wakes them.
+    pub(crate) work: EventCount,
+    /// Executors spinning for work right now (see the module doc).
+    pub(crate) searching: AtomicU32,
+    /// The run in progress, if any, and a sequence number bumped whenever it changes, so that
+    /// executors read the mutex only when there is something new.
     pub(crate) run: Mutex<Option<Arc<RunShared>>>,
+    pub(crate) run_seq: AtomicU64,
+    pub(crate) gangs: Vec<GangCell>,
     pub(crate) shutdown: AtomicBool,
-    /// Spin window of schedulers and the orchestrator.
+    /// Spin window of the orchestrator's waits.
     pub(crate) spin: SpinPolicy,
-    /// Spin window of core threads: short and without yields, because a chip has many more
-    /// core threads than a small host has CPUs, and `yield_now` can hand a whole time slice to
-    /// another thread (see `pto_types::wait`'s README).
-    pub(crate) core_spin: SpinPolicy,
+    /// Spin window of executors and gang threads: pure spinning (no `yield_now`, which can hand
+    /// a whole time slice to another thread on a small host; see `pto_types::wait`'s README).
+    pub(crate) executor_spin: SpinPolicy,
 }
 
 impl ChipShared {
     pub(crate) fn new(
         clusters: u32,
-        schedulers: usize,
+        executors: usize,
         spin: SpinPolicy,
-        core_spin: SpinPolicy,
+        executor_spin: SpinPolicy,
     ) -> ChipShared {
-        let mut cores = Vec::with_capacity(3 * clusters as usize);
-        for id in 0..3 * clusters {
-            let (cluster, sub_block) = if id < clusters {
-                (id, 0)
-            } else {
-                let aiv = id - clusters;
-                (aiv / 2, aiv % 2)
-            };
-            cores.push(CoreCell {
-                cluster,
-                sub_block,
-                mailbox: Mutex::new(None),
-                ec: EventCount::new(),
-            });
-        }
+        let cores = (0..3 * clusters)
+            .map(|id| {
+                let sub_block = if id < clusters {
+                    0
+                } else {
+                    (id - clusters) % 2
+                };
+                CoreInfo { sub_block }
+            })
+            .collect();
         ChipShared {
             clusters,
             cores,
-            schedulers: (0..schedulers)
-                .map(|_| SchedCell {
-                    inbox: Mutex::new(Vec::new()),
-                    ec: EventCount::new(),
-                })
-                .collect(),
+            executors,
+            work: EventCount::new(),
+            searching: AtomicU32::new(0),
             run: Mutex::new(None),
+            run_seq: AtomicU64::new(0),
+            gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),
             shutdown: AtomicBool::new(false),
             spin,
-            core_spin,
+            executor_spin,
+        }
+    }
+
+    /// Makes `run` (or nothing) the chip's current run.
+    pub(crate) fn install(&self, run: Option<Arc<RunShared>>) {
+        *self.run.lock() = run;
+        self.run_seq.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Something of `run` may have become dispatchable: a block became ready or a core was
+    /// released. Wakes one parked executor unless one is searching already (module doc).
+    pub(crate) fn signal_work(&self, run: &RunShared) {
+        run.work_epoch.fetch_add(1, Ordering::SeqCst);
+        if self.searching.load(Ordering::SeqCst) == 0 {
+            self.work.notify_one();
+        }
+    }
+
+    /// Stops every thread of the chip (they exit at their next check).
+    pub(crate) fn stop(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.run_seq.fetch_add(1, Ordering::SeqCst);
+        self.work.notify_all();
+        for g in &self.gangs {
+            g.ec.notify_all();
         }
     }
 }

@@ -30,9 +30,10 @@ use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
 use crate::tensormap::{Overlap, TensorMap, Visit, Want};
 
+use super::core::after_effects;
 use super::graph::{Effects, NewTask, ProducerState};
 use super::heap::RunMemory;
-use super::run::RunShared;
+use super::run::{RunShared, Watch};
 use super::{ChipShared, Shape, TaskPayload};
 
 /// Most tensors per task.
@@ -116,7 +117,8 @@ pub(crate) struct OrchSettings {
     pub(crate) alloc_backstop: Duration,
     pub(crate) tensor_wait_timeout: Duration,
     pub(crate) spin: SpinPolicy,
-    pub(crate) schedulers: usize,
+    /// The no-progress watchdog (code 100), checked while this thread waits.
+    pub(crate) watchdog: Duration,
     /// Names the root scope in scope stats (the callable's name).
     pub(crate) root_site: String,
 }
@@ -141,7 +143,6 @@ pub(crate) struct OrchCore {
     memory: RunMemory,
     heap_bases: [u64; RING_COUNT],
     settings: OrchSettings,
-    next_scheduler: usize,
     /// Tasks published so far (alloc tasks included).
     pub(crate) published: u64,
     /// Diagnostics recorded on this thread (each `Some` only when enabled).
@@ -189,7 +190,6 @@ impl OrchCore {
             memory,
             heap_bases,
             settings,
-            next_scheduler: 0,
             published: 0,
             sizing,
             scope_stats,
@@ -312,6 +312,7 @@ impl OrchCore {
         let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
         let mut last_progress = run.progress.load(Ordering::Acquire);
         let mut quiet_since = Instant::now();
+        let mut watch = Watch::default();
         loop {
             self.refresh_all();
             let blocked = match attempt(self) {
@@ -338,7 +339,11 @@ impl OrchCore {
             if let Some(detector) = detector {
                 return Err(self.fail(self.capacity_error(ring, task, blocked, detector)));
             }
-            let deadline = quiet_since + self.settings.alloc_backstop;
+            let backstop = quiet_since + self.settings.alloc_backstop;
+            let deadline = match watch.check(&run, self.settings.watchdog) {
+                Some(watchdog) => backstop.min(watchdog),
+                None => backstop,
+            };
             let _ = waiter.wait(Some(deadline.max(now + Duration::from_millis(1))));
         }
     }
@@ -773,6 +778,7 @@ impl OrchCore {
                         .expect("checked available");
                 }
                 graph.publish(task.take().expect("published once"), &run, &mut fx);
+                fx.wake = graph.dispatchable(&run);
                 if edges > 0 {
                     core.dep_demand[ring]
                         .try_alloc_n(edges)
@@ -819,15 +825,7 @@ impl OrchCore {
 
     /// Wakes whoever the graph changes concern.
     fn after_lock(&mut self, fx: &Effects) {
-        if fx.became_ready > 0 {
-            let index = self.next_scheduler % self.settings.schedulers;
-            self.next_scheduler = self.next_scheduler.wrapping_add(1);
-            self.chip.schedulers[index].ec.notify_one();
-        }
-        if fx.completed_tasks > 0 || fx.watermark_moved {
-            self.run.ring_progress.notify_one();
-            self.run.done.notify_all();
-        }
+        after_effects(&self.chip, &self.run, fx);
     }
 
     /// Blocking element access for `get/set_tensor_data` (CHIP_RUNTIME.md §2.3): waits until
@@ -875,6 +873,7 @@ impl OrchCore {
         let run = Arc::clone(&self.run);
         let deadline = Instant::now() + self.settings.tensor_wait_timeout;
         let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
+        let mut watch = Watch::default();
         loop {
             let pending = {
                 let graph = run.graph.lock();
@@ -897,7 +896,11 @@ impl OrchCore {
                 e.task = Some(blocking);
                 return Err(self.fail(e));
             }
-            let _ = waiter.wait(Some(deadline));
+            let wait_until = match watch.check(&run, self.settings.watchdog) {
+                Some(watchdog) => deadline.min(watchdog),
+                None => deadline,
+            };
+            let _ = waiter.wait(Some(wait_until));
         }
         let bound = [BoundTensor {
             desc,
@@ -991,9 +994,6 @@ impl OrchCore {
         self.run
             .total_tasks
             .store(self.published, Ordering::Release);
-        for s in &self.chip.schedulers {
-            s.ec.notify_one();
-        }
         self.run.done.notify_all();
     }
 

@@ -1,19 +1,20 @@
-//! State of one run shared by the orchestrator, the schedulers and the cores.
+//! State of one run shared by the orchestrator, the executors and the gang threads, and the
+//! no-progress watchdog the orchestrator runs while it waits.
 //!
-//! Error latching follows CHIP_RUNTIME.md §5.1: the orchestrator and the schedulers each keep
-//! their first error; the orchestrator's takes precedence in the report. Once any error is
-//! latched, `cancelled` is set: orchestration calls return `Err(Fatal)`, schedulers dispatch
-//! nothing new and kernels see `ctx.cancelled()`.
+//! Error latching follows CHIP_RUNTIME.md §5.1: the orchestrator and the executing threads each
+//! keep their first error; the orchestrator's takes precedence in the report. Once any error is
+//! latched, `cancelled` is set: orchestration calls return `Err(Fatal)`, executors take nothing
+//! new and kernels see `ctx.cancelled()`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pto_types::RING_COUNT;
 use pto_types::wait::EventCount;
+use pto_types::{ErrorCode, RING_COUNT};
 
 use crate::diag::trace::TraceBuffer;
-use crate::error::ChipError;
+use crate::error::{ChipError, Detector};
 
 use super::graph::Graph;
 
@@ -37,6 +38,9 @@ pub(crate) struct RunShared {
     pub(crate) completed: AtomicU64,
     /// Tasks submitted, set once orchestration has finished; [`TOTAL_UNKNOWN`] before.
     pub(crate) total_tasks: AtomicU64,
+    /// Bumped whenever a block may have become dispatchable (a task became ready, a core was
+    /// released): searching executors watch it (`ChipShared::signal_work`).
+    pub(crate) work_epoch: AtomicU64,
     /// Blocks currently running on cores.
     pub(crate) running: AtomicU64,
     /// Notified when the run may have finished (all tasks completed, or failed and idle).
@@ -45,8 +49,6 @@ pub(crate) struct RunShared {
     pub(crate) cancelled: AtomicBool,
     orch_error: Mutex<Option<ChipError>>,
     sched_error: Mutex<Option<ChipError>>,
-    /// Schedulers active in this run (`aicpu_thread_num - 1`).
-    pub(crate) active_schedulers: usize,
     /// Time zero of the run's trace and samples.
     pub(crate) epoch: Instant,
     /// Swimlane level (0 = off) and its event buffer.
@@ -55,12 +57,7 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
-    pub(crate) fn new(
-        id: u64,
-        graph: Graph,
-        active_schedulers: usize,
-        trace_level: u8,
-    ) -> RunShared {
+    pub(crate) fn new(id: u64, graph: Graph, trace_level: u8) -> RunShared {
         RunShared {
             id,
             graph: Mutex::new(graph),
@@ -69,12 +66,12 @@ impl RunShared {
             ring_progress: EventCount::new(),
             completed: AtomicU64::new(0),
             total_tasks: AtomicU64::new(TOTAL_UNKNOWN),
+            work_epoch: AtomicU64::new(0),
             running: AtomicU64::new(0),
             done: EventCount::new(),
             cancelled: AtomicBool::new(false),
             orch_error: Mutex::new(None),
             sched_error: Mutex::new(None),
-            active_schedulers,
             epoch: Instant::now(),
             trace_level,
             trace: (trace_level > 0).then(|| Mutex::new(TraceBuffer::default())),
@@ -100,7 +97,7 @@ impl RunShared {
         self.cancel();
     }
 
-    /// Latches a scheduler's (or core's) first error.
+    /// Latches the first error of an executing thread (a kernel panic, a broken invariant).
     pub(crate) fn latch_sched(&self, error: ChipError) {
         let mut slot = self.sched_error.lock();
         if slot.is_none() {
@@ -116,7 +113,7 @@ impl RunShared {
         self.done.notify_all();
     }
 
-    /// The error to report: the orchestrator's if any, else the schedulers'.
+    /// The error to report: the orchestrator's if any, else the executing threads'.
     pub(crate) fn take_error(&self) -> Option<ChipError> {
         if let Some(e) = self.orch_error.lock().take() {
             return Some(e);
@@ -139,5 +136,55 @@ impl RunShared {
             return self.running.load(Ordering::Acquire) == 0;
         }
         self.completed.load(Ordering::Acquire) == total
+    }
+}
+
+/// The no-progress watchdog (code 100), run by the orchestrator whenever it waits: work is
+/// outstanding and nothing progressed for the chip's `scheduler_timeout`.
+#[derive(Default)]
+pub(crate) struct Watch {
+    last_progress: u64,
+    since: Option<Instant>,
+}
+
+impl Watch {
+    /// Returns the deadline to park with, latching SCHEDULER_TIMEOUT when it has passed.
+    pub(crate) fn check(&mut self, run: &RunShared, timeout: Duration) -> Option<Instant> {
+        let outstanding = {
+            let graph = run.graph.lock();
+            graph.published > run.completed.load(Ordering::Acquire)
+        };
+        if !outstanding || run.is_cancelled() {
+            self.since = None;
+            return None;
+        }
+        let now = Instant::now();
+        let progress = run.progress.load(Ordering::Acquire);
+        let since = match self.since {
+            Some(since) if progress == self.last_progress => since,
+            _ => {
+                self.last_progress = progress;
+                self.since = Some(now);
+                now
+            }
+        };
+        if now - since < timeout {
+            return Some(since + timeout);
+        }
+        let census = run.graph.lock().stall_census();
+        let orchestration_done = run.total_tasks.load(Ordering::Acquire) != TOTAL_UNKNOWN;
+        let class = census.class(orchestration_done);
+        let mut e = ChipError::new(
+            ErrorCode::SchedulerTimeout,
+            Detector::Timeout,
+            format!(
+                "no progress for {} ms with work outstanding: {class} ({census})",
+                timeout.as_millis()
+            ),
+        );
+        e.used = Some(census.running);
+        run.latch_sched(e);
+        self.since = None;
+        None
     }
 }
