@@ -433,10 +433,10 @@ impl Graph {
         let has = |lane: Lane| !self.lanes[lane as usize].is_empty();
         if !hold_aic && !hold_aiv && has(Lane::Mix) {
             let id = self.lanes[Lane::Mix as usize][0];
-            if let Some(Shape::Mix(mask)) = self.slot(id).payload.as_ref().map(|p| p.shape) {
-                if self.idle_clusters(mask).next().is_some() {
-                    return Some(Lane::Mix);
-                }
+            if let Some(Shape::Mix(mask)) = self.slot(id).payload.as_ref().map(|p| p.shape)
+                && self.idle_clusters(mask).next().is_some()
+            {
+                return Some(Lane::Mix);
             }
         }
         if !hold_aic && has(Lane::Aic) && !self.idle_aic.is_empty() {
