@@ -1,11 +1,12 @@
 //! B1: L2 orchestration cost per task (`pto bench submit`, BENCHMARKS.md B1).
 //!
-//! One chip run submits N no-op AIV tasks in three shapes — independent, a 1-D stencil of
-//! width 16 (each task reads 3 entries of the previous step's row), a chain (one INOUT
-//! tensor) — in scopes of 64 tasks, with window 1024 (back-pressure) and 262144 (none).
-//! Reported per task, end to end (the `run` call), in µs. Peers in the same run: rayon's
-//! `scope.spawn` of a no-op closure per task, and a sequential loop calling the no-op kernel
-//! function N times through a `black_box`.
+//! One chip run submits N tasks in four shapes — independent no-op AIV tasks, dummy tasks
+//! (no kernel), a 1-D stencil of width 16 (each task reads 3 entries of the previous step's
+//! row), a chain (one INOUT tensor) — in scopes of 64 tasks, with window 1024 (back-pressure)
+//! and 262144 (none). Reported per task, end to end (the `run` call), in µs. Also: the fixed
+//! cost of an empty run, and independent tasks on chips of 1, 2, 8 and 24 clusters (the cost
+//! must not grow with the simulated size). Peers in the same run: rayon's `scope.spawn` of a
+//! no-op closure per task, and a sequential loop through a `black_box`.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -40,6 +41,26 @@ fn independent<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
         })?;
         left -= chunk;
     }
+    Ok(())
+}
+
+fn dummies<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        s.scope(|s| {
+            for _ in 0..chunk {
+                s.submit_dummy(KernelArgs::new())?;
+            }
+            Ok(())
+        })?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+fn empty<'r>(_: &mut RootScope<'r>, _: &OrchArgs<'r>) -> OrchResult<()> {
     Ok(())
 }
 
@@ -88,10 +109,15 @@ struct Shape {
     grid: bool,
 }
 
-const SHAPES: [Shape; 3] = [
+const SHAPES: [Shape; 4] = [
     Shape {
         name: "independent",
         orch: independent,
+        grid: false,
+    },
+    Shape {
+        name: "dummy",
+        orch: dummies,
         grid: false,
     },
     Shape {
@@ -149,6 +175,51 @@ fn peers(n: u64, runs: usize) -> anyhow::Result<(Stats, Stats)> {
     Ok((rayon, sequential))
 }
 
+/// The fixed cost of a run that submits nothing (µs): binding, the root scope, the report.
+fn empty_run(chip: &ChipWorker, runs: usize) -> anyhow::Result<Stats> {
+    let cfg = CallConfig::default();
+    chip.run_fn(empty, &TaskArgs::new(), &cfg, &RunContext::default())?;
+    sample(runs, || {
+        let started = Instant::now();
+        chip.run_fn(empty, &TaskArgs::new(), &cfg, &RunContext::default())?;
+        Ok(us_since(started))
+    })
+}
+
+/// Independent no-op AIV tasks on chips of 1 to 24 clusters (3 to 72 simulated cores) on the
+/// same host: with logical cores the cost per task should not depend on the simulated size.
+fn by_clusters(n: u64, runs: usize) -> anyhow::Result<Vec<Point>> {
+    let mut points = Vec::new();
+    let mut medians = Vec::new();
+    for clusters in [1u32, 2, 8, 24] {
+        let spec = ChipSpec {
+            clusters,
+            ..ChipSpec::default()
+        };
+        let chip = ChipWorker::new(spec, EnvSource::empty())?;
+        let stats = sample(runs, || run_once(&chip, &SHAPES[0], n, 262_144))?;
+        medians.push(stats.median);
+        points.push(Point::new(
+            "submit",
+            format!("independent clusters={clusters} n={n}"),
+            "us/task",
+            stats,
+        ));
+    }
+    let (lo, hi) = medians
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), &m| {
+            (lo.min(m), hi.max(m))
+        });
+    points.push(Point::new(
+        "submit",
+        "independent, clusters 1 to 24: slowest / fastest median",
+        "ratio",
+        Stats::one(hi / lo),
+    ));
+    Ok(points)
+}
+
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let (n, runs) = if quick {
         (2_000u64, 1)
@@ -181,6 +252,13 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             points.push(p);
         }
     }
+    points.push(Point::new(
+        "submit",
+        "empty run (fixed cost)",
+        "us",
+        empty_run(&chip, if quick { 20 } else { 200 })?,
+    ));
+    points.extend(by_clusters(n / 4, runs)?);
     // What the chip costs once the runs are over: its threads must park (idle ~0 %).
     let idle = std::time::Duration::from_millis(if quick { 200 } else { 1000 });
     let before = crate::idle::ticks(me);

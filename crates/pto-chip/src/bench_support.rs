@@ -165,7 +165,7 @@ impl ReadyLanes {
                 &mut fx,
             );
             debug_assert_eq!(fx.became_ready, 1);
-            fx.wake = self.run.graph.lock().dispatchable(&self.run);
+            fx.wake = self.run.graph.lock().signal(&self.run);
             ids.push(id);
         }
     }

@@ -17,14 +17,14 @@ use crate::diag::trace::BlockSpan;
 use crate::error::{ChipError, Detector};
 use crate::kernel::{CoreId, KernelCtx};
 
-use super::graph::Effects;
+use super::graph::{Effects, Signal};
 use super::run::RunShared;
 use super::{Assignment, ChipShared, Completion, Shape, Work};
 
 /// Runs the kernel of `a` on the calling thread.
 pub(crate) fn run_block(a: &Assignment) -> Completion {
     let tracing = a.run.trace_level > 0;
-    let started = tracing.then(Instant::now);
+    let started = Instant::now();
     let payload = &a.payload;
     let mut ctx = KernelCtx::new(
         &payload.tensors,
@@ -43,7 +43,10 @@ pub(crate) fn run_block(a: &Assignment) -> Completion {
     let panic = catch_unwind(AssertUnwindSafe(|| kernel.call(&mut ctx)))
         .err()
         .map(|p| panic_message(p.as_ref()));
-    let micros = |t: Option<Instant>| t.map_or(0.0, |t| a.run.micros(t));
+    let ended = Instant::now();
+    let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
+    a.run.last_kernel_ns.store(ran, Ordering::Relaxed);
+    let micros = |t: Instant| if tracing { a.run.micros(t) } else { 0.0 };
     Completion {
         core: a.core,
         task: a.task,
@@ -51,7 +54,7 @@ pub(crate) fn run_block(a: &Assignment) -> Completion {
         kernel: a.kernel,
         panic,
         start_us: micros(started),
-        end_us: micros(tracing.then(Instant::now)),
+        end_us: micros(ended),
         dispatch_us: a.dispatch_us,
         sub_block_id: a.sub_block_id,
         block_num: payload.block_num,
@@ -83,6 +86,9 @@ pub(crate) fn finish_block(
         run.latch_sched(e);
     }
     graph.finish(c, run, fx);
+    // Under the lock, so that a `Graph::signal` of this same hold does not count this block as
+    // one that will come back for more work.
+    run.running.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Finishes a block without taking more work (gang threads): one lock hold, then the wakes.
@@ -91,15 +97,14 @@ fn finish_alone(chip: &ChipShared, run: &RunShared, c: &Completion) {
     {
         let mut graph = run.graph.lock();
         finish_block(&mut graph, chip, run, c, &mut fx);
-        fx.wake = graph.dispatchable(run);
+        fx.wake = graph.signal(run);
     }
     after_finish(chip, run, c, &fx);
 }
 
-/// What the caller of [`finish_block`] does once the lock is released: counts the block as no
-/// longer running, records its trace span and wakes whoever the graph changes concern.
+/// What the caller of [`finish_block`] does once the lock is released: records progress and
+/// the block's trace span, and wakes whoever the graph changes concern.
 pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, c: &Completion, fx: &Effects) {
-    run.running.fetch_sub(1, Ordering::AcqRel);
     run.bump_progress();
     if let Some(trace) = &run.trace {
         trace.lock().block(BlockSpan {
@@ -120,8 +125,8 @@ pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, c: &Completion, f
 
 /// Wakes the orchestrator (ring space, run end) and executors (new ready work) as `fx` says.
 pub(crate) fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
-    if fx.wake {
-        chip.signal_work(run);
+    if fx.wake != Signal::Nothing {
+        chip.signal_work(run, fx.wake == Signal::Wake);
     }
     if fx.watermark_moved || fx.completed_tasks > 0 {
         run.ring_progress.notify_one();

@@ -13,7 +13,7 @@ use std::time::Instant;
 use crate::diag::trace::AicpuSpan;
 
 use super::core::{after_finish, finish_block, run_block, scatter_gang};
-use super::graph::Effects;
+use super::graph::{Effects, Signal};
 use super::run::RunShared;
 use super::{ChipShared, Completion, Work};
 
@@ -45,7 +45,7 @@ fn finish_and_take(
         let mut graph = run.graph.lock();
         finish_block(&mut graph, chip, run, c, &mut fx);
         let work = graph.take(run, chip);
-        fx.wake = graph.dispatchable(run);
+        fx.wake = graph.signal(run);
         work
     };
     trace_pass(run, index, pass_start, work.is_some());
@@ -78,8 +78,11 @@ struct Search {
 impl Search {
     /// Spins, then parks, until a unit of work can be taken; `None` once the chip shuts down.
     fn find(&mut self, chip: &ChipShared, index: usize) -> Option<Work> {
-        chip.searching.fetch_add(1, Ordering::SeqCst);
+        // One searcher spins; the others park at once, so that idle executors do not take
+        // CPU time from the orchestrator on a small host.
+        let mut spins = chip.searching.fetch_add(1, Ordering::SeqCst) == 0;
         let mut spin_start = Instant::now();
+        let mut steps = 0u32;
         loop {
             if chip.shutdown.load(Ordering::SeqCst) {
                 chip.searching.fetch_sub(1, Ordering::SeqCst);
@@ -89,7 +92,9 @@ impl Search {
                 chip.searching.fetch_sub(1, Ordering::SeqCst);
                 return Some(work);
             }
-            if spin_start.elapsed() < chip.executor_spin.spin() {
+            // Reading the clock costs more than a check: look at it every 64th step.
+            steps = steps.wrapping_add(1);
+            if spins && (steps % 64 != 0 || spin_start.elapsed() < chip.executor_spin.spin()) {
                 std::hint::spin_loop();
                 continue;
             }
@@ -105,7 +110,7 @@ impl Search {
                 }
                 let _ = chip.work.wait(key, None);
             }
-            chip.searching.fetch_add(1, Ordering::SeqCst);
+            spins = chip.searching.fetch_add(1, Ordering::SeqCst) == 0;
             spin_start = Instant::now();
         }
     }
@@ -144,12 +149,12 @@ impl Search {
         let (work, more) = {
             let mut graph = run.graph.lock();
             let work = graph.take(run, chip);
-            (work, graph.dispatchable(run))
+            (work, graph.signal(run))
         };
         if work.is_some() {
             trace_pass_take(run, index, pass_start);
-            if more {
-                chip.signal_work(run);
+            if more != Signal::Nothing {
+                chip.signal_work(run, more == Signal::Wake);
             }
         }
         work

@@ -27,6 +27,10 @@ use crate::task_id::TaskId;
 use super::run::RunShared;
 use super::{Assignment, ChipShared, Completion, Shape, TaskPayload, Work};
 
+/// A kernel this long (ns) makes a parked executor worth waking for a single waiting block:
+/// about the cost of the wake itself on the reference VM.
+const LONG_KERNEL_NS: u64 = 20_000;
+
 /// Lifecycle of a slot's task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SlotState {
@@ -135,11 +139,22 @@ pub(crate) enum ProducerState {
     Pending,
 }
 
+/// Whom new dispatchable work concerns ([`Graph::signal`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Signal {
+    #[default]
+    Nothing,
+    /// Searching executors (they watch the run's work epoch).
+    Searchers,
+    /// Also a parked executor, if none is searching.
+    Wake,
+}
+
 /// Side effects the caller must carry out after releasing the lock.
 #[derive(Default)]
 pub(crate) struct Effects {
-    /// Set by the caller from [`Graph::dispatchable`] at the end of its lock hold.
-    pub(crate) wake: bool,
+    /// Set by the caller from [`Graph::signal`] at the end of its lock hold.
+    pub(crate) wake: Signal,
     pub(crate) watermark_moved: bool,
     pub(crate) became_ready: u32,
     pub(crate) completed_tasks: u32,
@@ -157,6 +172,8 @@ pub(crate) struct Graph {
     to_complete: Vec<TaskId>,
     /// Tasks published (alloc tasks included), for the watchdog.
     pub(crate) published: u64,
+    /// Blocks in the ready lanes not yet taken.
+    ready_blocks: u64,
 }
 
 impl Graph {
@@ -175,6 +192,7 @@ impl Graph {
             clusters,
             to_complete: Vec::new(),
             published: 0,
+            ready_blocks: 0,
         }
     }
 
@@ -222,8 +240,13 @@ impl Graph {
 
     /// Publishes a task: records it, pins and wires its producers, and routes it if ready.
     /// The caller checked every producer's state under this same lock hold and reserved the
-    /// dep-list entries for the pending ones.
-    pub(crate) fn publish(&mut self, task: NewTask, run: &RunShared, fx: &mut Effects) {
+    /// dep-list entries for the pending ones. Returns the producer list's buffer for reuse.
+    pub(crate) fn publish(
+        &mut self,
+        task: NewTask,
+        run: &RunShared,
+        fx: &mut Effects,
+    ) -> Vec<(TaskId, bool)> {
         let id = task.id;
         let ring = &mut self.rings[usize::from(id.ring())];
         debug_assert_eq!(id.local(), ring.next_id, "tasks are published in id order");
@@ -273,6 +296,7 @@ impl Graph {
         } else if fanin_total == 0 {
             self.route_ready(id, run, fx);
         }
+        task.producers
     }
 
     /// Routes a task whose producers have all completed (I2).
@@ -284,6 +308,7 @@ impl Graph {
             return;
         }
         let lane = Lane::of(payload.shape, payload.sync_start);
+        self.ready_blocks += u64::from(payload.block_num);
         self.lanes[lane as usize].push_back(id);
         fx.became_ready += 1;
     }
@@ -448,9 +473,21 @@ impl Graph {
         None
     }
 
-    /// Whether a thread could take work now: the caller wakes an executor when it is.
-    pub(crate) fn dispatchable(&self, run: &RunShared) -> bool {
-        !run.is_cancelled() && self.pick().is_some()
+    /// Whether a thread could take work now, and whether a parked executor should be woken
+    /// for it: when no block runs (nobody else would come back for it), when at least two
+    /// blocks wait, or when kernels are long. One waiting block behind a short running one is
+    /// left to the thread running it — a wake costs the waker a system call, which at
+    /// sub-microsecond tasks costs more than the wait (ARCHITECTURE.md, "The chip engine").
+    pub(crate) fn signal(&self, run: &RunShared) -> Signal {
+        if run.is_cancelled() || self.pick().is_none() {
+            return Signal::Nothing;
+        }
+        let long_kernels = run.last_kernel_ns.load(Ordering::Relaxed) >= LONG_KERNEL_NS;
+        if run.running.load(Ordering::Acquire) == 0 || self.ready_blocks >= 2 || long_kernels {
+            Signal::Wake
+        } else {
+            Signal::Searchers
+        }
     }
 
     /// Takes the next unit of work, claiming its logical core(s): one block, a whole
@@ -504,6 +541,7 @@ impl Graph {
         let slot = self.slot_mut(id);
         let block_idx = slot.next_block;
         slot.next_block += 1;
+        self.ready_blocks -= 1;
         let dispatch_us = if run.trace_level > 0 {
             run.micros(std::time::Instant::now())
         } else {

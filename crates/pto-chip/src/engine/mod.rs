@@ -42,6 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use pto_types::wait::{EventCount, SpinPolicy};
 
@@ -159,11 +160,11 @@ pub(crate) struct ChipShared {
     /// Executors park here; [`ChipShared::signal_work`] wakes them.
     pub(crate) work: EventCount,
     /// Executors spinning for work right now (see the module doc).
-    pub(crate) searching: AtomicU32,
+    pub(crate) searching: CachePadded<AtomicU32>,
     /// The run in progress, if any, and a sequence number bumped whenever it changes, so that
     /// executors read the mutex only when there is something new.
     pub(crate) run: Mutex<Option<Arc<RunShared>>>,
-    pub(crate) run_seq: AtomicU64,
+    pub(crate) run_seq: CachePadded<AtomicU64>,
     pub(crate) gangs: Vec<GangCell>,
     pub(crate) shutdown: AtomicBool,
     /// Spin window of the orchestrator's waits.
@@ -195,9 +196,9 @@ impl ChipShared {
             cores,
             executors,
             work: EventCount::new(),
-            searching: AtomicU32::new(0),
+            searching: CachePadded::new(AtomicU32::new(0)),
             run: Mutex::new(None),
-            run_seq: AtomicU64::new(0),
+            run_seq: CachePadded::new(AtomicU64::new(0)),
             gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),
             shutdown: AtomicBool::new(false),
             spin,
@@ -211,11 +212,11 @@ impl ChipShared {
         self.run_seq.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Something of `run` may have become dispatchable: a block became ready or a core was
-    /// released. Wakes one parked executor unless one is searching already (module doc).
-    pub(crate) fn signal_work(&self, run: &RunShared) {
+    /// Something of `run` became dispatchable: tells searching executors, and with `wake`
+    /// wakes one parked executor unless one is searching already (module doc).
+    pub(crate) fn signal_work(&self, run: &RunShared, wake: bool) {
         run.work_epoch.fetch_add(1, Ordering::SeqCst);
-        if self.searching.load(Ordering::SeqCst) == 0 {
+        if wake && self.searching.load(Ordering::SeqCst) == 0 {
             self.work.notify_one();
         }
     }

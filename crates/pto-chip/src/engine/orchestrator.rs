@@ -143,6 +143,10 @@ pub(crate) struct OrchCore {
     memory: RunMemory,
     heap_bases: [u64; RING_COUNT],
     settings: OrchSettings,
+    /// Whether this thread's waits spin first.
+    spin: AdaptiveSpin,
+    /// The producer list of the next submit (recycled).
+    producers_scratch: Vec<(TaskId, bool)>,
     /// Tasks published so far (alloc tasks included).
     pub(crate) published: u64,
     /// Diagnostics recorded on this thread (each `Some` only when enabled).
@@ -190,6 +194,8 @@ impl OrchCore {
             memory,
             heap_bases,
             settings,
+            spin: AdaptiveSpin::default(),
+            producers_scratch: Vec::new(),
             published: 0,
             sizing,
             scope_stats,
@@ -308,16 +314,31 @@ impl OrchCore {
         task: Option<TaskId>,
         mut attempt: impl FnMut(&mut OrchCore) -> Result<T, Blocked>,
     ) -> OrchResult<T> {
+        // The fast path: no clock, no waiter.
+        self.refresh_all();
+        let mut first = Some(match attempt(self) {
+            Ok(value) => return Ok(value),
+            Err(blocked) => blocked,
+        });
         let run = Arc::clone(&self.run);
-        let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
+        let started = Instant::now();
+        let mut waiter = Waiter::new(&run.ring_progress, self.spin.policy(self.settings.spin));
         let mut last_progress = run.progress.load(Ordering::Acquire);
-        let mut quiet_since = Instant::now();
+        let mut quiet_since = started;
         let mut watch = Watch::default();
         loop {
-            self.refresh_all();
-            let blocked = match attempt(self) {
-                Ok(value) => return Ok(value),
-                Err(blocked) => blocked,
+            let blocked = match first.take() {
+                Some(blocked) => blocked,
+                None => {
+                    self.refresh_all();
+                    match attempt(self) {
+                        Ok(value) => {
+                            self.spin.record(started.elapsed(), self.settings.spin);
+                            return Ok(value);
+                        }
+                        Err(blocked) => blocked,
+                    }
+                }
             };
             let detector = if blocked.impossible {
                 Some(Detector::Impossible)
@@ -411,7 +432,7 @@ impl OrchCore {
     /// Submits one task (CHIP_RUNTIME.md §3.2). Returns its id and its OUTPUT tensors.
     pub(crate) fn submit(&mut self, req: SubmitRequest) -> OrchResult<(TaskId, Vec<TensorDesc>)> {
         self.check_fatal()?;
-        let submit_start = self.run.micros(Instant::now());
+        let submit_start = (self.run.trace_level >= 4).then(|| self.run.micros(Instant::now()));
         // 1. Validate.
         if let Some(error) = &req.error {
             return Err(self.fail_immediate(ErrorCode::InvalidArgs, error.clone()));
@@ -524,10 +545,10 @@ impl OrchCore {
         });
         // 12. Wire and publish.
         self.publish(id, payload, producers, false)?;
-        if self.run.trace_level >= 4 {
+        if let Some(start) = submit_start {
             self.trace_orch(
                 format!("submit {id} {}", payload_names(&req.kernels)),
-                submit_start,
+                start,
             );
         }
         Ok((id, outputs))
@@ -626,7 +647,9 @@ impl OrchCore {
         id: TaskId,
         deps: &[(TaskId, bool)],
     ) -> OrchResult<Vec<(TaskId, bool)>> {
-        let mut producers = Vec::with_capacity(deps.len() + 4);
+        // The buffer of the previous submit, given back by the graph: no allocation per task.
+        let mut producers = std::mem::take(&mut self.producers_scratch);
+        producers.clear();
         for &(dep, retain) in deps {
             let valid = dep.is_valid()
                 && usize::from(dep.ring()) < RING_COUNT
@@ -777,8 +800,9 @@ impl OrchCore {
                         .try_alloc_n(spill)
                         .expect("checked available");
                 }
-                graph.publish(task.take().expect("published once"), &run, &mut fx);
-                fx.wake = graph.dispatchable(&run);
+                core.producers_scratch =
+                    graph.publish(task.take().expect("published once"), &run, &mut fx);
+                fx.wake = graph.signal(&run);
                 if edges > 0 {
                     core.dep_demand[ring]
                         .try_alloc_n(edges)
@@ -1045,4 +1069,29 @@ fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
             false
         }
     });
+}
+
+/// Spin-or-park for the orchestrator's waits, chosen from the last wait: a wait that outlasted
+/// the spin window (a slow kernel holds the ring) makes the next one park at once, so that the
+/// orchestrator does not take a CPU from the kernels it waits for; every 16th wait spins again to
+/// notice when waits have become short.
+#[derive(Default)]
+struct AdaptiveSpin {
+    park: bool,
+    waits: u32,
+}
+
+impl AdaptiveSpin {
+    fn policy(&mut self, spin: SpinPolicy) -> SpinPolicy {
+        self.waits = self.waits.wrapping_add(1);
+        if self.park && !self.waits.is_multiple_of(16) {
+            SpinPolicy::PARK_IMMEDIATELY
+        } else {
+            spin
+        }
+    }
+
+    fn record(&mut self, waited: Duration, spin: SpinPolicy) {
+        self.park = waited > spin.spin();
+    }
 }

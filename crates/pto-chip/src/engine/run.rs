@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use pto_types::wait::EventCount;
 use pto_types::{ErrorCode, RING_COUNT};
@@ -21,6 +22,9 @@ use super::graph::Graph;
 /// Marker for "orchestration has not finished yet" in [`RunShared::total_tasks`].
 pub(crate) const TOTAL_UNKNOWN: u64 = u64::MAX;
 
+/// Each atomic sits in its own cache line: executors write the counters on every block while
+/// the orchestrator reads `cancelled` and the watermarks on every submit, and sharing a line
+/// would turn each of those reads into a cache miss.
 pub(crate) struct RunShared {
     /// Unique per chip; completions carry it so a late completion never reaches another run.
     pub(crate) id: u64,
@@ -28,25 +32,28 @@ pub(crate) struct RunShared {
     pub(crate) graph: Mutex<Graph>,
     /// Per-ring watermark (oldest task not CONSUMED), published after every advance (Release)
     /// for the orchestrator's refresh (Acquire).
-    pub(crate) last_alive: [AtomicU64; RING_COUNT],
+    pub(crate) last_alive: CachePadded<[AtomicU64; RING_COUNT]>,
     /// Bumped on every subtask completion and watermark move: "something progressed".
-    pub(crate) progress: AtomicU64,
+    pub(crate) progress: CachePadded<AtomicU64>,
     /// Notified on every watermark move, task completion and latched error: the orchestrator
     /// waits on it for ring resources.
-    pub(crate) ring_progress: EventCount,
+    pub(crate) ring_progress: CachePadded<EventCount>,
     /// Tasks completed (dummy tasks and alloc tasks included).
-    pub(crate) completed: AtomicU64,
+    pub(crate) completed: CachePadded<AtomicU64>,
     /// Tasks submitted, set once orchestration has finished; [`TOTAL_UNKNOWN`] before.
-    pub(crate) total_tasks: AtomicU64,
+    pub(crate) total_tasks: CachePadded<AtomicU64>,
     /// Bumped whenever a block may have become dispatchable (a task became ready, a core was
     /// released): searching executors watch it (`ChipShared::signal_work`).
-    pub(crate) work_epoch: AtomicU64,
+    pub(crate) work_epoch: CachePadded<AtomicU64>,
+    /// How long the last finished kernel ran (ns): when kernels are long, one waiting block is
+    /// worth waking a parked executor for ([`super::graph::Graph::signal`]).
+    pub(crate) last_kernel_ns: CachePadded<AtomicU64>,
     /// Blocks currently running on cores.
-    pub(crate) running: AtomicU64,
+    pub(crate) running: CachePadded<AtomicU64>,
     /// Notified when the run may have finished (all tasks completed, or failed and idle).
-    pub(crate) done: EventCount,
+    pub(crate) done: CachePadded<EventCount>,
     /// Set when any error is latched.
-    pub(crate) cancelled: AtomicBool,
+    pub(crate) cancelled: CachePadded<AtomicBool>,
     orch_error: Mutex<Option<ChipError>>,
     sched_error: Mutex<Option<ChipError>>,
     /// Time zero of the run's trace and samples.
@@ -61,15 +68,16 @@ impl RunShared {
         RunShared {
             id,
             graph: Mutex::new(graph),
-            last_alive: std::array::from_fn(|_| AtomicU64::new(0)),
-            progress: AtomicU64::new(0),
-            ring_progress: EventCount::new(),
-            completed: AtomicU64::new(0),
-            total_tasks: AtomicU64::new(TOTAL_UNKNOWN),
-            work_epoch: AtomicU64::new(0),
-            running: AtomicU64::new(0),
-            done: EventCount::new(),
-            cancelled: AtomicBool::new(false),
+            last_alive: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            progress: CachePadded::new(AtomicU64::new(0)),
+            ring_progress: CachePadded::new(EventCount::new()),
+            completed: CachePadded::new(AtomicU64::new(0)),
+            total_tasks: CachePadded::new(AtomicU64::new(TOTAL_UNKNOWN)),
+            work_epoch: CachePadded::new(AtomicU64::new(0)),
+            last_kernel_ns: CachePadded::new(AtomicU64::new(0)),
+            running: CachePadded::new(AtomicU64::new(0)),
+            done: CachePadded::new(EventCount::new()),
+            cancelled: CachePadded::new(AtomicBool::new(false)),
             orch_error: Mutex::new(None),
             sched_error: Mutex::new(None),
             epoch: Instant::now(),
