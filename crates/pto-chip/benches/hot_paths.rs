@@ -105,9 +105,10 @@ fn filled_map(n: usize, one_buffer: bool) -> TensorMap {
 }
 
 /// The chip TensorMap with `n` live writer entries: `insert` (+ `remove`, to stay at `n`) of one
-/// more entry, and `lookup` of a probe that overlaps exactly one entry. On one buffer every
-/// entry shares a bucket chain, so a lookup classifies all `n` (issue 13); on distinct buffers
-/// the chain holds only the entries hashed to that bucket (4096 buckets).
+/// more entry, and `lookup` of a probe that overlaps exactly one entry. On one buffer all `n`
+/// entries share the buffer's region index, so both descend `O(log n)` treap nodes (without
+/// the index, a lookup classified all `n`); on distinct buffers each walks the base records
+/// hashed to its bucket (4096 buckets, about `n / 4096` records).
 fn chip_tensormap(c: &mut Criterion) {
     for (layout, one_buffer) in [("one_buffer", true), ("distinct_buffers", false)] {
         let mut group = c.benchmark_group(format!("chip_tensormap/{layout}"));

@@ -83,15 +83,14 @@ impl TensorMap {
         self.0.remove(entry.0);
     }
 
-    /// `lookup(probe, last_alive, Want::Writers, ..)` keeping every hit (submit step 8 for an
-    /// input); returns the number of hits.
+    /// `lookup(probe, last_alive, ..)` keeping every hit (submit step 8 for an input); returns
+    /// the number of hits.
     pub fn lookup(&mut self, probe: &TensorDesc, last_alive: &[u64; RING_COUNT]) -> usize {
         let mut hits = 0;
-        self.0
-            .lookup(probe, last_alive, crate::tensormap::Want::Writers, |_| {
-                hits += 1;
-                crate::tensormap::Visit::Keep
-            });
+        self.0.lookup(probe, last_alive, |_| {
+            hits += 1;
+            crate::tensormap::Visit::Keep
+        });
         hits
     }
 

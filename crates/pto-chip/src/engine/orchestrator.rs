@@ -28,7 +28,7 @@ use crate::kernel::{BoundTensor, CoreId, Element, KernelCtx, KernelRef};
 use crate::ring::{AllocFailureKind, DepPool, TaskRing};
 use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
-use crate::tensormap::{Overlap, TensorMap, Visit, Want};
+use crate::tensormap::{Overlap, TensorMap, Visit};
 
 use super::core::after_effects;
 use super::graph::{Effects, NewTask, ProducerState};
@@ -516,18 +516,17 @@ impl OrchCore {
             let looks_up = matches!(tag, TensorTag::Input | TensorTag::InOut);
             if looks_up && !desc.manual_dep() && !desc.is_empty() {
                 let inout = *tag == TensorTag::InOut;
-                self.tensormap
-                    .lookup(desc, &observed, Want::Writers, |hit| {
-                        producers.push((hit.producer, false));
-                        if let Some(graph) = deps.as_mut() {
-                            graph.edge(hit.producer, id, EdgeKind::TensorMap, false);
-                        }
-                        if inout && hit.overlap == Overlap::Covered {
-                            Visit::Remove
-                        } else {
-                            Visit::Keep
-                        }
-                    });
+                self.tensormap.lookup(desc, &observed, |hit| {
+                    producers.push((hit.producer, false));
+                    if let Some(graph) = deps.as_mut() {
+                        graph.edge(hit.producer, id, EdgeKind::TensorMap, false);
+                    }
+                    if inout && hit.overlap == Overlap::Covered {
+                        Visit::Remove
+                    } else {
+                        Visit::Keep
+                    }
+                });
             }
         }
         dedup_producers(&mut producers, id);
@@ -888,11 +887,10 @@ impl OrchCore {
         let mut producers: Vec<TaskId> = desc.owner().into_iter().collect();
         if !desc.manual_dep() {
             let observed = self.observed;
-            self.tensormap
-                .lookup(&desc, &observed, Want::Writers, |hit| {
-                    producers.push(hit.producer);
-                    Visit::Keep
-                });
+            self.tensormap.lookup(&desc, &observed, |hit| {
+                producers.push(hit.producer);
+                Visit::Keep
+            });
         }
         let run = Arc::clone(&self.run);
         let deadline = Instant::now() + self.settings.tensor_wait_timeout;

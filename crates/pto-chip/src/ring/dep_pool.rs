@@ -5,7 +5,9 @@
 
 use super::peaks::PeakStack;
 
-/// Linear position 0 is never allocated: it means "no mark" or "end of list" (§4.3).
+/// Linear position 0 is never allocated: it means "no mark" or "end of list" (§4.3). The
+/// runtime relies on the rule (a mark of 0 is a no-op), the tests on the name.
+#[cfg(test)]
 pub(crate) const POOL_SENTINEL: u64 = 0;
 
 /// Why [`DepPool::try_alloc_n`] refused (DEP_POOL_OVERFLOW, code 4). Nothing was committed.
@@ -21,6 +23,7 @@ pub(crate) struct PoolFull {
     pub(crate) impossible: bool,
 }
 
+#[cfg(test)]
 impl PoolFull {
     /// `recommended_min` of §5.3 for code 4: `used + needed`.
     pub(crate) fn recommended_min(&self) -> u64 {
@@ -63,7 +66,8 @@ impl<T: Copy + Default> DepPool<T> {
     }
 
     /// Allocates one entry holding `value`; returns its linear position (never
-    /// [`POOL_SENTINEL`]).
+    /// `POOL_SENTINEL`).
+    #[cfg(test)]
     pub(crate) fn try_alloc(&mut self, value: T) -> Result<u64, PoolFull> {
         let pos = self.try_alloc_n(1)?;
         *self.get_mut(pos) = value;
@@ -71,11 +75,13 @@ impl<T: Copy + Default> DepPool<T> {
     }
 
     /// The entry at linear position `pos`.
+    #[cfg(test)]
     pub(crate) fn get(&self, pos: u64) -> T {
         self.entries[self.index_of(pos)]
     }
 
     /// The entry at linear position `pos`, for filling it after a reservation.
+    #[cfg(test)]
     pub(crate) fn get_mut(&mut self, pos: u64) -> &mut T {
         let index = self.index_of(pos);
         &mut self.entries[index]
@@ -83,11 +89,6 @@ impl<T: Copy + Default> DepPool<T> {
 }
 
 impl<T> DepPool<T> {
-    /// Capacity `D`.
-    pub(crate) fn capacity(&self) -> u32 {
-        self.entries.len() as u32
-    }
-
     /// Linear `top`: the next position to allocate (`dep_pool_end`; recorded as a task's
     /// `dep_mark`/`spill_mark` at wiring).
     pub(crate) fn top(&self) -> u64 {
@@ -109,18 +110,14 @@ impl<T> DepPool<T> {
         self.capacity_u64() - self.used()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.top == self.tail
-    }
-
     /// Most entries ever in use at once.
     pub(crate) fn high_water(&self) -> u64 {
         self.high_water
     }
 
     /// Reserves `n` consecutive linear positions `[first, first + n)` and returns `first`
-    /// (never [`POOL_SENTINEL`]; for `n = 0`, the current `top`). Fails if `used + n > D`.
-    /// The entries keep stale contents until written through [`get_mut`](DepPool::get_mut).
+    /// (never `POOL_SENTINEL`; for `n = 0`, the current `top`). Fails if `used + n > D`.
+    /// The entries keep stale contents until written.
     pub(crate) fn try_alloc_n(&mut self, n: u64) -> Result<u64, PoolFull> {
         let capacity = self.capacity_u64();
         let used = self.used();
@@ -160,6 +157,7 @@ impl<T> DepPool<T> {
 
     /// The entries of the run `[first, first + n)` as at most two slices (the second is non-empty
     /// only when the run wraps past index `D − 1`).
+    #[cfg(test)]
     pub(crate) fn run(&self, first: u64, n: u64) -> (&[T], &[T]) {
         if n == 0 {
             return (&[], &[]);
@@ -192,6 +190,7 @@ impl<T> DepPool<T> {
         self.entries.len() as u64
     }
 
+    #[cfg(test)]
     fn index_of(&self, pos: u64) -> usize {
         debug_assert!(
             self.tail <= pos && pos < self.top,

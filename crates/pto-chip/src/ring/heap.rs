@@ -89,16 +89,14 @@ impl HeapRing {
         self.size
     }
 
+    #[cfg(test)]
     pub(super) fn top(&self) -> u64 {
         self.top
     }
 
+    #[cfg(test)]
     pub(super) fn tail(&self) -> u64 {
         self.tail
-    }
-
-    pub(super) fn anchor(&self) -> Option<u64> {
-        self.anchor
     }
 
     /// Bytes between tail and top, including a wasted end region awaiting the tail's wrap.
@@ -111,6 +109,7 @@ impl HeapRing {
     }
 
     /// The largest request that would succeed now (§4.2; reporting only, never the fit test).
+    #[cfg(test)]
     pub(super) fn available(&self) -> u64 {
         if self.top == self.tail {
             self.size

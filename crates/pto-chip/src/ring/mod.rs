@@ -17,9 +17,6 @@
 //! `TaskRing::counters` and the pools' `tail`/`top` give the monotonic `*_start`/`*_end`
 //! counters of a scope-stats sample.
 
-// Used by the chip runtime (in progress).
-#![allow(dead_code)]
-
 mod dep_pool;
 mod heap;
 mod peaks;
@@ -28,12 +25,5 @@ mod task_ring;
 #[cfg(test)]
 mod prop_tests;
 
-// The runtime's interface (in progress); `unused_imports` until it uses all of it.
-#[allow(unused_imports)]
-pub(crate) use dep_pool::{DepPool, POOL_SENTINEL, PoolFull};
-#[allow(unused_imports)]
-pub(crate) use heap::{HEAP_ALIGN, HeapPlacement, align_heap};
-#[allow(unused_imports)]
-pub(crate) use task_ring::{
-    AllocFailure, AllocFailureKind, Allocation, RingCounters, RingPeaks, TaskRing,
-};
+pub(crate) use dep_pool::DepPool;
+pub(crate) use task_ring::{AllocFailureKind, TaskRing};

@@ -64,6 +64,7 @@ impl<P: Peak> PeakStack<P> {
     }
 
     /// Number of open scopes.
+    #[cfg(test)]
     pub(super) fn depth(&self) -> usize {
         self.saved.len()
     }

@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::heap::HEAP_ALIGN;
-use super::{AllocFailureKind, DepPool, RingCounters, RingPeaks, TaskRing};
+use super::task_ring::{RingCounters, RingPeaks};
+use super::{AllocFailureKind, DepPool, TaskRing};
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -154,17 +154,13 @@ impl TaskRing {
         self.window as u32
     }
 
-    /// Heap capacity `H` in bytes.
-    pub(crate) fn heap_capacity(&self) -> u64 {
-        self.heap.size()
-    }
-
     /// The next local id to be allocated.
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id
     }
 
     /// The watermark as last fed to [`retire_to`](TaskRing::retire_to).
+    #[cfg(test)]
     pub(crate) fn last_alive(&self) -> u64 {
         self.last_alive
     }
@@ -180,28 +176,27 @@ impl TaskRing {
     }
 
     /// Heap `top` (next byte), relative to the ring's heap base.
+    #[cfg(test)]
     pub(crate) fn heap_top(&self) -> u64 {
         self.heap.top()
     }
 
     /// Heap `tail` (oldest live byte), relative to the ring's heap base.
+    #[cfg(test)]
     pub(crate) fn heap_tail(&self) -> u64 {
         self.heap.tail()
     }
 
     /// Heap bytes in use, wasted wrap region included.
+    #[cfg(test)]
     pub(crate) fn heap_used(&self) -> u64 {
         self.heap.used()
     }
 
     /// The largest heap request that would succeed now (§4.2; for reports, not a fit test).
+    #[cfg(test)]
     pub(crate) fn heap_available(&self) -> u64 {
         self.heap.available()
-    }
-
-    /// The pending rebase anchor, if any.
-    pub(crate) fn rebase_anchor(&self) -> Option<u64> {
-        self.heap.anchor()
     }
 
     /// Allocates the next task id, its slot and a heap buffer of `bytes` (rounded up to 64):
@@ -302,6 +297,7 @@ impl TaskRing {
     }
 
     /// Peak samples currently open.
+    #[cfg(test)]
     pub(crate) fn open_scope_samples(&self) -> usize {
         self.scope_peaks.depth()
     }
