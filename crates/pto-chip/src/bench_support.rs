@@ -153,7 +153,7 @@ impl ReadyLanes {
             let id = TaskId::new(0, self.next_local);
             self.next_local += 1;
             let mut fx = Effects::default();
-            self.run.graph.lock().publish(
+            self.run.lock_graph().publish(
                 NewTask {
                     id,
                     payload: Arc::clone(&self.payload),
@@ -164,7 +164,7 @@ impl ReadyLanes {
                 &mut fx,
             );
             debug_assert_eq!(fx.became_ready, 1);
-            fx.wake = self.run.graph.lock().signal(&self.run);
+            fx.wake = self.run.lock_graph().signal(&self.run);
             ids.push(id);
         }
     }
@@ -174,7 +174,7 @@ impl ReadyLanes {
     pub fn dispatch(&mut self) -> usize {
         self.out.clear();
         loop {
-            let work = self.run.graph.lock().take(&self.run, &self.chip);
+            let work = self.run.lock_graph().take(&self.run, &self.chip);
             match work {
                 Some(Work::Single(a)) => self.out.push(a),
                 Some(Work::Gang(parts)) => self.out.extend(parts),
@@ -189,7 +189,7 @@ impl ReadyLanes {
         let mut fx = Effects::default();
         {
             for a in self.out.drain(..) {
-                let mut graph = self.run.graph.lock();
+                let mut graph = self.run.lock_graph();
                 let c = Completion {
                     core: a.core,
                     task: a.task,
@@ -205,7 +205,7 @@ impl ReadyLanes {
                 graph.finish(&c, &self.run, &mut fx);
             }
         }
-        self.run.graph.lock().end_scope(ids, &self.run, &mut fx);
+        self.run.lock_graph().end_scope(ids, &self.run, &mut fx);
         ids.clear();
     }
 }

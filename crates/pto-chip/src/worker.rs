@@ -561,7 +561,7 @@ impl ChipWorker {
             } else {
                 let since = *cancelled_at.get_or_insert(now);
                 if now - since >= self.spec.scheduler_timeout {
-                    let census = run.graph.lock().stall_census();
+                    let census = run.lock_graph().stall_census();
                     return Some(format!(
                         "{} kernel block(s) of run {} did not return after the run failed ({})",
                         run.running.load(Ordering::Acquire),

@@ -95,7 +95,7 @@ pub(crate) fn finish_block(
 fn finish_alone(chip: &ChipShared, run: &RunShared, c: &Completion) {
     let mut fx = Effects::default();
     {
-        let mut graph = run.graph.lock();
+        let mut graph = run.lock_graph();
         finish_block(&mut graph, chip, run, c, &mut fx);
         fx.wake = graph.signal(run);
     }

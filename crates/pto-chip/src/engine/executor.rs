@@ -42,7 +42,7 @@ fn finish_and_take(
     let mut fx = Effects::default();
     let pass_start = run.trace.as_ref().map(|_| Instant::now());
     let work = {
-        let mut graph = run.graph.lock();
+        let mut graph = run.lock_graph();
         finish_block(&mut graph, chip, run, c, &mut fx);
         let work = graph.take(run, chip);
         fx.wake = graph.signal(run);
@@ -94,7 +94,9 @@ impl Search {
             }
             // Reading the clock costs more than a check: look at it every 64th step.
             steps = steps.wrapping_add(1);
-            if spins && (steps % 64 != 0 || spin_start.elapsed() < chip.executor_spin.spin()) {
+            if spins
+                && (!steps.is_multiple_of(64) || spin_start.elapsed() < chip.executor_spin.spin())
+            {
                 std::hint::spin_loop();
                 continue;
             }
@@ -147,7 +149,7 @@ impl Search {
         self.seen_epoch = Some(run.work_epoch.load(Ordering::SeqCst));
         let pass_start = run.trace.as_ref().map(|_| Instant::now());
         let (work, more) = {
-            let mut graph = run.graph.lock();
+            let mut graph = run.lock_graph();
             let work = graph.take(run, chip);
             (work, graph.signal(run))
         };

@@ -399,7 +399,7 @@ impl OrchCore {
                 None => "the ring cannot free anything".to_string(),
             },
             _ => {
-                let census = self.run.graph.lock().stall_census();
+                let census = self.run.lock_graph().stall_census();
                 format!(
                     "no progress for {} ms ({census})",
                     self.settings.alloc_backstop.as_millis()
@@ -771,7 +771,7 @@ impl OrchCore {
         });
         let mut fx = Effects::default();
         self.wait_for(ring, Some(id), |core| {
-            let mut graph = run.graph.lock();
+            let mut graph = run.lock_graph();
             let new = task.as_ref().expect("published once");
             let mut edges = 0u64;
             let mut pending = 0u64;
@@ -898,7 +898,7 @@ impl OrchCore {
         let mut watch = Watch::default();
         loop {
             let pending = {
-                let graph = run.graph.lock();
+                let graph = run.lock_graph();
                 producers
                     .iter()
                     .copied()
@@ -1004,7 +1004,7 @@ impl OrchCore {
         }
         let run = Arc::clone(&self.run);
         let mut fx = Effects::default();
-        run.graph.lock().end_scope(&frame.tasks, &run, &mut fx);
+        run.lock_graph().end_scope(&frame.tasks, &run, &mut fx);
         self.after_lock(&fx);
     }
 

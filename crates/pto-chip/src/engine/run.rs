@@ -19,6 +19,9 @@ use crate::error::{ChipError, Detector};
 
 use super::graph::Graph;
 
+/// Spins of [`RunShared::lock_graph`] before it parks (~5-20 µs).
+const GRAPH_LOCK_SPINS: u32 = 512;
+
 /// Marker for "orchestration has not finished yet" in [`RunShared::total_tasks`].
 pub(crate) const TOTAL_UNKNOWN: u64 = u64::MAX;
 
@@ -84,6 +87,22 @@ impl RunShared {
             trace_level,
             trace: (trace_level > 0).then(|| Mutex::new(TraceBuffer::default())),
         }
+    }
+
+    /// Locks the graph, spinning (loads, no `yield_now`) for up to a few µs first: the holds are
+    /// a fraction of a µs, while parking_lot's own slow path yields the time slice and then
+    /// parks — both far more expensive on a small host than a short wait
+    /// (ARCHITECTURE.md, "The chip engine").
+    pub(crate) fn lock_graph(&self) -> parking_lot::MutexGuard<'_, Graph> {
+        for _ in 0..GRAPH_LOCK_SPINS {
+            if !self.graph.is_locked()
+                && let Some(guard) = self.graph.try_lock()
+            {
+                return guard;
+            }
+            std::hint::spin_loop();
+        }
+        self.graph.lock()
     }
 
     /// Microseconds since the run started.
@@ -159,7 +178,7 @@ impl Watch {
     /// Returns the deadline to park with, latching SCHEDULER_TIMEOUT when it has passed.
     pub(crate) fn check(&mut self, run: &RunShared, timeout: Duration) -> Option<Instant> {
         let outstanding = {
-            let graph = run.graph.lock();
+            let graph = run.lock_graph();
             graph.published > run.completed.load(Ordering::Acquire)
         };
         if !outstanding || run.is_cancelled() {
@@ -179,7 +198,7 @@ impl Watch {
         if now - since < timeout {
             return Some(since + timeout);
         }
-        let census = run.graph.lock().stall_census();
+        let census = run.lock_graph().stall_census();
         let orchestration_done = run.total_tasks.load(Ordering::Acquire) != TOTAL_UNKNOWN;
         let class = census.class(orchestration_done);
         let mut e = ChipError::new(
