@@ -4,7 +4,7 @@
 //! never trusts its input), resolves this run's ring sizing — non-zero `runtime_env` entries >
 //! the chip's environment snapshot > defaults — checks the derived limits, binds an arena from
 //! the cache (reserving device memory on a miss), logs the bind line, and runs the
-//! orchestration on the calling thread while the chip's scheduler and core threads execute the
+//! orchestration on the calling thread while the chip's executor threads execute the
 //! graph. The in-process endpoint and the chip child of later layers both call exactly this.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -35,7 +35,7 @@ use crate::engine::run::{RunShared, Watch};
 use crate::error::{BindError, ChipError, ChipRunError, Detector};
 use crate::footprint::Footprint;
 use crate::kernel::{CoreType, KernelCtx, KernelNameError, KernelRef, register_kernel_closure};
-use crate::memory::arena::{AcquireError, ArenaCache, ArenaOutcome};
+use crate::memory::arena::{AcquireError, ArenaCache, ArenaLease, ArenaOutcome};
 use crate::memory::device::{AllocId, DeviceLedger, DeviceMemoryError, HOST_ADDR_BASE};
 use crate::orch::{OrchArgs, OrchFn, Scope, Tensor};
 use crate::spec::{ChipSpec, ChipSpecError, EffectiveChipSpec};
@@ -79,7 +79,7 @@ pub struct ChipRunReport {
     /// Tasks submitted (hidden alloc tasks included).
     pub tasks: u64,
     pub usage: [RingUsage; RING_COUNT],
-    /// AICPU threads the run used (1 orchestrator + schedulers).
+    /// AICPU threads the run was configured with (`aicpu_thread_num`, validated against the chip).
     pub aicpu_threads: u32,
     pub wall: Duration,
     /// Diagnostics files written for this run.
@@ -109,6 +109,15 @@ struct ChipState {
     poisoned: Option<(String, Arc<RunShared>)>,
 }
 
+/// What checkpoint C6 hands the run: the thread count, the sizing and the entry tensors.
+struct CheckedCall {
+    threads: u32,
+    sizing: ResolvedSizing,
+    derived: DerivedCapacities,
+    regions: Vec<HostRegion>,
+    entry_tensors: Vec<TensorDesc>,
+}
+
 /// A simulated chip.
 pub struct ChipWorker {
     spec: EffectiveChipSpec,
@@ -120,7 +129,7 @@ pub struct ChipWorker {
 
 impl ChipWorker {
     /// Creates a chip: snapshots its environment (checkpoint C7; strict mode fails here), then
-    /// starts its scheduler and core threads, all parked until a run arrives.
+    /// starts its executor threads, all parked until a run arrives.
     pub fn new(spec: ChipSpec, env: EnvSource) -> Result<ChipWorker, ChipStartError> {
         spec.validate()?;
         let snapshot = EnvSnapshot::take(&env, spec.strict_env)?;
@@ -305,26 +314,15 @@ impl ChipWorker {
         self.run_callable(c, args, cfg, ctx)
     }
 
-    fn run_callable(
+    /// Checkpoint C6: validate the configuration again, check the thread count, resolve and
+    /// derive the sizing, check the arguments and register their host buffers.
+    fn check_call(
         &self,
-        callable: ChipCallable,
+        callable: &ChipCallable,
         args: &TaskArgs,
         cfg: &CallConfig,
-        ctx: &RunContext,
-    ) -> Result<ChipRunReport, ChipRunError> {
-        let started = Instant::now();
+    ) -> Result<CheckedCall, ChipRunError> {
         let bind = |e: BindError| ChipRunError::Bind(e);
-        let mut state = self.state.lock();
-        if let Some((reason, stuck)) = &state.poisoned {
-            if stuck.running.load(Ordering::Acquire) > 0 {
-                return Err(bind(BindError::Poisoned {
-                    reason: reason.clone(),
-                }));
-            }
-            tracing::info!(target: "pto::chip", "chip {}: the stuck kernel returned; the chip is usable again", ctx.chip);
-            state.poisoned = None;
-        }
-        // C6: validate again, then the thread count, then resolve and derive.
         cfg.validate()
             .map_err(|e| bind(BindError::InvalidConfig(e)))?;
         let threads = match cfg.aicpu_thread_num {
@@ -357,31 +355,42 @@ impl ChipWorker {
                 ),
             ))));
         }
+        Ok(CheckedCall {
+            threads,
+            sizing,
+            derived,
+            regions,
+            entry_tensors,
+        })
+    }
+
+    fn run_callable(
+        &self,
+        callable: ChipCallable,
+        args: &TaskArgs,
+        cfg: &CallConfig,
+        ctx: &RunContext,
+    ) -> Result<ChipRunReport, ChipRunError> {
+        let started = Instant::now();
+        let bind = |e: BindError| ChipRunError::Bind(e);
+        let mut state = self.state.lock();
+        check_poisoned(&mut state, ctx)?;
+        let CheckedCall {
+            threads,
+            sizing,
+            derived,
+            regions,
+            entry_tensors,
+        } = self.check_call(&callable, args, cfg)?;
         // Bind an arena for exactly this sizing.
         let state = &mut *state;
         let (lease, outcome) = state
             .arenas
             .acquire(&sizing, ctx.chip, &mut state.ledger, |_| ())
             .map_err(|e| bind(acquire_error(e)))?;
-        tracing::info!(
-            target: "pto::ring_config",
-            "ring sizing chip={} task={} {} arena={}",
-            ctx.chip,
-            ctx.label.as_deref().unwrap_or("-"),
-            sizing,
-            match outcome {
-                ArenaOutcome::Hit => "hit",
-                ArenaOutcome::Miss { .. } => "miss",
-            }
-        );
+        log_binding(ctx, &sizing, &outcome);
         let footprint = *lease.footprint();
-        let heap = lease.heap_range();
-        let memory = RunMemory {
-            heap_ptr: lease.heap_ptr(),
-            heap_device_base: heap.base,
-            heap_len: heap.bytes,
-            regions,
-        };
+        let memory = run_memory(&lease, regions);
         // Start the run.
         let run_id = state.next_run_id;
         state.next_run_id += 1;
@@ -416,25 +425,7 @@ impl ChipWorker {
                 root_site: callable.name.to_string(),
             },
         );
-        let orch_args = OrchArgs {
-            tensors: entry_tensors.into_iter().map(Tensor::new).collect(),
-            scalars: args.scalars().to_vec(),
-        };
-        let outcome_of_orch = catch_unwind(AssertUnwindSafe(|| {
-            let mut root = Scope::root(&mut core);
-            (callable.orch)(&mut root, &orch_args)
-        }));
-        if let Err(panic) = outcome_of_orch {
-            run.latch_orch(ChipError::new(
-                ErrorCode::OrchPanic,
-                Detector::Immediate,
-                format!(
-                    "orchestration {} panicked: {}",
-                    callable.name,
-                    panic_message(panic.as_ref())
-                ),
-            ));
-        }
+        run_orchestration(&callable, &mut core, entry_tensors, args, &run);
         core.finish();
         let usage_marks = core.high_water();
         let tasks = core.published;
@@ -669,6 +660,76 @@ fn register_host_buffers(args: &TaskArgs) -> Result<(Vec<HostRegion>, Vec<Tensor
         tensors.push(desc);
     }
     Ok((regions, tensors))
+}
+
+/// Host pointers of a run's memory: the arena's heap and the entry tensors' host buffers.
+fn run_memory(lease: &ArenaLease<()>, regions: Vec<HostRegion>) -> RunMemory {
+    let heap = lease.heap_range();
+    RunMemory {
+        heap_ptr: lease.heap_ptr(),
+        heap_device_base: heap.base,
+        heap_len: heap.bytes,
+        regions,
+    }
+}
+
+/// The bind log line of a run (target `pto::ring_config`).
+fn log_binding(ctx: &RunContext, sizing: &ResolvedSizing, outcome: &ArenaOutcome) {
+    tracing::info!(
+        target: "pto::ring_config",
+        "ring sizing chip={} task={} {} arena={}",
+        ctx.chip,
+        ctx.label.as_deref().unwrap_or("-"),
+        sizing,
+        match outcome {
+            ArenaOutcome::Hit => "hit",
+            ArenaOutcome::Miss { .. } => "miss",
+        }
+    );
+}
+
+/// Fails at once while a kernel of an earlier failed run has not returned; clears the mark
+/// once it has.
+fn check_poisoned(state: &mut ChipState, ctx: &RunContext) -> Result<(), ChipRunError> {
+    if let Some((reason, stuck)) = &state.poisoned {
+        if stuck.running.load(Ordering::Acquire) > 0 {
+            return Err(ChipRunError::Bind(BindError::Poisoned {
+                reason: reason.clone(),
+            }));
+        }
+        tracing::info!(target: "pto::chip", "chip {}: the stuck kernel returned; the chip is usable again", ctx.chip);
+        state.poisoned = None;
+    }
+    Ok(())
+}
+
+/// Runs the user's orchestration function on this thread; a panic fails the run (ORCH_PANIC).
+fn run_orchestration(
+    callable: &ChipCallable,
+    core: &mut OrchCore,
+    entry_tensors: Vec<TensorDesc>,
+    args: &TaskArgs,
+    run: &RunShared,
+) {
+        let orch_args = OrchArgs {
+            tensors: entry_tensors.into_iter().map(Tensor::new).collect(),
+            scalars: args.scalars().to_vec(),
+        };
+        let outcome_of_orch = catch_unwind(AssertUnwindSafe(|| {
+            let mut root = Scope::root(core);
+            (callable.orch)(&mut root, &orch_args)
+        }));
+        if let Err(panic) = outcome_of_orch {
+            run.latch_orch(ChipError::new(
+                ErrorCode::OrchPanic,
+                Detector::Immediate,
+                format!(
+                    "orchestration {} panicked: {}",
+                    callable.name,
+                    panic_message(panic.as_ref())
+                ),
+            ));
+        }
 }
 
 /// Executor threads of a chip with `cores` simulated cores: never more than the host can run

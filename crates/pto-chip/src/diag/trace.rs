@@ -1,8 +1,8 @@
 //! The swimlane trace (CHIP_RUNTIME.md §8): Chrome Trace Event JSON that opens in Perfetto.
 //!
 //! Level 1: one `X` event per block execution on its core's lane. Level 2 adds dispatch and
-//! finish times to the event args and dependency flow arrows. Level 3 adds scheduler lanes
-//! (`complete`, `dispatch` spans). Level 4 adds the orchestrator lane (a span per submit and
+//! finish times to the event args and dependency flow arrows. Level 3 adds one AICPU lane per
+//! executor thread (`take`, `complete+take` spans). Level 4 adds the orchestrator lane (a span per submit and
 //! per scope). Timestamps are µs since the run started. Events go to one bounded buffer per
 //! run (overflow is counted in `otherData.dropped`); recording costs nothing when off.
 
@@ -31,7 +31,7 @@ pub(crate) struct BlockSpan {
     pub(crate) finish_us: f64,
 }
 
-/// A span on an AICPU lane: the orchestrator (`lane = None`) or scheduler `s`.
+/// A span on an AICPU lane: the orchestrator (`scheduler = None`) or executor `s`.
 #[derive(Clone, Debug)]
 pub(crate) struct AicpuSpan {
     pub(crate) scheduler: Option<usize>,
@@ -105,7 +105,7 @@ impl TraceBuffer {
         for s in 0..schedulers {
             events.push(
                 json!({"ph": "M", "pid": 2, "tid": 10 + s, "name": "thread_name",
-                "args": {"name": format!("scheduler {s}")}}),
+                "args": {"name": format!("executor {s}")}}),
             );
         }
         // Where each task's first block started and last block ended, for flow arrows.

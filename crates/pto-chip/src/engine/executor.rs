@@ -6,28 +6,53 @@
 //! the run's `work_epoch` for the chip's executor spin window, then parks on the chip's `work`
 //! event count (the wake-up rule is in the module doc of `engine/mod.rs`).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crate::diag::trace::AicpuSpan;
+use pto_types::ErrorCode;
 
-use super::core::{after_finish, finish_block, run_block, scatter_gang};
+use crate::diag::trace::AicpuSpan;
+use crate::error::{ChipError, Detector};
+
+use super::core::{after_finish, finish_block, panic_message, run_block, scatter_gang};
 use super::graph::{Effects, Signal};
 use super::run::RunShared;
 use super::{ChipShared, Completion, Work};
 
-/// The body of executor thread `index`.
+/// The body of executor thread `index`. A broken invariant fails the run it happened in
+/// (INTERNAL_ERROR), not the chip: the panic is caught and the thread goes on serving.
 pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
     let mut search = Search::default();
-    while let Some(work) = search.find(&chip, index) {
+    loop {
+        match catch_unwind(AssertUnwindSafe(|| serve(&chip, index, &mut search))) {
+            Ok(()) => return,
+            Err(panic) => {
+                let run = chip.run.lock().clone();
+                if let Some(run) = run {
+                    run.latch_sched(ChipError::new(
+                        ErrorCode::InternalError,
+                        Detector::Immediate,
+                        format!("executor {index} panicked: {}", panic_message(panic.as_ref())),
+                    ));
+                }
+                search = Search::default();
+            }
+        }
+    }
+}
+
+/// Takes, runs and finishes work until the chip shuts down.
+fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut Search) {
+    while let Some(work) = search.find(chip, index) {
         let mut next = Some(work);
         while let Some(work) = next.take() {
-            let a = scatter_gang(&chip, work);
+            let a = scatter_gang(chip, work);
             let c = run_block(&a);
             let run = Arc::clone(&a.run);
             drop(a);
-            next = finish_and_take(&chip, &run, &c, index);
+            next = finish_and_take(chip, &run, &c, index);
         }
     }
 }

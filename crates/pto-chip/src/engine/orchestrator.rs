@@ -434,6 +434,48 @@ impl OrchCore {
         self.check_fatal()?;
         let submit_start = (self.run.trace_level >= 4).then(|| self.run.micros(Instant::now()));
         // 1. Validate.
+        self.validate(&req)?;
+        // 2. Output layout: one heap allocation, each OUTPUT padded to 1 KiB.
+        let total_bytes: u64 = req
+            .tensors
+            .iter()
+            .map(|t| match t {
+                ArgTensor::Create(ci) => ci.padded_bytes(),
+                ArgTensor::Existing { .. } => 0,
+            })
+            .sum();
+        let (id, offset) = self.admit_and_allocate(total_bytes)?;
+        let ring = usize::from(id.ring());
+        // 6. TensorMap sync for this ring.
+        self.tensormap
+            .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
+        // 7–9. Explicit, creator and TensorMap edges, deduplicated.
+        let producers = self.producers(id, &req)?;
+        // 10. Register this task as the writer of its INOUT / OUTPUT_EXISTING tensors.
+        self.register_writers(id, &req.tensors)?;
+        // 11. Payload: bind every tensor to host memory.
+        let (bound, outputs) = self.bind_tensors(id, ring, offset, &req.tensors);
+        let payload = Arc::new(TaskPayload {
+            shape: req.shape,
+            kernels: req.kernels,
+            tensors: bound,
+            scalars: req.scalars,
+            block_num: req.block_num,
+            sync_start: req.sync_start,
+        });
+        // 12. Wire and publish.
+        self.publish(id, payload, producers, false)?;
+        if let Some(start) = submit_start {
+            self.trace_orch(
+                format!("submit {id} {}", payload_names(&req.kernels)),
+                start,
+            );
+        }
+        Ok((id, outputs))
+    }
+
+    /// Submit step 1: argument limits, block counts, sync-start limits.
+    fn validate(&self, req: &SubmitRequest) -> OrchResult<()> {
         if let Some(error) = &req.error {
             return Err(self.fail_immediate(ErrorCode::InvalidArgs, error.clone()));
         }
@@ -475,21 +517,12 @@ impl OrchCore {
                 return Err(self.fail(e));
             }
         }
-        // 2. Output layout: one heap allocation, each OUTPUT padded to 1 KiB.
-        let total_bytes: u64 = req
-            .tensors
-            .iter()
-            .map(|t| match t {
-                ArgTensor::Create(ci) => ci.padded_bytes(),
-                ArgTensor::Existing { .. } => 0,
-            })
-            .sum();
-        let (id, offset) = self.admit_and_allocate(total_bytes)?;
-        let ring = usize::from(id.ring());
-        // 6. TensorMap sync for this ring.
-        self.tensormap
-            .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
-        // 7–9. Explicit, creator and TensorMap edges, deduplicated.
+        Ok(())
+    }
+
+    /// Submit steps 7–9: explicit, creator and TensorMap edges of `id`, deduplicated (and
+    /// recorded in the DAG dump when it is on).
+    fn producers(&mut self, id: TaskId, req: &SubmitRequest) -> OrchResult<Vec<(TaskId, bool)>> {
         let mut producers = self.explicit_deps(id, &req.deps)?;
         let observed = self.observed;
         let deps = &mut self.deps;
@@ -530,27 +563,7 @@ impl OrchCore {
             }
         }
         dedup_producers(&mut producers, id);
-        // 10. Register this task as the writer of its INOUT / OUTPUT_EXISTING tensors.
-        self.register_writers(id, &req.tensors)?;
-        // 11. Payload: bind every tensor to host memory.
-        let (bound, outputs) = self.bind_tensors(id, ring, offset, &req.tensors);
-        let payload = Arc::new(TaskPayload {
-            shape: req.shape,
-            kernels: req.kernels,
-            tensors: bound,
-            scalars: req.scalars,
-            block_num: req.block_num,
-            sync_start: req.sync_start,
-        });
-        // 12. Wire and publish.
-        self.publish(id, payload, producers, false)?;
-        if let Some(start) = submit_start {
-            self.trace_orch(
-                format!("submit {id} {}", payload_names(&req.kernels)),
-                start,
-            );
-        }
-        Ok((id, outputs))
+        Ok(producers)
     }
 
     /// Submits the hidden task of `alloc_tensors`: it owns the buffers and is COMPLETED at once.
