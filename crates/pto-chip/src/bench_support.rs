@@ -190,18 +190,7 @@ impl ReadyLanes {
         {
             for a in self.out.drain(..) {
                 let mut graph = self.run.lock_graph();
-                let c = Completion {
-                    core: a.core,
-                    task: a.task,
-                    block_idx: a.block_idx,
-                    kernel: a.kernel,
-                    panic: None,
-                    start_us: 0.0,
-                    end_us: 0.0,
-                    dispatch_us: 0.0,
-                    sub_block_id: a.sub_block_id,
-                    block_num: 1,
-                };
+                let c = Completion::unrun(&a);
                 graph.finish(&c, &self.run, &mut fx);
             }
         }

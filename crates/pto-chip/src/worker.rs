@@ -711,25 +711,25 @@ fn run_orchestration(
     args: &TaskArgs,
     run: &RunShared,
 ) {
-        let orch_args = OrchArgs {
-            tensors: entry_tensors.into_iter().map(Tensor::new).collect(),
-            scalars: args.scalars().to_vec(),
-        };
-        let outcome_of_orch = catch_unwind(AssertUnwindSafe(|| {
-            let mut root = Scope::root(core);
-            (callable.orch)(&mut root, &orch_args)
-        }));
-        if let Err(panic) = outcome_of_orch {
-            run.latch_orch(ChipError::new(
-                ErrorCode::OrchPanic,
-                Detector::Immediate,
-                format!(
-                    "orchestration {} panicked: {}",
-                    callable.name,
-                    panic_message(panic.as_ref())
-                ),
-            ));
-        }
+    let orch_args = OrchArgs {
+        tensors: entry_tensors.into_iter().map(Tensor::new).collect(),
+        scalars: args.scalars().to_vec(),
+    };
+    let outcome_of_orch = catch_unwind(AssertUnwindSafe(|| {
+        let mut root = Scope::root(core);
+        (callable.orch)(&mut root, &orch_args)
+    }));
+    if let Err(panic) = outcome_of_orch {
+        run.latch_orch(ChipError::new(
+            ErrorCode::OrchPanic,
+            Detector::Immediate,
+            format!(
+                "orchestration {} panicked: {}",
+                callable.name,
+                panic_message(panic.as_ref())
+            ),
+        ));
+    }
 }
 
 /// Executor threads of a chip with `cores` simulated cores: never more than the host can run

@@ -155,7 +155,7 @@ pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, work: Work) -> Assignment {
                 Detector::Immediate,
                 format!("cannot start the thread of core {core} for a co-scheduled part: {e}"),
             ));
-            finish_alone(chip, &run, &skipped(&a));
+            finish_alone(chip, &run, &Completion::unrun(&a));
             continue;
         }
         let cell = &chip.gangs[core as usize];
@@ -163,22 +163,6 @@ pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, work: Work) -> Assignment {
         cell.ec.notify_one();
     }
     first
-}
-
-/// The completion of an assignment that never ran.
-fn skipped(a: &Assignment) -> Completion {
-    Completion {
-        core: a.core,
-        task: a.task,
-        block_idx: a.block_idx,
-        kernel: a.kernel,
-        panic: None,
-        start_us: 0.0,
-        end_us: 0.0,
-        dispatch_us: a.dispatch_us,
-        sub_block_id: a.sub_block_id,
-        block_num: a.payload.block_num,
-    }
 }
 
 fn ensure_gang_thread(chip: &Arc<ChipShared>, core: u32) -> std::io::Result<()> {

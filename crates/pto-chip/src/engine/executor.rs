@@ -34,7 +34,10 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
                     run.latch_sched(ChipError::new(
                         ErrorCode::InternalError,
                         Detector::Immediate,
-                        format!("executor {index} panicked: {}", panic_message(panic.as_ref())),
+                        format!(
+                            "executor {index} panicked: {}",
+                            panic_message(panic.as_ref())
+                        ),
                     ));
                 }
                 search = Search::default();

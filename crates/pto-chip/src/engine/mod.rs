@@ -135,6 +135,24 @@ pub(crate) struct Completion {
     pub(crate) block_num: u32,
 }
 
+impl Completion {
+    /// The completion of an assignment whose kernel never ran (no times, no panic).
+    pub(crate) fn unrun(a: &Assignment) -> Completion {
+        Completion {
+            core: a.core,
+            task: a.task,
+            block_idx: a.block_idx,
+            kernel: a.kernel,
+            panic: None,
+            start_us: 0.0,
+            end_us: 0.0,
+            dispatch_us: a.dispatch_us,
+            sub_block_id: a.sub_block_id,
+            block_num: a.payload.block_num,
+        }
+    }
+}
+
 /// Where a logical core sits in its cluster.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CoreInfo {
