@@ -268,6 +268,10 @@ struct ProbeStats {
 /// - the three pools are allocated at construction, so they never reallocate;
 /// - `bucket_heads.len()` is a power of two and `bucket_bits` its log2;
 /// - `slot_heads[r].len() == window_masks[r] + 1`, a power of two;
+/// - every non-`NIL` slot head of ring `r` is listed in `dirty_slots[r]`, and every non-`NIL`
+///   bucket head in `dirty_buckets`, unless that list is `None` (it overflowed): so `reset`
+///   clears only what the last run touched, not `Σ windows` heads (an empty run with the
+///   default 16384-slot windows spent most of its time in that fill);
 /// - every entry with producer local `< cursors[r]` on ring `r` has been freed;
 /// - an entry is **live** iff `producer.local() ≥ last_alive[producer.ring()]`; stale entries
 ///   stay indexed until cleanup and are skipped by lookups.
@@ -284,6 +288,8 @@ pub(crate) struct TensorMap {
     bucket_heads: Vec<u32>,
     bucket_bits: u32,
     slot_heads: [Vec<u32>; RING_COUNT],
+    dirty_slots: [Option<Vec<u32>>; RING_COUNT],
+    dirty_buckets: Option<Vec<u32>>,
     window_masks: [u64; RING_COUNT],
     cursors: [u64; RING_COUNT],
     /// xorshift32 state for node priorities.
@@ -324,6 +330,8 @@ impl TensorMap {
             bucket_heads: vec![NIL; buckets],
             bucket_bits: buckets.trailing_zeros(),
             slot_heads: Default::default(),
+            dirty_slots: Default::default(),
+            dirty_buckets: None,
             window_masks: [0; RING_COUNT],
             cursors: [0; RING_COUNT],
             prio_state: PRIO_SEED,
@@ -336,8 +344,10 @@ impl TensorMap {
         map
     }
 
-    /// Empties the map for a new run with these per-ring windows (powers of two). Costs
-    /// `O(buckets + Σ W_r)`; the pools keep their allocations.
+    /// Empties the map for a new run with these per-ring windows (powers of two). Costs the
+    /// heads the last run touched (`O(buckets + Σ W_r)` at worst: a first reset, a window that
+    /// changed size, or a run that touched more than a quarter of the heads); the pools keep
+    /// their allocations.
     pub(crate) fn reset(&mut self, windows: [u64; RING_COUNT]) {
         self.entries.clear();
         self.nodes.clear();
@@ -346,12 +356,29 @@ impl TensorMap {
         self.in_use = 0;
         self.bases.clear();
         self.free_base = NIL;
-        self.bucket_heads.fill(NIL);
+        match self.dirty_buckets.as_mut() {
+            Some(dirty) => dirty
+                .drain(..)
+                .for_each(|b| self.bucket_heads[b as usize] = NIL),
+            None => self.bucket_heads.fill(NIL),
+        }
+        self.dirty_buckets = Some(self.dirty_buckets.take().unwrap_or_default());
         for (r, &w) in windows.iter().enumerate() {
             assert!(w.is_power_of_two(), "ring window must be a power of two");
             self.window_masks[r] = w - 1;
-            self.slot_heads[r].clear();
-            self.slot_heads[r].resize(w as usize, NIL);
+            let heads = &mut self.slot_heads[r];
+            match self.dirty_slots[r].as_mut() {
+                Some(dirty) if heads.len() == w as usize => {
+                    dirty.drain(..).for_each(|slot| heads[slot as usize] = NIL);
+                }
+                _ => {
+                    heads.clear();
+                    heads.resize(w as usize, NIL);
+                }
+            }
+            let mut dirty = self.dirty_slots[r].take().unwrap_or_default();
+            dirty.clear();
+            self.dirty_slots[r] = Some(dirty);
         }
         self.cursors = [0; RING_COUNT];
         self.prio_state = PRIO_SEED;
@@ -412,6 +439,9 @@ impl TensorMap {
         self.entries[idx as usize].slot_next = old;
         if old != NIL {
             self.entries[old as usize].slot_prev = idx;
+        } else {
+            let limit = self.slot_heads[ring].len() / 4;
+            note_dirty(&mut self.dirty_slots[ring], slot as u32, limit);
         }
         self.slot_heads[ring][slot] = idx;
         Ok(EntryId(idx))
@@ -511,6 +541,9 @@ impl TensorMap {
         };
         if head != NIL {
             self.bases[head as usize].prev = rec;
+        } else {
+            let limit = self.bucket_heads.len() / 4;
+            note_dirty(&mut self.dirty_buckets, bucket as u32, limit);
         }
         self.bucket_heads[bucket] = rec;
         rec
@@ -822,6 +855,18 @@ impl TensorMap {
     }
 }
 
+/// Records that head `index` became non-`NIL`; past `limit` entries the list gives up (`None`)
+/// and the next reset clears every head, which then costs no more than the list would have.
+fn note_dirty(list: &mut Option<Vec<u32>>, index: u32, limit: usize) {
+    if let Some(dirty) = list {
+        if dirty.len() < limit.max(1) {
+            dirty.push(index);
+        } else {
+            *list = None;
+        }
+    }
+}
+
 /// The cleanup policy of §3.7: retired ids `[cursor, last_alive)` exist and either the
 /// watermark moved at least [`CLEANUP_BATCH`] since the last cleanup or the new task's slot is
 /// the cursor's slot (the window wrapped onto uncleaned ids).
@@ -893,6 +938,24 @@ mod tests {
         /// Walks every chain and treap and checks the invariants listed on the types.
         #[track_caller]
         fn check_invariants(&self) {
+            if let Some(dirty) = &self.dirty_buckets {
+                for (b, &head) in self.bucket_heads.iter().enumerate() {
+                    assert!(
+                        head == NIL || dirty.contains(&(b as u32)),
+                        "bucket {b} not dirty"
+                    );
+                }
+            }
+            for (r, heads) in self.slot_heads.iter().enumerate() {
+                if let Some(dirty) = &self.dirty_slots[r] {
+                    for (slot, &head) in heads.iter().enumerate() {
+                        assert!(
+                            head == NIL || dirty.contains(&(slot as u32)),
+                            "slot {r}:{slot}"
+                        );
+                    }
+                }
+            }
             let mut seen_tree = 0;
             let mut seen_bases = std::collections::HashSet::new();
             for (b, &head) in self.bucket_heads.iter().enumerate() {
@@ -1397,6 +1460,33 @@ mod tests {
             map.check_invariants();
             assert_eq!(pools(&map), before, "round {round}");
             map.reset([32; RING_COUNT]);
+        }
+    }
+
+    #[test]
+    fn reset_clears_every_head_a_run_touched() {
+        // 8 buckets and window 32: a few inserts stay on the dirty lists, many overflow them.
+        for inserts in [1u64, 3, 40] {
+            for next_window in [32u64, 64] {
+                let mut map = TensorMap::new(64, 8, [32; RING_COUNT]);
+                for local in 0..inserts {
+                    let t = tensor(X + local * 0x100, &[16]);
+                    map.insert(id((local % 4) as u8, local), t).unwrap();
+                }
+                map.check_invariants();
+                map.reset([next_window; RING_COUNT]);
+                assert!(map.bucket_heads.iter().all(|&h| h == NIL));
+                assert!(map.slot_heads.iter().flatten().all(|&h| h == NIL));
+                assert!(
+                    map.slot_heads
+                        .iter()
+                        .all(|h| h.len() == next_window as usize)
+                );
+                map.check_invariants();
+                // The map works after the reset.
+                map.insert(id(0, 0), tensor(X, &[16])).unwrap();
+                assert_eq!(hits(&mut map, &tensor(X, &[16]), [0; 4]).len(), 1);
+            }
         }
     }
 

@@ -88,7 +88,7 @@ pub(crate) fn finish_block(
     graph.finish(c, run, fx);
     // Under the lock, so that a `Graph::signal` of this same hold does not count this block as
     // one that will come back for more work.
-    run.running.fetch_sub(1, Ordering::AcqRel);
+    fx.quiescent = run.running.fetch_sub(1, Ordering::AcqRel) == 1;
 }
 
 /// Finishes a block without taking more work (gang threads): one lock hold, then the wakes.
@@ -128,7 +128,7 @@ pub(crate) fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
     if fx.wake != Signal::Nothing {
         chip.signal_work(run, fx.wake == Signal::Wake);
     }
-    if fx.watermark_moved || fx.completed_tasks > 0 {
+    if (fx.watermark_moved || fx.completed_tasks > 0) && run.wants_ring_wake(fx.quiescent) {
         run.ring_progress.notify_one();
     }
     if run.is_finished() {

@@ -156,6 +156,9 @@ pub(crate) struct Effects {
     /// Set by the caller from [`Graph::signal`] at the end of its lock hold.
     pub(crate) wake: Signal,
     pub(crate) watermark_moved: bool,
+    /// No block runs any more (set by the finishing thread under the lock): whoever waits must
+    /// look, since nothing else may move.
+    pub(crate) quiescent: bool,
     pub(crate) became_ready: u32,
     pub(crate) completed_tasks: u32,
 }
@@ -392,7 +395,8 @@ impl Graph {
             }
             ring.last_alive += 1;
         }
-        run.last_alive[ring_index].store(ring.last_alive, Ordering::Release);
+        // SeqCst: pairs with the orchestrator's wake threshold (`RunShared::wants_ring_wake`).
+        run.last_alive[ring_index].store(ring.last_alive, Ordering::SeqCst);
         run.bump_progress();
         fx.watermark_moved = true;
     }

@@ -158,6 +158,9 @@ pub(crate) struct OrchCore {
 
 /// Why a ring resource refused a request, for the wait loop.
 struct Blocked {
+    /// The resource frees as ring `ring` retires tasks (window, heap, dep pools), so a wake
+    /// can wait for several retirements; the TensorMap frees on any ring.
+    ring_bound: bool,
     code: ErrorCode,
     resource: ResourceKind,
     impossible: bool,
@@ -295,6 +298,14 @@ impl OrchCore {
         }
     }
 
+    /// The watermark worth waking for: a quarter of the live tasks of `ring`, at most 16, at
+    /// least one — so that a back-pressured orchestrator submits in bursts instead of waking for
+    /// every retired task.
+    fn wake_target(&self, ring: usize) -> u64 {
+        let live = self.rings[ring].next_id() - self.observed[ring];
+        self.observed[ring] + (live / 4).clamp(1, 16)
+    }
+
     /// True when ring `ring`'s oldest live task belongs to a scope that is still open: then the
     /// ring can free nothing until that scope ends, which only this thread can do.
     fn head_scope_open(&self, ring: usize) -> Option<TaskId> {
@@ -326,6 +337,7 @@ impl OrchCore {
         let mut last_progress = run.progress.load(Ordering::Acquire);
         let mut quiet_since = started;
         let mut watch = Watch::default();
+        let _clear = ClearWake(&run);
         loop {
             let blocked = match first.take() {
                 Some(blocked) => blocked,
@@ -365,6 +377,8 @@ impl OrchCore {
                 Some(watchdog) => backstop.min(watchdog),
                 None => backstop,
             };
+            let wake = blocked.ring_bound.then(|| (ring, self.wake_target(ring)));
+            run.want_ring_wake(wake);
             let _ = waiter.wait(Some(deadline.max(now + Duration::from_millis(1))));
         }
     }
@@ -622,6 +636,7 @@ impl OrchCore {
             core.rings[ring].try_alloc(total_bytes).map_err(|f| {
                 let heap = f.impossible || f.kind == AllocFailureKind::HeapFull;
                 Blocked {
+                    ring_bound: true,
                     code: if heap {
                         ErrorCode::HeapRingDeadlock
                     } else {
@@ -706,6 +721,7 @@ impl OrchCore {
             }
             let used = (core.tensormap.capacity() - core.tensormap.available()) as u64;
             Err(Blocked {
+                ring_bound: false,
                 code: ErrorCode::TensormapOverflow,
                 resource: ResourceKind::TensorMap,
                 impossible: needed as u64 > capacity,
@@ -828,6 +844,7 @@ impl OrchCore {
                 (ResourceKind::DepList, pending, &core.dep_pools[ring])
             };
             Err(Blocked {
+                ring_bound: true,
                 code: ErrorCode::DepPoolOverflow,
                 resource,
                 impossible: needed > capacity,
@@ -1104,5 +1121,14 @@ impl AdaptiveSpin {
 
     fn record(&mut self, waited: Duration, spin: SpinPolicy) {
         self.park = waited > spin.spin();
+    }
+}
+
+/// Clears the orchestrator's wake threshold when a wait ends, however it ends.
+struct ClearWake<'a>(&'a RunShared);
+
+impl Drop for ClearWake<'_> {
+    fn drop(&mut self) {
+        self.0.want_ring_wake(None);
     }
 }

@@ -41,6 +41,10 @@ pub(crate) struct RunShared {
     /// Notified on every watermark move, task completion and latched error: the orchestrator
     /// waits on it for ring resources.
     pub(crate) ring_progress: CachePadded<EventCount>,
+    /// What a waiting orchestrator needs before it is worth waking: `ring + 1` and the
+    /// watermark it waits for (`0` = any progress). See [`RunShared::wants_ring_wake`].
+    wake_ring: CachePadded<AtomicU64>,
+    wake_at: CachePadded<AtomicU64>,
     /// Tasks completed (dummy tasks and alloc tasks included).
     pub(crate) completed: CachePadded<AtomicU64>,
     /// Tasks submitted, set once orchestration has finished; [`TOTAL_UNKNOWN`] before.
@@ -74,6 +78,8 @@ impl RunShared {
             last_alive: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
             progress: CachePadded::new(AtomicU64::new(0)),
             ring_progress: CachePadded::new(EventCount::new()),
+            wake_ring: CachePadded::new(AtomicU64::new(0)),
+            wake_at: CachePadded::new(AtomicU64::new(0)),
             completed: CachePadded::new(AtomicU64::new(0)),
             total_tasks: CachePadded::new(AtomicU64::new(TOTAL_UNKNOWN)),
             work_epoch: CachePadded::new(AtomicU64::new(0)),
@@ -103,6 +109,30 @@ impl RunShared {
             std::hint::spin_loop();
         }
         self.graph.lock()
+    }
+
+    /// The orchestrator waits for ring space and is worth waking only once the watermark of
+    /// `ring` reaches `at` (`None`: at any progress). Batching the wakes matters on a small
+    /// host: a wake per retired task preempts a kernel for the orchestrator's few µs each time.
+    pub(crate) fn want_ring_wake(&self, wake: Option<(usize, u64)>) {
+        let (ring, at) = wake.map_or((0, 0), |(ring, at)| (ring as u64 + 1, at));
+        self.wake_at.store(at, Ordering::SeqCst);
+        self.wake_ring.store(ring, Ordering::SeqCst);
+    }
+
+    /// Whether a completion or watermark move should wake the orchestrator: it asked for any
+    /// progress, its ring's watermark reached its threshold, or nothing runs any more
+    /// (`quiescent`: then nothing else will move, and it must look — a deadlock detector, an
+    /// error, or space that fewer retirements freed). Both sides use `SeqCst`: the orchestrator
+    /// stores the threshold then reads the watermark; a finishing thread stores the watermark then
+    /// reads the threshold; one of them sees the other's store.
+    pub(crate) fn wants_ring_wake(&self, quiescent: bool) -> bool {
+        let ring = self.wake_ring.load(Ordering::SeqCst);
+        if ring == 0 || quiescent {
+            return true;
+        }
+        let ring = (ring - 1) as usize;
+        self.last_alive[ring].load(Ordering::SeqCst) >= self.wake_at.load(Ordering::SeqCst)
     }
 
     /// Microseconds since the run started.
