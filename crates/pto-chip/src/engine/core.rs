@@ -124,7 +124,7 @@ pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, c: &Completion, f
 }
 
 /// Wakes the orchestrator (ring space, run end) and executors (new ready work) as `fx` says.
-pub(crate) fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
+fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
     if fx.wake != Signal::Nothing {
         chip.signal_work(run, fx.wake == Signal::Wake);
     }

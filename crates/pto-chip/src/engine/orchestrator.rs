@@ -30,8 +30,7 @@ use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
 use crate::tensormap::{Overlap, TensorMap, Visit};
 
-use super::core::after_effects;
-use super::graph::{Effects, NewTask, ProducerState};
+use super::graph::{Effects, NewTask, ProducerState, Signal};
 use super::heap::RunMemory;
 use super::run::{RunShared, Watch};
 use super::{ChipShared, Shape, TaskPayload};
@@ -876,9 +875,12 @@ impl OrchCore {
         }
     }
 
-    /// Wakes whoever the graph changes concern.
+    /// Wakes the executors a publication concerns. `ring_progress` and `done` are waited on
+    /// only by this thread, so changes it makes itself notify nobody.
     fn after_lock(&mut self, fx: &Effects) {
-        after_effects(&self.chip, &self.run, fx);
+        if fx.wake != Signal::Nothing {
+            self.chip.signal_work(&self.run, fx.wake == Signal::Wake);
+        }
     }
 
     /// Blocking element access for `get/set_tensor_data` (CHIP_RUNTIME.md §2.3): waits until
