@@ -21,9 +21,9 @@ use super::graph::{Effects, Signal};
 use super::run::RunShared;
 use super::{Assignment, ChipShared, Completion, Shape, Work};
 
-/// Runs the kernel of `a` on the calling thread.
-pub(crate) fn run_block(a: &Assignment) -> Completion {
-    let tracing = a.run.trace_level > 0;
+/// Runs the kernel of `a`, a block of `run`, on the calling thread.
+pub(crate) fn run_block(run: &RunShared, a: &Assignment) -> Completion {
+    let tracing = run.trace_level > 0;
     let started = Instant::now();
     let payload = &a.payload;
     let mut ctx = KernelCtx::new(
@@ -34,7 +34,7 @@ pub(crate) fn run_block(a: &Assignment) -> Completion {
         a.sub_block_id,
         CoreId(a.core),
         a.task,
-        &a.run.cancelled,
+        &run.cancelled,
     );
     if let Shape::Mix(mask) = payload.shape {
         ctx = ctx.with_mix_lanes(mask.count_ones());
@@ -45,8 +45,8 @@ pub(crate) fn run_block(a: &Assignment) -> Completion {
         .map(|p| panic_message(p.as_ref()));
     let ended = Instant::now();
     let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
-    a.run.last_kernel_ns.store(ran, Ordering::Relaxed);
-    let micros = |t: Instant| if tracing { a.run.micros(t) } else { 0.0 };
+    run.last_kernel_ns.store(ran, Ordering::Relaxed);
+    let micros = |t: Instant| if tracing { run.micros(t) } else { 0.0 };
     Completion {
         core: a.core,
         task: a.task,
@@ -139,7 +139,7 @@ fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
 /// Hands the parts of a gang but the first to the gang threads of their cores (starting them
 /// the first time) and returns the first, for the caller to run. A gang thread that cannot be
 /// started fails the run (INTERNAL_ERROR) and its part is finished unrun.
-pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, work: Work) -> Assignment {
+pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, run: &Arc<RunShared>, work: Work) -> Assignment {
     let parts = match work {
         Work::Single(a) => return a,
         Work::Gang(parts) => parts,
@@ -149,17 +149,16 @@ pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, work: Work) -> Assignment {
     for a in parts {
         let core = a.core;
         if let Err(e) = ensure_gang_thread(chip, core) {
-            let run = Arc::clone(&a.run);
             run.latch_sched(ChipError::new(
                 ErrorCode::InternalError,
                 Detector::Immediate,
                 format!("cannot start the thread of core {core} for a co-scheduled part: {e}"),
             ));
-            finish_alone(chip, &run, &Completion::unrun(&a));
+            finish_alone(chip, run, &Completion::unrun(&a));
             continue;
         }
         let cell = &chip.gangs[core as usize];
-        *cell.mailbox.lock() = Some(a);
+        *cell.mailbox.lock() = Some((Arc::clone(run), a));
         cell.ec.notify_one();
     }
     first
@@ -185,9 +184,8 @@ fn gang_main(chip: Arc<ChipShared>, core: u32) {
     let mut waiter = Waiter::new(&cell.ec, chip.executor_spin);
     loop {
         let assignment = cell.mailbox.lock().take();
-        if let Some(a) = assignment {
-            let c = run_block(&a);
-            let run = Arc::clone(&a.run);
+        if let Some((run, a)) = assignment {
+            let c = run_block(&run, &a);
             drop(a);
             finish_alone(&chip, &run, &c);
             waiter.reset();

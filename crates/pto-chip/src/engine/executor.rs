@@ -48,12 +48,11 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
 
 /// Takes, runs and finishes work until the chip shuts down.
 fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut Search) {
-    while let Some(work) = search.find(chip, index) {
+    while let Some((run, work)) = search.find(chip, index) {
         let mut next = Some(work);
         while let Some(work) = next.take() {
-            let a = scatter_gang(chip, work);
-            let c = run_block(&a);
-            let run = Arc::clone(&a.run);
+            let a = scatter_gang(chip, &run, work);
+            let c = run_block(&run, &a);
             drop(a);
             next = finish_and_take(chip, &run, &c, index);
         }
@@ -105,7 +104,7 @@ struct Search {
 
 impl Search {
     /// Spins, then parks, until a unit of work can be taken; `None` once the chip shuts down.
-    fn find(&mut self, chip: &ChipShared, index: usize) -> Option<Work> {
+    fn find(&mut self, chip: &ChipShared, index: usize) -> Option<(Arc<RunShared>, Work)> {
         // One searcher spins; the others park at once, so that idle executors do not take
         // CPU time from the orchestrator on a small host.
         let mut spins = chip.searching.fetch_add(1, Ordering::SeqCst) == 0;
@@ -118,7 +117,8 @@ impl Search {
             }
             if let Some(work) = self.try_take(chip, index) {
                 chip.searching.fetch_sub(1, Ordering::SeqCst);
-                return Some(work);
+                let run = Arc::clone(self.run.as_ref().expect("work comes from a run"));
+                return Some((run, work));
             }
             // Reading the clock costs more than a check: look at it every 64th step.
             steps = steps.wrapping_add(1);

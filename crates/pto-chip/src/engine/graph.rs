@@ -555,7 +555,6 @@ impl Graph {
             graph.claim_core(core);
             run.running.fetch_add(1, Ordering::AcqRel);
             out.push(Assignment {
-                run: Arc::clone(run),
                 core,
                 task: id,
                 payload: Arc::clone(payload),

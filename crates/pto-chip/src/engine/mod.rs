@@ -96,9 +96,9 @@ impl TaskPayload {
     }
 }
 
-/// One block (or one core's part of a MIX block) on the logical core it claimed.
+/// One block (or one core's part of a MIX block) on the logical core it claimed. It belongs
+/// to the run whose graph handed it out; whoever holds it also holds that run.
 pub(crate) struct Assignment {
-    pub(crate) run: Arc<RunShared>,
     pub(crate) core: u32,
     pub(crate) task: TaskId,
     pub(crate) payload: Arc<TaskPayload>,
@@ -163,7 +163,7 @@ pub(crate) struct CoreInfo {
 /// The gang thread of one logical core: its mailbox and the event count it parks on.
 #[derive(Default)]
 pub(crate) struct GangCell {
-    pub(crate) mailbox: Mutex<Option<Assignment>>,
+    pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Assignment)>>,
     pub(crate) ec: EventCount,
     /// The thread, once started.
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
