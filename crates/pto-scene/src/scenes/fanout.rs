@@ -115,12 +115,7 @@ impl Scene for HeterogeneousFanout {
             mib => mib << 20,
         };
         let expect_exhausted = case.param::<u8>("expect_exhausted")? == 1;
-        let mut builder = case.worker_builder(CHIPS, 0);
-        for i in 0..CHIPS {
-            let bytes = if i == 0 { chip_bytes } else { small_bytes };
-            builder = builder.chip_spec(i, small_chip(bytes));
-        }
-        let w = builder.build()?;
+        let w = fanout_worker(case, chip_bytes, small_bytes)?;
         let attention = w.register(Callable::chip("paged_attention"))?;
         let add = w.register(Callable::chip("elementwise_add"))?;
         w.init().context("starting the worker")?;
@@ -174,19 +169,7 @@ impl Scene for HeterogeneousFanout {
             .collect();
         w.close();
         if expect_exhausted {
-            let exhausted = result.expect_failures(ErrorCode::DeviceMemoryExhausted);
-            result.check = match (&result.check, exhausted) {
-                (Err(_), true) => Ok(()),
-                (Err(e), false) => {
-                    Err(format!("failed, but not with DEVICE_MEMORY_EXHAUSTED: {e}"))
-                }
-                (Ok(()), _) => {
-                    Err("expected DEVICE_MEMORY_EXHAUSTED, but every task fit".to_string())
-                }
-            };
-            result
-                .notes
-                .push("failed as expected: the global sizing does not fit the small chips".into());
+            expect_exhausted_verdict(&mut result);
             return Ok(result);
         }
         if let Some(report) = report {
@@ -254,4 +237,29 @@ impl Scene for HeterogeneousFanout {
         }
         lines
     }
+}
+
+/// The fan-out's Worker: chip 0 with `chip_bytes` of device memory, the others with
+/// `small_bytes`.
+fn fanout_worker(case: &CaseRun<'_>, chip_bytes: u64, small_bytes: u64) -> anyhow::Result<Worker> {
+    let mut builder = case.worker_builder(CHIPS, 0);
+    for i in 0..CHIPS {
+        let bytes = if i == 0 { chip_bytes } else { small_bytes };
+        builder = builder.chip_spec(i, small_chip(bytes));
+    }
+    Ok(builder.build()?)
+}
+
+/// A case that expects DEVICE_MEMORY_EXHAUSTED passes when the run failed with it, and only
+/// then.
+fn expect_exhausted_verdict(result: &mut CaseResult) {
+    let exhausted = result.expect_failures(ErrorCode::DeviceMemoryExhausted);
+    result.check = match (&result.check, exhausted) {
+        (Err(_), true) => Ok(()),
+        (Err(e), false) => Err(format!("failed, but not with DEVICE_MEMORY_EXHAUSTED: {e}")),
+        (Ok(()), _) => Err("expected DEVICE_MEMORY_EXHAUSTED, but every task fit".to_string()),
+    };
+    result
+        .notes
+        .push("failed as expected: the global sizing does not fit the small chips".into());
 }
