@@ -5,8 +5,8 @@
 
 use anyhow::Context as _;
 use pto_kernels::paged_attention::{PA_SMALL, check, golden, make_inputs};
-use pto_node::{Callable, SubmitError, Worker};
-use pto_types::{DType, ErrorCode, TaskArgs, Tensor};
+use pto_node::{Callable, HostBuffer, RunReport, SubmitError, Worker};
+use pto_types::{CallConfig, DType, ErrorCode, TaskArgs, Tensor};
 
 use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS, check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::config_block::SceneLevel;
@@ -175,13 +175,7 @@ impl Scene for HeterogeneousFanout {
         if let Some(report) = report {
             result.check = (|| {
                 check_task_sizing(&report, "attn", &attn_cfg)?;
-                for (i, (buf, _)) in ew_outs.iter().enumerate() {
-                    check_task_sizing(&report, &format!("ew{i}"), &ew_cfgs[i])?;
-                    let v = buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
-                    if v.iter().any(|&x| x != 0.5) {
-                        return Err(format!("ew{i}: wrong output"));
-                    }
-                }
+                check_elementwise(&report, &ew_outs, &ew_cfgs, n)?;
                 let actual = out_buf
                     .read_vec::<f32>(0, pa.out_len())
                     .map_err(|e| e.to_string())?;
@@ -262,4 +256,21 @@ fn expect_exhausted_verdict(result: &mut CaseResult) {
     result
         .notes
         .push("failed as expected: the global sizing does not fit the small chips".into());
+}
+
+/// Each element-wise task `ew{i}` ran with its own sizing and wrote `n` values of 0.5.
+fn check_elementwise(
+    report: &RunReport,
+    ew_outs: &[(HostBuffer, Tensor)],
+    ew_cfgs: &[CallConfig],
+    n: usize,
+) -> Result<(), String> {
+    for (i, (buf, _)) in ew_outs.iter().enumerate() {
+        check_task_sizing(report, &format!("ew{i}"), &ew_cfgs[i])?;
+        let v = buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
+        if v.iter().any(|&x| x != 0.5) {
+            return Err(format!("ew{i}: wrong output"));
+        }
+    }
+    Ok(())
 }
