@@ -1382,185 +1382,16 @@ mod tests {
         );
     }
 
-    #[test]
-    fn malformed_input_names_line_and_field() {
-        let cases: Vec<(String, usize, Option<&str>, &str)> = vec![
-            (String::new(), 1, None, "empty file"),
-            ("\n\n".into(), 1, None, "empty file"),
-            ("not json".into(), 1, None, "not valid JSON"),
-            ("[1,2]".into(), 1, None, "expected a JSON object"),
-            (
-                st1_with_line(1, r#"{"phase":"begin"}"#),
-                1,
-                Some("schema"),
-                "metadata record",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines()
-                        .next()
-                        .unwrap()
-                        .replace("\"version\":1", "\"version\":2"),
-                ),
-                1,
-                Some("version"),
-                "unsupported version 2",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines()
-                        .next()
-                        .unwrap()
-                        .replace("[16384,8,16384,16384]", "[16384,8,16384]"),
-                ),
-                1,
-                Some("task_window_max"),
-                "expected 4 entries",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines()
-                        .next()
-                        .unwrap()
-                        .replace("[16384,8,16384,16384]", "[16384,6,16384,16384]"),
-                ),
-                1,
-                Some("task_window_max[1]"),
-                "power of two",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines()
-                        .next()
-                        .unwrap()
-                        .replace("\"env\",\"call_config\"", "\"envv\",\"call_config\""),
-                ),
-                1,
-                Some("dep_pool_source[0]"),
-                "\"envv\"",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines().next().unwrap().replace(
-                        "\"error\":null",
-                        "\"error\":{\"code\":1,\"name\":\"X\",\"resource\":\"disk\"}",
-                    ),
-                ),
-                1,
-                Some("error.resource"),
-                "\"disk\"",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines()
-                        .next()
-                        .unwrap()
-                        .replace("\"error\":null", "\"error\":{\"name\":\"X\"}"),
-                ),
-                1,
-                Some("error.code"),
-                "missing field",
-            ),
-            (
-                st1_with_line(
-                    1,
-                    &ST1.lines()
-                        .next()
-                        .unwrap()
-                        .replace("\"fatal\":false", "\"fatal\":0"),
-                ),
-                1,
-                Some("fatal"),
-                "true or false",
-            ),
-            (
-                st1_with_line(
-                    4,
-                    &ST1.lines()
-                        .nth(3)
-                        .unwrap()
-                        .replace("\"heap_peak\":196608", "\"heap_peak\":\"abc\""),
-                ),
-                4,
-                Some("heap_peak"),
-                "non-negative integer, found string \"abc\"",
-            ),
-            (
-                st1_with_line(
-                    4,
-                    &ST1.lines().nth(3).unwrap().replace("\"spill_peak\":0,", ""),
-                ),
-                4,
-                Some("spill_peak"),
-                "missing field",
-            ),
-            (
-                st1_with_line(
-                    4,
-                    &ST1.lines()
-                        .nth(3)
-                        .unwrap()
-                        .replace("\"dep_pool_peak\":3", "\"dep_pool_peak\":-3"),
-                ),
-                4,
-                Some("dep_pool_peak"),
-                "found number -3",
-            ),
-            (
-                st1_with_line(
-                    3,
-                    &ST1.lines()
-                        .nth(2)
-                        .unwrap()
-                        .replace("\"phase\":\"begin\"", "\"phase\":\"middle\""),
-                ),
-                3,
-                Some("phase"),
-                "\"middle\"",
-            ),
-            (
-                st1_with_line(
-                    3,
-                    &ST1.lines()
-                        .nth(2)
-                        .unwrap()
-                        .replace("\"ring\":1", "\"ring\":4"),
-                ),
-                3,
-                Some("ring"),
-                "not a ring",
-            ),
-            (
-                st1_with_line(
-                    3,
-                    &ST1.lines()
-                        .nth(2)
-                        .unwrap()
-                        .replace("\"ring\":1", "\"ring\":2"),
-                ),
-                3,
-                Some("ring"),
-                "does not match depth 1",
-            ),
-            (
-                st1_with_line(3, ST1.lines().next().unwrap()),
-                3,
-                Some("schema"),
-                "second metadata record",
-            ),
-            (
-                st1_with_line(5, "{\"phase\":\"end\""),
-                5,
-                None,
-                "not valid JSON",
-            ),
-        ];
+    /// An end record cut short: not JSON.
+    const CUT_END_RECORD: &str = "{\"phase\":\"end\"";
+
+    /// ST1 with line `line` (1-based) edited: `from` replaced by `to`.
+    fn st1_edited(line: usize, from: &str, to: &str) -> String {
+        st1_with_line(line, &ST1.lines().nth(line - 1).unwrap().replace(from, to))
+    }
+
+    /// Each case's error names its line and field, and its message contains the expected text.
+    fn assert_malformed(cases: Vec<(String, usize, Option<&str>, &str)>) {
         for (text, line, field, expect) in cases {
             let err = parse_err(&text);
             assert_eq!(err.line, line, "{err}");
@@ -1574,6 +1405,119 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn malformed_input_names_line_and_field() {
+        let meta = |from, to| st1_edited(1, from, to);
+        let cases: Vec<(String, usize, Option<&str>, &str)> = vec![
+            (String::new(), 1, None, "empty file"),
+            ("\n\n".into(), 1, None, "empty file"),
+            ("not json".into(), 1, None, "not valid JSON"),
+            ("[1,2]".into(), 1, None, "expected a JSON object"),
+            (
+                st1_with_line(1, r#"{"phase":"begin"}"#),
+                1,
+                Some("schema"),
+                "metadata record",
+            ),
+            (
+                meta("\"version\":1", "\"version\":2"),
+                1,
+                Some("version"),
+                "unsupported version 2",
+            ),
+            (
+                meta("[16384,8,16384,16384]", "[16384,8,16384]"),
+                1,
+                Some("task_window_max"),
+                "expected 4 entries",
+            ),
+            (
+                meta("[16384,8,16384,16384]", "[16384,6,16384,16384]"),
+                1,
+                Some("task_window_max[1]"),
+                "power of two",
+            ),
+            (
+                meta("\"env\",\"call_config\"", "\"envv\",\"call_config\""),
+                1,
+                Some("dep_pool_source[0]"),
+                "\"envv\"",
+            ),
+            (
+                meta(
+                    "\"error\":null",
+                    "\"error\":{\"code\":1,\"name\":\"X\",\"resource\":\"disk\"}",
+                ),
+                1,
+                Some("error.resource"),
+                "\"disk\"",
+            ),
+            (
+                meta("\"error\":null", "\"error\":{\"name\":\"X\"}"),
+                1,
+                Some("error.code"),
+                "missing field",
+            ),
+            (
+                meta("\"fatal\":false", "\"fatal\":0"),
+                1,
+                Some("fatal"),
+                "true or false",
+            ),
+        ];
+        assert_malformed(cases);
+    }
+
+    #[test]
+    fn malformed_scope_records_name_line_and_field() {
+        let cases: Vec<(String, usize, Option<&str>, &str)> = vec![
+            (
+                st1_edited(4, "\"heap_peak\":196608", "\"heap_peak\":\"abc\""),
+                4,
+                Some("heap_peak"),
+                "non-negative integer, found string \"abc\"",
+            ),
+            (
+                st1_edited(4, "\"spill_peak\":0,", ""),
+                4,
+                Some("spill_peak"),
+                "missing field",
+            ),
+            (
+                st1_edited(4, "\"dep_pool_peak\":3", "\"dep_pool_peak\":-3"),
+                4,
+                Some("dep_pool_peak"),
+                "found number -3",
+            ),
+            (
+                st1_edited(3, "\"phase\":\"begin\"", "\"phase\":\"middle\""),
+                3,
+                Some("phase"),
+                "\"middle\"",
+            ),
+            (
+                st1_edited(3, "\"ring\":1", "\"ring\":4"),
+                3,
+                Some("ring"),
+                "not a ring",
+            ),
+            (
+                st1_edited(3, "\"ring\":1", "\"ring\":2"),
+                3,
+                Some("ring"),
+                "does not match depth 1",
+            ),
+            (
+                st1_with_line(3, ST1.lines().next().unwrap()),
+                3,
+                Some("schema"),
+                "second metadata record",
+            ),
+            (st1_with_line(5, CUT_END_RECORD), 5, None, "not valid JSON"),
+        ];
+        assert_malformed(cases);
     }
 
     #[test]

@@ -10,6 +10,9 @@ use serde_json::Value;
 
 const N: usize = 16384;
 
+/// How the DAG dump's DOT file starts.
+const DOT_HEADER: &str = "digraph pto {";
+
 fn vector_args() -> (Vec<std::sync::Arc<pto_chip::memory::HostBuffer>>, TaskArgs) {
     let (a_buf, a) = f32_tensor(N, 2.0);
     let (b_buf, b) = f32_tensor(N, 3.0);
@@ -149,7 +152,7 @@ fn dep_gen_writes_the_dag_as_json_and_dot() {
             .collect();
         assert_eq!(edges, expect);
         let dot = std::fs::read_to_string(dir.path().join("dep_gen/deps.dot")).unwrap();
-        assert!(dot.starts_with("digraph pto {"));
+        assert!(dot.starts_with(DOT_HEADER));
         assert!(dot.contains("\"r0:0\" -> \"r1:3\""));
     });
 }

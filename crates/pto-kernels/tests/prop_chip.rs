@@ -241,6 +241,24 @@ impl Builder {
         };
         let block_num = 1 + c.next(3);
         let multi_part = kind == Kind::Mix || block_num > 1;
+        let (mut args, owners) = self.existing_args(c, multi_part);
+        let bytes = self.created_args(c, index, &mut args);
+        let (merged, edge_bound) = self.explicit_deps(c, index, &args, owners);
+        self.record_accesses(index, &args);
+        self.account(depth, bytes, edge_bound);
+        TaskSpec {
+            index,
+            kind,
+            args,
+            deps: merged,
+            block_num,
+            seed: c.next(1 << 16),
+        }
+    }
+
+    /// Random tensor arguments over existing memory, none overlapping a written one; returns
+    /// them and the owner tasks of the created tensors they name.
+    fn existing_args(&self, c: &mut Choices<'_>, multi_part: bool) -> (Vec<Arg>, Vec<usize>) {
         let mut args = Vec::new();
         let mut read_spans: Vec<(usize, u32, u32)> = Vec::new();
         let mut write_spans: Vec<(usize, u32, u32)> = Vec::new();
@@ -282,6 +300,11 @@ impl Builder {
             }
             args.push(Arg::Existing { tag, target });
         }
+        (args, owners)
+    }
+
+    /// Appends random tensors that task `index` creates; returns their heap bytes.
+    fn created_args(&mut self, c: &mut Choices<'_>, index: usize, args: &mut Vec<Arg>) -> u64 {
         let mut bytes = 0u64;
         for _ in 0..c.next(3) {
             let id = self.created_len.len();
@@ -291,10 +314,21 @@ impl Builder {
             bytes += (u64::from(len) * 4).next_multiple_of(1024);
             args.push(Arg::Create { id, len });
         }
-        // Explicit dependencies: the hazards the runtime does not track, plus random ones.
+        bytes
+    }
+
+    /// Explicit dependencies of task `index`: the hazards the runtime does not track, plus
+    /// random ones, merged per target; returns them and the task's bound on dependency edges.
+    fn explicit_deps(
+        &mut self,
+        c: &mut Choices<'_>,
+        index: usize,
+        args: &[Arg],
+        owners: Vec<usize>,
+    ) -> (Vec<(usize, bool)>, u64) {
         let mut deps: BTreeSet<(usize, bool)> = BTreeSet::new();
         let mut edge_bound: BTreeSet<usize> = owners.iter().copied().collect();
-        for arg in &args {
+        for arg in args {
             let Arg::Existing { tag, target } = arg else {
                 continue;
             };
@@ -330,8 +364,13 @@ impl Builder {
         }
         edge_bound.extend(merged.iter().map(|d| d.0));
         edge_bound.remove(&index);
-        // Update hazard state in program order.
-        for arg in &args {
+        (merged, edge_bound.len() as u64)
+    }
+
+    /// Updates the hazard state in program order and makes task `index`'s created tensors
+    /// visible in its scope.
+    fn record_accesses(&mut self, index: usize, args: &[Arg]) {
+        for arg in args {
             let Arg::Existing { tag, target } = arg else {
                 continue;
             };
@@ -347,19 +386,10 @@ impl Builder {
                 }
             }
         }
-        for arg in &args {
+        for arg in args {
             if let Arg::Create { id, .. } = arg {
                 self.visible.last_mut().unwrap().push(*id);
             }
-        }
-        self.account(depth, bytes, edge_bound.len() as u64);
-        TaskSpec {
-            index,
-            kind,
-            args,
-            deps: merged,
-            block_num,
-            seed: c.next(1 << 16),
         }
     }
 

@@ -258,85 +258,10 @@ impl WorkerBuilder {
     }
 
     /// Checks every option; the Worker is NEW (no threads yet).
-    pub fn build(self) -> Result<Worker, BuildError> {
-        let err = |option: &'static str, reason: String| Err(BuildError { option, reason });
-        if self.level < 3 {
-            return err(
-                "level",
-                format!(
-                    "must be at least 3 (chips run L2 directly through pto_chip::ChipWorker), got {}",
-                    self.level
-                ),
-            );
-        }
-        if self.level > 3 && self.mode == EndpointMode::InProcess {
-            return err(
-                "level",
-                format!(
-                    "level {} runs its Worker children as child processes; EndpointMode::InProcess is not implemented for L4",
-                    self.level
-                ),
-            );
-        }
-        if self.level > 3 && self.chips > 0 {
-            return err(
-                "chips",
-                format!(
-                    "a level-{} Worker has Worker children (add_worker), not chips",
-                    self.level
-                ),
-            );
-        }
-        if self.level == 3 && self.chips + self.sub_workers == 0 {
-            return err(
-                "chips",
-                "a Worker needs at least one chip or sub worker".to_string(),
-            );
-        }
-        let mut chip_specs = vec![ChipSpec::default(); self.chips];
-        for (i, spec) in self.chip_specs {
-            if i >= self.chips {
-                return err(
-                    "chip_spec",
-                    format!("chip {i} does not exist (chips({}))", self.chips),
-                );
-            }
-            if let Err(e) = spec.validate() {
-                return err("chip_spec", format!("chip {i}: {e}"));
-            }
-            chip_specs[i] = spec;
-        }
-        if !self.heap_ring_size.is_multiple_of(4096) || self.heap_ring_size < MIN_HEAP_RING_SIZE {
-            return err(
-                "heap_ring_size",
-                format!(
-                    "{} must be a multiple of 4096 and at least {MIN_HEAP_RING_SIZE}",
-                    self.heap_ring_size
-                ),
-            );
-        }
-        if self.max_queued_runs == 0 {
-            return err("max_queued_runs", "must be at least 1".to_string());
-        }
-        for (option, d) in [
-            ("startup_timeout", self.startup_timeout),
-            ("control_timeout", self.control_timeout),
-            ("heap_alloc_timeout", self.heap_alloc_timeout),
-            ("close_timeout", self.close_timeout),
-            ("shutdown_grace", self.shutdown_grace),
-            ("liveness_timeout", self.liveness_timeout),
-            ("task_timeout", self.task_timeout.unwrap_or(Duration::MAX)),
-        ] {
-            if d.is_zero() {
-                return err(option, "must be greater than zero".to_string());
-            }
-        }
-        if self.chip_env_source.is_some() && self.mode == EndpointMode::ChildProcess {
-            return err(
-                "chip_env_source",
-                "only in EndpointMode::InProcess (child processes read their own environment; use ring_env)".to_string(),
-            );
-        }
+    pub fn build(mut self) -> Result<Worker, BuildError> {
+        self.check_level()?;
+        let chip_specs = checked_chip_specs(self.chips, std::mem::take(&mut self.chip_specs))?;
+        self.check_limits()?;
         Ok(Worker::new(WorkerOptions {
             level: self.level,
             chips: self.chips,
@@ -363,4 +288,104 @@ impl WorkerBuilder {
             restart_children: self.restart_children,
         }))
     }
+
+    /// The level against the mode and the kind of children.
+    fn check_level(&self) -> Result<(), BuildError> {
+        if self.level < 3 {
+            return invalid(
+                "level",
+                format!(
+                    "must be at least 3 (chips run L2 directly through pto_chip::ChipWorker), got {}",
+                    self.level
+                ),
+            );
+        }
+        if self.level > 3 && self.mode == EndpointMode::InProcess {
+            return invalid(
+                "level",
+                format!(
+                    "level {} runs its Worker children as child processes; EndpointMode::InProcess is not implemented for L4",
+                    self.level
+                ),
+            );
+        }
+        if self.level > 3 && self.chips > 0 {
+            return invalid(
+                "chips",
+                format!(
+                    "a level-{} Worker has Worker children (add_worker), not chips",
+                    self.level
+                ),
+            );
+        }
+        if self.level == 3 && self.chips + self.sub_workers == 0 {
+            return invalid(
+                "chips",
+                "a Worker needs at least one chip or sub worker".to_string(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The heap ring, the run queue, the timeouts and the environment source.
+    fn check_limits(&self) -> Result<(), BuildError> {
+        if !self.heap_ring_size.is_multiple_of(4096) || self.heap_ring_size < MIN_HEAP_RING_SIZE {
+            return invalid(
+                "heap_ring_size",
+                format!(
+                    "{} must be a multiple of 4096 and at least {MIN_HEAP_RING_SIZE}",
+                    self.heap_ring_size
+                ),
+            );
+        }
+        if self.max_queued_runs == 0 {
+            return invalid("max_queued_runs", "must be at least 1".to_string());
+        }
+        for (option, d) in [
+            ("startup_timeout", self.startup_timeout),
+            ("control_timeout", self.control_timeout),
+            ("heap_alloc_timeout", self.heap_alloc_timeout),
+            ("close_timeout", self.close_timeout),
+            ("shutdown_grace", self.shutdown_grace),
+            ("liveness_timeout", self.liveness_timeout),
+            ("task_timeout", self.task_timeout.unwrap_or(Duration::MAX)),
+        ] {
+            if d.is_zero() {
+                return invalid(option, "must be greater than zero".to_string());
+            }
+        }
+        if self.chip_env_source.is_some() && self.mode == EndpointMode::ChildProcess {
+            return invalid(
+                "chip_env_source",
+                "only in EndpointMode::InProcess (child processes read their own environment; use ring_env)".to_string(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Every chip's spec: the default, or the one `chip_spec` set, each checked.
+fn checked_chip_specs(
+    chips: usize,
+    specs: BTreeMap<usize, ChipSpec>,
+) -> Result<Vec<ChipSpec>, BuildError> {
+    let mut chip_specs = vec![ChipSpec::default(); chips];
+    for (i, spec) in specs {
+        if i >= chips {
+            return invalid(
+                "chip_spec",
+                format!("chip {i} does not exist (chips({chips}))"),
+            );
+        }
+        if let Err(e) = spec.validate() {
+            return invalid("chip_spec", format!("chip {i}: {e}"));
+        }
+        chip_specs[i] = spec;
+    }
+    Ok(chip_specs)
+}
+
+/// The `BuildError` naming `option`.
+fn invalid<T>(option: &'static str, reason: String) -> Result<T, BuildError> {
+    Err(BuildError { option, reason })
 }

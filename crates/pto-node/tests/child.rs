@@ -273,74 +273,9 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
         let (_a, a) = buf(&w, 64, 1.0);
         let (i_buf, i) = buf(&w, 64, 0.0);
         let (a2, o2) = (a.clone(), i.clone());
-        let small = CallConfig::with_runtime_env(
-            RuntimeEnv::default()
-                .with_task_window(16)
-                .with_heap(MIB)
-                .with_dep_pool(64),
-        );
-        let run = w
-            .submit(
-                move |orch, _, _| {
-                    let victim = TaskArgs::new()
-                        .output_existing(&o)
-                        .scalar(0u64)
-                        .scalar(10_000u64)
-                        .label("attn");
-                    orch.submit_next_level(&fail_if, victim, &small, 0)?;
-                    orch.submit_sub(
-                        &copy,
-                        TaskArgs::new()
-                            .input(&o)
-                            .output_existing(&c)
-                            .label("dependent"),
-                    )?;
-                    orch.submit_next_level(
-                        &add,
-                        TaskArgs::new()
-                            .input(&a)
-                            .input(&a)
-                            .output_existing(&i)
-                            .label("independent"),
-                        &small,
-                        1,
-                    )?;
-                    Ok(())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
-            .unwrap();
-        // Let the victim start its 10 s kernel, then kill its process.
-        std::thread::sleep(Duration::from_millis(400));
-        assert!(!run.is_finished());
-        let killed_at = Instant::now();
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(victim as i32).unwrap(),
-            rustix::process::Signal::KILL,
-        )
-        .unwrap();
-        let result = run.wait(Some(Duration::from_secs(1)));
-        let took = killed_at.elapsed();
-        let Err(WaitError::Failed(e)) = result else {
-            panic!("wait must fail with the crash within 1 s, got {result:?}")
-        };
-        assert!(took < Duration::from_secs(1), "{took:?}");
-        let text = e.to_string();
-        for needle in [
-            // The child is named once (issue 10 item 9: no `X: X` duplication).
-            format!(
-                "task 0 'attn': EndpointFailure: {victim_name} terminated by signal 9 (SIGKILL)"
-            ),
-            format!("pid={victim}"),
-            "signal 9".to_string(),
-            "SIGKILL".to_string(),
-            "while running task 0 ('attn')".to_string(),
-        ] {
-            assert!(text.contains(&needle), "{text} does not contain {needle:?}");
-        }
-        assert_eq!(text.matches(&victim_name).count(), 1, "{text}");
-        assert_eq!(e.first.kind, FailureKind::Endpoint);
+        let run = submit_attn_dependent_independent(&w, [fail_if, copy, add], [o, c, a, i]);
+        let e = kill_mid_task(run, victim);
+        assert_crash_named_once(&e, &victim_name, victim);
         let dependent = e.report.task("dependent").unwrap();
         assert!(
             matches!(&dependent.outcome, TaskOutcome::Failed(f) if f.kind == FailureKind::Skipped)
@@ -350,33 +285,7 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
         // The independent task on the other chip completes.
         assert!(e.report.task("independent").unwrap().outcome.is_success());
         assert_eq!(i_buf.read_vec::<f32>(0, 64).unwrap(), vec![2.0; 64]);
-        // Later submits to the dead chip fail clearly; the other chip still works.
-        let err = w
-            .run(
-                move |orch, _, cfg| {
-                    orch.submit_next_level(
-                        &add,
-                        TaskArgs::new().input(&a2).input(&a2).output_existing(&o2),
-                        cfg,
-                        1,
-                    )?;
-                    let later = orch
-                        .submit_next_level(&add, TaskArgs::new().input(&a2), cfg, 0)
-                        .unwrap_err();
-                    assert!(
-                        matches!(&later, SubmitError::WorkerUnavailable { worker, .. } if worker.starts_with("chip_child[0]")),
-                        "{later:?}"
-                    );
-                    assert!(later.to_string().contains("unavailable"), "{later}");
-                    assert!(later.to_string().contains("signal 9"), "{later}");
-                    Ok(())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            );
-        assert!(err.is_ok(), "{err:?}");
-        let lane = &w.stats().lanes[0];
-        assert!(!lane.available && lane.restarts == 0, "{lane:?}");
+        assert_dead_chip_refuses_submits(&w, add, a2, o2);
         // Row 43.
         let close = w.close();
         assert_eq!(close.abandoned_runs, 0);
@@ -390,6 +299,123 @@ fn n42_n43_sigkill_mid_task_then_close_leaves_nothing() {
         assert_eq!(worker_memfds(uid), Vec::<String>::new());
         assert_eq!(dev_shm(), shm_before);
     });
+}
+
+/// Submits `attn` (10 s on chip 0, into `o`), its `dependent` copy of `o` into `c`, and
+/// `independent` (`i = a + a` on chip 1).
+fn submit_attn_dependent_independent(
+    w: &Worker,
+    [fail_if, copy, add]: [pto_node::CallableHandle; 3],
+    [o, c, a, i]: [pto_types::Tensor; 4],
+) -> pto_node::RunHandle {
+    let small = CallConfig::with_runtime_env(
+        RuntimeEnv::default()
+            .with_task_window(16)
+            .with_heap(MIB)
+            .with_dep_pool(64),
+    );
+    w.submit(
+        move |orch, _, _| {
+            let victim = TaskArgs::new()
+                .output_existing(&o)
+                .scalar(0u64)
+                .scalar(10_000u64)
+                .label("attn");
+            orch.submit_next_level(&fail_if, victim, &small, 0)?;
+            orch.submit_sub(
+                &copy,
+                TaskArgs::new()
+                    .input(&o)
+                    .output_existing(&c)
+                    .label("dependent"),
+            )?;
+            orch.submit_next_level(
+                &add,
+                TaskArgs::new()
+                    .input(&a)
+                    .input(&a)
+                    .output_existing(&i)
+                    .label("independent"),
+                &small,
+                1,
+            )?;
+            Ok(())
+        },
+        TaskArgs::new(),
+        CallConfig::default(),
+    )
+    .unwrap()
+}
+
+/// Lets the victim start its 10 s kernel, SIGKILLs chip child `victim`, and returns the run's
+/// error, which must arrive within 1 s.
+fn kill_mid_task(run: pto_node::RunHandle, victim: u32) -> Box<pto_node::RunError> {
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(!run.is_finished());
+    let killed_at = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(victim as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let result = run.wait(Some(Duration::from_secs(1)));
+    let took = killed_at.elapsed();
+    let Err(WaitError::Failed(e)) = result else {
+        panic!("wait must fail with the crash within 1 s, got {result:?}")
+    };
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    e
+}
+
+/// The crash error names the killed child (`victim_name`, pid `victim`) once, with signal 9.
+fn assert_crash_named_once(e: &pto_node::RunError, victim_name: &str, victim: u32) {
+    let text = e.to_string();
+    for needle in [
+        // The child is named once (issue 10 item 9: no `X: X` duplication).
+        format!("task 0 'attn': EndpointFailure: {victim_name} terminated by signal 9 (SIGKILL)"),
+        format!("pid={victim}"),
+        "signal 9".to_string(),
+        "SIGKILL".to_string(),
+        "while running task 0 ('attn')".to_string(),
+    ] {
+        assert!(text.contains(&needle), "{text} does not contain {needle:?}");
+    }
+    assert_eq!(text.matches(victim_name).count(), 1, "{text}");
+    assert_eq!(e.first.kind, FailureKind::Endpoint);
+}
+
+/// Later submits to dead chip 0 fail clearly; chip 1 still runs `add` of `a` into `o`.
+fn assert_dead_chip_refuses_submits(
+    w: &Worker,
+    add: pto_node::CallableHandle,
+    a: pto_types::Tensor,
+    o: pto_types::Tensor,
+) {
+    let err = w.run(
+        move |orch, _, cfg| {
+            orch.submit_next_level(
+                &add,
+                TaskArgs::new().input(&a).input(&a).output_existing(&o),
+                cfg,
+                1,
+            )?;
+            let later = orch
+                .submit_next_level(&add, TaskArgs::new().input(&a), cfg, 0)
+                .unwrap_err();
+            assert!(
+                matches!(&later, SubmitError::WorkerUnavailable { worker, .. } if worker.starts_with("chip_child[0]")),
+                "{later:?}"
+            );
+            assert!(later.to_string().contains("unavailable"), "{later}");
+            assert!(later.to_string().contains("signal 9"), "{later}");
+            Ok(())
+        },
+        TaskArgs::new(),
+        CallConfig::default(),
+    );
+    assert!(err.is_ok(), "{err:?}");
+    let lane = &w.stats().lanes[0];
+    assert!(!lane.available && lane.restarts == 0, "{lane:?}");
 }
 
 /// Row 44's helper: a process owning a Worker. Runs only when the test below starts it.

@@ -220,51 +220,62 @@ fn done_l4_two_l3_children_two_chips_each_per_task_sizing() {
                 .all(|(j, &v)| v == 4.0 * (j as f32 + 0.5))
         );
         assert_eq!(report.task("total").unwrap().fanin(), 2);
-        use SizeSource::CallConfig as Cc;
-        for w in 0..2 {
-            let task = report.task(&format!("l3_{w}")).unwrap();
-            assert_eq!(Some(&task.members[0].worker), l4.chip_name(w).as_ref());
-            let inner = task.members[0]
-                .inner
-                .as_deref()
-                .expect("the inner run's report");
-            assert_eq!(inner.tasks.len(), 2);
-            for (label, env, chip) in [("add_small", small(), 0), ("add_per_ring", per_ring(), 1)] {
-                let s = chip_sizing(inner, label);
-                assert_eq!(s.values(Resource::TaskWindow), [64; 4], "{label}");
-                assert_eq!(s.values(Resource::Heap), env.get(Resource::Heap), "{label}");
-                assert_eq!(
-                    s.values(Resource::DepPool),
-                    env.get(Resource::DepPool),
-                    "{label}"
-                );
-                for r in Resource::ALL {
-                    assert_eq!(s.sources(r), [Cc; 4], "{label} {r:?}");
-                }
-                let member = &inner.task(label).unwrap().members[0];
-                assert!(
-                    member
-                        .worker
-                        .starts_with(&format!("chip_child[{chip}] pid=")),
-                    "{}",
-                    member.worker
-                );
-            }
-        }
+        assert_inner_runs_sized_per_task(&l4, &report);
         let close = l4.close();
         assert!(close.graceful, "{close:?}");
-        for pid in tree {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next());
+        assert_all_exited(tree);
+    });
+}
+
+/// Each L3 task ran on node child w, and its inner run's two chip tasks on their chips with
+/// the sizing derived inside the L3 function (window 64 from the L4's config).
+fn assert_inner_runs_sized_per_task(l4: &Worker, report: &RunReport) {
+    use SizeSource::CallConfig as Cc;
+    for w in 0..2 {
+        let task = report.task(&format!("l3_{w}")).unwrap();
+        assert_eq!(Some(&task.members[0].worker), l4.chip_name(w).as_ref());
+        let inner = task.members[0]
+            .inner
+            .as_deref()
+            .expect("the inner run's report");
+        assert_eq!(inner.tasks.len(), 2);
+        for (label, env, chip) in [("add_small", small(), 0), ("add_per_ring", per_ring(), 1)] {
+            let s = chip_sizing(inner, label);
+            assert_eq!(s.values(Resource::TaskWindow), [64; 4], "{label}");
+            assert_eq!(s.values(Resource::Heap), env.get(Resource::Heap), "{label}");
+            assert_eq!(
+                s.values(Resource::DepPool),
+                env.get(Resource::DepPool),
+                "{label}"
+            );
+            for r in Resource::ALL {
+                assert_eq!(s.sources(r), [Cc; 4], "{label} {r:?}");
+            }
+            let member = &inner.task(label).unwrap().members[0];
             assert!(
-                matches!(state, None | Some("Z") | Some("X")),
-                "{pid} still runs after close"
+                member
+                    .worker
+                    .starts_with(&format!("chip_child[{chip}] pid=")),
+                "{}",
+                member.worker
             );
         }
-    });
+    }
+}
+
+/// Every process of `tree` is gone (or a zombie).
+fn assert_all_exited(tree: Vec<u32>) {
+    for pid in tree {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        assert!(
+            matches!(state, None | Some("Z") | Some("X")),
+            "{pid} still runs after close"
+        );
+    }
 }
 
 /// Rows 56 and 57: an inner chip task fails (the chain names the node child, the chip child

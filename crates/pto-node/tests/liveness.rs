@@ -283,14 +283,37 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
     std::thread::sleep(Duration::from_millis(300));
     let hit_at = Instant::now();
     signal(pid, sig);
-    let bound = match sig {
-        Signal::KILL => Duration::from_secs(1),
-        _ => LIVENESS + Duration::from_secs(1),
-    };
     let errors: Vec<Box<RunError>> = runs
         .iter()
         .map(|r| failed(r, Duration::from_secs(10)))
         .collect();
+    assert_failures(&errors, &name, pid, state, sig, hit_at);
+    assert_lane_restarts_and_serves(&w, &s, victim, &name);
+    let pids = w.child_pids();
+    assert!(pids.len() >= 4, "three children and one restart: {pids:?}");
+    let close = w.close();
+    assert_eq!(close.abandoned_runs, 0);
+    for pid in pids {
+        assert!(!is_my_child(pid) && !running(pid), "child {pid} is left");
+    }
+    assert_eq!(worker_memfds(uid), Vec::<String>::new());
+    assert_eq!(dev_shm(), shm_before);
+}
+
+/// The victim (child `name`, pid `pid`, hit by `sig` at `hit_at`) failed in time with the
+/// signal's code and message; its dependent was skipped; the independent tasks succeeded.
+fn assert_failures(
+    errors: &[Box<RunError>],
+    name: &str,
+    pid: u32,
+    state: State,
+    sig: Signal,
+    hit_at: Instant,
+) {
+    let bound = match sig {
+        Signal::KILL => Duration::from_secs(1),
+        _ => LIVENESS + Duration::from_secs(1),
+    };
     let last = errors.last().unwrap();
     let v = last
         .report
@@ -313,7 +336,7 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
         }
     }
     assert_eq!(
-        text.matches(&name).count(),
+        text.matches(name).count(),
         1,
         "the child is named once: {text}"
     );
@@ -335,12 +358,16 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
             "{d:?}"
         );
     }
-    for e in &errors {
+    for e in errors {
         if let Some(i) = e.report.task("independent") {
             assert!(i.outcome.is_success(), "{i:?}");
         }
     }
-    // The lane restarts in the background; a later run on it succeeds.
+}
+
+/// The victim's lane restarts in the background with a fresh process (not `name`), and a
+/// later run on it succeeds.
+fn assert_lane_restarts_and_serves(w: &Worker, s: &Setup, victim: Victim, name: &str) {
     let lane = lane_index(victim);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !(w.stats().lanes[lane].available && w.stats().lanes[lane].restarts == 1) {
@@ -351,7 +378,7 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let new_name = victim_name(&w, victim);
+    let new_name = victim_name(w, victim);
     assert_ne!(new_name, name, "a fresh process serves the lane");
     let again = s.clone();
     let report = w
@@ -363,15 +390,6 @@ fn scenario(victim: Victim, state: State, sig: Signal) {
         .expect("a run on the restarted lane succeeds");
     assert_eq!(report.lanes[lane].restarts, 1, "{:?}", report.lanes);
     assert_eq!(report.task("victim").unwrap().members[0].worker, new_name);
-    let pids = w.child_pids();
-    assert!(pids.len() >= 4, "three children and one restart: {pids:?}");
-    let close = w.close();
-    assert_eq!(close.abandoned_runs, 0);
-    for pid in pids {
-        assert!(!is_my_child(pid) && !running(pid), "child {pid} is left");
-    }
-    assert_eq!(worker_memfds(uid), Vec::<String>::new());
-    assert_eq!(dev_shm(), shm_before);
 }
 
 macro_rules! scenarios {

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::heap::HEAP_ALIGN;
-use super::task_ring::{RingCounters, RingPeaks};
+use super::task_ring::{Allocation, RingCounters, RingPeaks};
 use super::{AllocFailureKind, DepPool, TaskRing};
 
 #[derive(Clone, Debug)]
@@ -71,124 +71,170 @@ fn check_counters(ring: &TaskRing, prev: &RingCounters, heap: u64) -> Result<(),
     Ok(())
 }
 
-fn run_ring_model(window: u32, heap: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let mut ring = TaskRing::new(window, heap);
-    let mut live: VecDeque<Live> = VecDeque::new();
-    let mut next_id = 0u64;
-    let mut last_alive = 0u64;
-    // Occupancy after every step; a scope's peaks are the maximum from its begin sample on.
-    let mut history: Vec<RingPeaks> = Vec::new();
-    let mut scopes: Vec<usize> = Vec::new();
-    let mut high_water = RingPeaks::default();
-    let mut prev = ring.counters();
+/// The reference model of a `TaskRing` (window `window`, heap `heap`): what it must hold.
+struct RingModel {
+    window: u32,
+    heap: u64,
+    live: VecDeque<Live>,
+    next_id: u64,
+    last_alive: u64,
+    /// Occupancy after every step; a scope's peaks are the maximum from its begin sample on.
+    history: Vec<RingPeaks>,
+    scopes: Vec<usize>,
+    high_water: RingPeaks,
+    prev: RingCounters,
+}
 
-    for op in ops {
+impl RingModel {
+    /// The model of the empty `ring`.
+    fn new(ring: &TaskRing, window: u32, heap: u64) -> RingModel {
+        RingModel {
+            window,
+            heap,
+            live: VecDeque::new(),
+            next_id: 0,
+            last_alive: 0,
+            history: Vec::new(),
+            scopes: Vec::new(),
+            high_water: RingPeaks::default(),
+            prev: ring.counters(),
+        }
+    }
+
+    /// Applies `op` to `ring` and to the model, then checks that they agree.
+    fn step(&mut self, ring: &mut TaskRing, op: Op) -> Result<(), TestCaseError> {
         match op {
-            Op::Alloc(bytes) => {
-                let n = bytes.next_multiple_of(HEAP_ALIGN);
-                let window_full = live.len() as u64 + 1 >= u64::from(window);
-                let fits = ring.heap_fits(bytes);
-                let available = ring.heap_available();
-                let top = ring.heap_top();
-                // `available` is exactly the largest request that fits (§4.2).
-                prop_assert_eq!(fits, n <= available, "n {} available {}", n, available);
-                if live.is_empty() && n <= heap {
-                    prop_assert!(fits, "a completely retired ring refused {} B", n);
-                }
-                match ring.try_alloc(bytes) {
-                    Ok(a) => {
-                        prop_assert!(!window_full && fits);
-                        prop_assert_eq!(a.id, next_id);
-                        prop_assert_eq!(a.slot as u64, a.id & u64::from(window - 1));
-                        prop_assert_eq!(a.end - a.offset, n);
-                        prop_assert!(a.end <= heap && a.offset.is_multiple_of(HEAP_ALIGN));
-                        if n == 0 {
-                            prop_assert_eq!(a.offset, top);
-                        } else {
-                            for other in live.iter().filter(|l| l.start < l.end) {
-                                prop_assert!(
-                                    a.end <= other.start || other.end <= a.offset,
-                                    "[{}, {}) overlaps live r:{} [{}, {})",
-                                    a.offset,
-                                    a.end,
-                                    other.id,
-                                    other.start,
-                                    other.end
-                                );
-                            }
-                        }
-                        live.push_back(Live {
-                            id: a.id,
-                            start: a.offset,
-                            end: a.end,
-                        });
-                        next_id += 1;
-                        let sample = RingPeaks {
-                            live: live.len() as u64,
-                            heap_used: ring.heap_used(),
-                            largest_alloc: n,
-                        };
-                        high_water = max_peaks(&[high_water, sample]);
-                        history.push(sample);
-                    }
-                    Err(f) => {
-                        let kind = if window_full {
-                            AllocFailureKind::WindowFull
-                        } else {
-                            prop_assert!(!fits);
-                            AllocFailureKind::HeapFull
-                        };
-                        prop_assert_eq!(f.kind, kind);
-                        prop_assert_eq!(f.impossible, n > heap);
-                        prop_assert_eq!(ring.counters(), prev, "a failed alloc changed state");
-                    }
-                }
-            }
+            Op::Alloc(bytes) => self.alloc(ring, bytes)?,
             Op::Retire(raw) => {
-                let k = raw % (live.len() + 1);
+                let k = raw % (self.live.len() + 1);
                 if k == 0 {
-                    ring.retire_to(last_alive, heap + 1); // stale: ignored
+                    ring.retire_to(self.last_alive, self.heap + 1); // stale: ignored
                 } else {
                     let mut newest = None;
                     for _ in 0..k {
-                        newest = live.pop_front();
+                        newest = self.live.pop_front();
                     }
                     let newest = newest.unwrap();
-                    last_alive = newest.id + 1;
-                    ring.retire_to(last_alive, newest.end);
+                    self.last_alive = newest.id + 1;
+                    ring.retire_to(self.last_alive, newest.end);
                 }
-                prop_assert_eq!(ring.last_alive(), last_alive);
+                prop_assert_eq!(ring.last_alive(), self.last_alive);
             }
             Op::BeginScope => {
                 ring.begin_scope_sample();
-                scopes.push(history.len());
-                history.push(RingPeaks {
-                    live: live.len() as u64,
+                self.scopes.push(self.history.len());
+                self.history.push(RingPeaks {
+                    live: self.live.len() as u64,
                     heap_used: ring.heap_used(),
                     largest_alloc: 0,
                 });
             }
             Op::EndScope => {
-                if let Some(start) = scopes.pop() {
-                    prop_assert_eq!(ring.end_scope_sample(), max_peaks(&history[start..]));
+                if let Some(start) = self.scopes.pop() {
+                    prop_assert_eq!(ring.end_scope_sample(), max_peaks(&self.history[start..]));
                 }
             }
         }
-        prop_assert!(live.len() < window as usize);
-        prop_assert_eq!(ring.active(), live.len() as u64);
-        prop_assert_eq!(ring.high_water(), high_water);
-        check_counters(&ring, &prev, heap)?;
-        prev = ring.counters();
+        prop_assert!(self.live.len() < self.window as usize);
+        prop_assert_eq!(ring.active(), self.live.len() as u64);
+        prop_assert_eq!(ring.high_water(), self.high_water);
+        check_counters(ring, &self.prev, self.heap)?;
+        self.prev = ring.counters();
+        Ok(())
+    }
+
+    /// One `try_alloc(bytes)`: it fits exactly when the model says so, and fails with the
+    /// model's reason and no change otherwise.
+    fn alloc(&mut self, ring: &mut TaskRing, bytes: u64) -> Result<(), TestCaseError> {
+        let n = bytes.next_multiple_of(HEAP_ALIGN);
+        let window_full = self.live.len() as u64 + 1 >= u64::from(self.window);
+        let fits = ring.heap_fits(bytes);
+        let available = ring.heap_available();
+        let top = ring.heap_top();
+        // `available` is exactly the largest request that fits (§4.2).
+        prop_assert_eq!(fits, n <= available, "n {} available {}", n, available);
+        if self.live.is_empty() && n <= self.heap {
+            prop_assert!(fits, "a completely retired ring refused {} B", n);
+        }
+        match ring.try_alloc(bytes) {
+            Ok(a) => {
+                prop_assert!(!window_full && fits);
+                self.allocated(ring, &a, n, top)?;
+            }
+            Err(f) => {
+                let kind = if window_full {
+                    AllocFailureKind::WindowFull
+                } else {
+                    prop_assert!(!fits);
+                    AllocFailureKind::HeapFull
+                };
+                prop_assert_eq!(f.kind, kind);
+                prop_assert_eq!(f.impossible, n > self.heap);
+                prop_assert_eq!(ring.counters(), self.prev, "a failed alloc changed state");
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks allocation `a` of `n` aligned bytes (at `top` when empty) and records it.
+    fn allocated(
+        &mut self,
+        ring: &TaskRing,
+        a: &Allocation,
+        n: u64,
+        top: u64,
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(a.id, self.next_id);
+        prop_assert_eq!(a.slot as u64, a.id & u64::from(self.window - 1));
+        prop_assert_eq!(a.end - a.offset, n);
+        prop_assert!(a.end <= self.heap && a.offset.is_multiple_of(HEAP_ALIGN));
+        if n == 0 {
+            prop_assert_eq!(a.offset, top);
+        } else {
+            for other in self.live.iter().filter(|l| l.start < l.end) {
+                prop_assert!(
+                    a.end <= other.start || other.end <= a.offset,
+                    "[{}, {}) overlaps live r:{} [{}, {})",
+                    a.offset,
+                    a.end,
+                    other.id,
+                    other.start,
+                    other.end
+                );
+            }
+        }
+        self.live.push_back(Live {
+            id: a.id,
+            start: a.offset,
+            end: a.end,
+        });
+        self.next_id += 1;
+        let sample = RingPeaks {
+            live: self.live.len() as u64,
+            heap_used: ring.heap_used(),
+            largest_alloc: n,
+        };
+        self.high_water = max_peaks(&[self.high_water, sample]);
+        self.history.push(sample);
+        Ok(())
+    }
+}
+
+fn run_ring_model(window: u32, heap: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut ring = TaskRing::new(window, heap);
+    let mut model = RingModel::new(&ring, window, heap);
+    for op in ops {
+        model.step(&mut ring, op)?;
     }
 
     // Retire everything: the ring is empty and any request up to H fits.
-    if let Some(newest) = live.back() {
+    if let Some(newest) = model.live.back() {
         ring.retire_to(newest.id + 1, newest.end);
     }
     prop_assert_eq!(ring.active(), 0);
     prop_assert_eq!(ring.heap_used(), 0);
     prop_assert_eq!(ring.heap_available(), heap);
-    check_counters(&ring, &prev, heap)?;
+    check_counters(&ring, &model.prev, heap)?;
     let a = ring.try_alloc(heap);
     prop_assert!(a.is_ok(), "{:?}", a);
     Ok(())

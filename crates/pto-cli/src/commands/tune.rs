@@ -26,37 +26,13 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
-    let cases: Vec<String> = file
-        .cases
-        .iter()
-        .map(|c| c.name.clone())
-        .filter(|n| args.case.as_deref().is_none_or(|c| c == n))
-        .collect();
-    if cases.is_empty() {
-        return Err(InputError(format!(
-            "{}: no case named {:?} (cases: {})",
-            args.scene.display(),
-            cut(args.case.as_deref().unwrap_or("")),
-            key_list(file.cases.iter().map(|c| c.name.as_str()))
-        ))
-        .into());
-    }
+    let cases = selected_cases(args, &file)?;
     let temp = tempfile::tempdir()?;
     let work = args
         .output
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
-    let env = RunnerEnv {
-        mode: match args.mode {
-            Mode::InProcess => EndpointMode::InProcess,
-            Mode::ChildProcess => EndpointMode::ChildProcess,
-        },
-        ring_env: parse_pairs(&args.ring_env)?,
-        strict_env: false,
-        fast: args.fast,
-        task_timeout: None,
-        liveness_timeout: None,
-    };
+    let env = runner_env(args)?;
     // Created before any case runs, so an unwritable path costs no run.
     let mut report_file = match &args.report {
         Some(path) => Some((
@@ -80,30 +56,7 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
             work: work.join(case),
             env: env.clone(),
         };
-        let tuning = tune_case(&file, case, &options)?;
-        let text = render_tuning(&tuning);
-        summary.extend(
-            text.lines()
-                .filter(|l| l.starts_with("case "))
-                .map(str::to_string),
-        );
-        crate::print_out(&text);
-        pages.push(tuning.before().report.clone());
-        if tuning.rounds.len() > 1 {
-            pages.push(tuning.after().report.clone());
-        }
-        match (&tuning.verdict, &tuning.advised) {
-            (Verdict::Verified, Some(advised)) if args.write => {
-                write_case(&file.path, advised).map_err(InputError)?;
-                crate::print_out(&format!(
-                    "case {case}: wrote {}_advised into {}\n",
-                    cut(case),
-                    args.scene.display()
-                ));
-            }
-            (Verdict::Verified | Verdict::Skipped(_), _) => {}
-            (Verdict::Failed(_), _) => all_verified = false,
-        }
+        all_verified &= tune_one(args, &file, case, &options, &mut pages, &mut summary)?;
     }
     if let Some((path, out)) = report_file.as_mut() {
         let page = HtmlPage {
@@ -126,4 +79,76 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::CheckFailed
     })
+}
+
+/// The names of the cases `--case` selects (all by default); none is an input error.
+fn selected_cases(args: &TuneArgs, file: &SceneFile) -> anyhow::Result<Vec<String>> {
+    let cases: Vec<String> = file
+        .cases
+        .iter()
+        .map(|c| c.name.clone())
+        .filter(|n| args.case.as_deref().is_none_or(|c| c == n))
+        .collect();
+    if cases.is_empty() {
+        return Err(InputError(format!(
+            "{}: no case named {:?} (cases: {})",
+            args.scene.display(),
+            cut(args.case.as_deref().unwrap_or("")),
+            key_list(file.cases.iter().map(|c| c.name.as_str()))
+        ))
+        .into());
+    }
+    Ok(cases)
+}
+
+/// How the cases run: `--mode`, `--ring-env` and `--fast`.
+fn runner_env(args: &TuneArgs) -> anyhow::Result<RunnerEnv> {
+    Ok(RunnerEnv {
+        mode: match args.mode {
+            Mode::InProcess => EndpointMode::InProcess,
+            Mode::ChildProcess => EndpointMode::ChildProcess,
+        },
+        ring_env: parse_pairs(&args.ring_env)?,
+        strict_env: false,
+        fast: args.fast,
+        task_timeout: None,
+        liveness_timeout: None,
+    })
+}
+
+/// Tunes one case: prints its table, collects its summary lines and report pages, and with
+/// `--write` writes a verified advised case; returns false when its tuning failed.
+fn tune_one(
+    args: &TuneArgs,
+    file: &SceneFile,
+    case: &str,
+    options: &TuneOptions,
+    pages: &mut Vec<CaseReport>,
+    summary: &mut Vec<String>,
+) -> anyhow::Result<bool> {
+    let tuning = tune_case(file, case, options)?;
+    let text = render_tuning(&tuning);
+    summary.extend(
+        text.lines()
+            .filter(|l| l.starts_with("case "))
+            .map(str::to_string),
+    );
+    crate::print_out(&text);
+    pages.push(tuning.before().report.clone());
+    if tuning.rounds.len() > 1 {
+        pages.push(tuning.after().report.clone());
+    }
+    match (&tuning.verdict, &tuning.advised) {
+        (Verdict::Verified, Some(advised)) if args.write => {
+            write_case(&file.path, advised).map_err(InputError)?;
+            crate::print_out(&format!(
+                "case {case}: wrote {}_advised into {}\n",
+                cut(case),
+                args.scene.display()
+            ));
+        }
+        (Verdict::Verified | Verdict::Skipped(_), _) => {}
+        (Verdict::Failed(_), _) => return Ok(false),
+    }
+    Ok(true)
 }

@@ -8,10 +8,12 @@
 
 use std::error::Error;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use pto_chip::ChipSpec;
 use pto_node::{
-    Callable, EndpointMode, HostBuffer, MappedArgs, SubContext, TaskError, TaskReport, Worker,
+    Callable, CallableHandle, EndpointMode, HostBuffer, MappedArgs, RunReport, SubContext,
+    TaskError, TaskReport, Worker,
 };
 use pto_types::ring_config::env::EnvSource;
 use pto_types::ring_config::resolve::SizeSource;
@@ -90,6 +92,41 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
         out.push(f32_buffer(&worker, N, |_| 0.0)?);
     }
     let total = f32_buffer(&worker, N, |_| -1.0)?;
+    let tensors = (
+        a.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        b.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        out.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        total.1.clone(),
+    );
+    let report = run_adds_then_sum(&worker, &add, &sum, tensors)?;
+    let mut text = String::new();
+    check_dispatch_sums(&out, &total.0, N)?;
+    writeln!(
+        text,
+        "sums correct: out[i] = a[i] + b[i] on chip i, total = out[0] + out[1]"
+    )?;
+    let (sum_worker, dispatched) = check_sum_after_adds(&worker, &report)?;
+    writeln!(
+        text,
+        "sub task 'sum' on {sum_worker}: fan-in 2, dispatched at {dispatched:?} after both chip tasks finished"
+    )?;
+    let close = worker.close();
+    ensure(close.graceful, || {
+        format!("close was not graceful: {close:?}")
+    })?;
+    Ok(text)
+}
+
+/// The tensors of `multi_chip_dispatch`: `a`, `b` and `out` per chip, then `total`.
+type DispatchTensors = (Vec<Tensor>, Vec<Tensor>, Vec<Tensor>, Tensor);
+
+/// One run of `multi_chip_dispatch`: `add{i}` on chip i, then the sub task `sum` of both.
+fn run_adds_then_sum(
+    worker: &Worker,
+    add: &CallableHandle,
+    sum: &CallableHandle,
+    tensors: DispatchTensors,
+) -> Result<RunReport, Box<dyn Error + Send + Sync>> {
     // Small per-task sizing: elementwise_add submits one kernel at depth 0.
     let overrides = TaskOverrides {
         aicpu_thread_num: None,
@@ -98,12 +135,6 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
             .with_heap(1 << 20)
             .with_dep_pool(64),
     };
-    let tensors = (
-        a.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
-        b.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
-        out.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
-        total.1.clone(),
-    );
     let report = worker.run(
         move |orch, _args, cfg| {
             let (a, b, out, total) = &tensors;
@@ -114,22 +145,30 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
                     .input(&b[i])
                     .output_existing(&out[i])
                     .label(&format!("add{i}"));
-                orch.submit_next_level(&add, args, &task_cfg, i)?;
+                orch.submit_next_level(add, args, &task_cfg, i)?;
             }
             let args = TaskArgs::new()
                 .input(&out[0])
                 .input(&out[1])
                 .output_existing(total)
                 .label("sum");
-            orch.submit_sub(&sum, args)?;
+            orch.submit_sub(sum, args)?;
             Ok(())
         },
         TaskArgs::new(),
         CallConfig::default(),
     )?;
-    let mut text = String::new();
+    Ok(report)
+}
+
+/// Checks `out[i] = a[i] + b[i]` and `total = out[0] + out[1]` over `n` values.
+fn check_dispatch_sums(
+    out: &[(HostBuffer, Tensor)],
+    total: &HostBuffer,
+    n: usize,
+) -> Result<(), Box<dyn Error + Send + Sync>> {
     for (i, (out_buf, _)) in out.iter().enumerate() {
-        let got = out_buf.read_vec::<f32>(0, N)?;
+        let got = out_buf.read_vec::<f32>(0, n)?;
         ensure(
             got.iter()
                 .enumerate()
@@ -137,17 +176,21 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
             || format!("out[{i}] is wrong: {:?}…", &got[..4]),
         )?;
     }
-    let got = total.0.read_vec::<f32>(0, N)?;
+    let got = total.read_vec::<f32>(0, n)?;
     ensure(
         got.iter()
             .enumerate()
             .all(|(j, &v)| v == (1000 + 6 * j) as f32),
         || format!("total is wrong: {:?}…", &got[..4]),
-    )?;
-    writeln!(
-        text,
-        "sums correct: out[i] = a[i] + b[i] on chip i, total = out[0] + out[1]"
-    )?;
+    )
+}
+
+/// Checks from the report that `sum` had fan-in 2 and was dispatched after `add{i}` finished
+/// on chip i; returns the lane `sum` ran on and when it was dispatched.
+fn check_sum_after_adds(
+    worker: &Worker,
+    report: &RunReport,
+) -> Result<(String, Duration), Box<dyn Error + Send + Sync>> {
     let sum_task = report.task("sum").ok_or("no task 'sum' in the report")?;
     ensure(sum_task.fanin() == 2, || {
         format!("sum has fan-in {}, expected 2", sum_task.fanin())
@@ -166,16 +209,7 @@ pub(crate) fn multi_chip_dispatch(mode: EndpointMode) -> ExampleResult {
             || format!("add{i} ran on {}", chip_task.members[0].worker),
         )?;
     }
-    writeln!(
-        text,
-        "sub task 'sum' on {}: fan-in 2, dispatched at {:?} after both chip tasks finished",
-        sum_task.members[0].worker, dispatched
-    )?;
-    let close = worker.close();
-    ensure(close.graceful, || {
-        format!("close was not graceful: {close:?}")
-    })?;
-    Ok(text)
+    Ok((sum_task.members[0].worker.clone(), dispatched))
 }
 
 /// The three overridden sizings of §8.2, by label.

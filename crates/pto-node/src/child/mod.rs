@@ -137,111 +137,15 @@ pub(crate) struct Child {
 }
 
 fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
-    let Ok(mailbox_seg) = Segment::from_fd(
-        SegmentKey {
-            owner: 0,
-            segment: u64::MAX,
-        },
-        mailbox_fd,
-        FRAME_BYTES,
-    ) else {
+    let Some((mailbox, ctl_bytes, doorbell)) = map_frames(ctl_fd, mailbox_fd) else {
         return EXIT_BROKEN;
     };
-    let mailbox = Mailbox::new(Arc::new(mailbox_seg));
-    let Ok(ctl) = Segment::from_fd(
-        SegmentKey {
-            owner: 0,
-            segment: u64::MAX - 1,
-        },
-        ctl_fd,
-        SEGMENT_BYTES,
-    ) else {
-        return EXIT_BROKEN;
-    };
-    let mut ctl_bytes = vec![0u8; control_segment::HEADER_BYTES];
-    ctl.read(0, &mut ctl_bytes);
-    let doorbell = SharedDoorbell::new(Arc::new(ctl));
-    let fail = |message: String| -> i32 {
-        let mut fixed = vec![0u8; FIXED_BYTES];
-        let n = frame::encode_message(&message, &mut fixed);
-        frame::encode_reply(
-            &frame::ReplyHeader {
-                message_bytes: n,
-                child_pid: std::process::id(),
-                ..frame::ReplyHeader::default()
-            },
-            &mut fixed,
-        );
-        mailbox.write_child(&fixed, &[]);
-        let _ = mailbox.transition_to_init_failed();
-        doorbell.ring();
-        EXIT_INIT_FAILED
-    };
-    let header = match control_segment::decode(&ctl_bytes) {
-        Ok(h) => h,
-        Err(e) => return fail(e.to_string()),
-    };
-    // The parent may have died before PR_SET_PDEATHSIG took effect.
-    if parent_pid() != header.parent_pid {
-        return EXIT_PARENT_GONE;
-    }
-    let boot_len = match frame::decode_boot_header(&mailbox.read_fixed()) {
-        Ok(n) => n,
-        Err(e) => return fail(e.to_string()),
-    };
-    let boot = match BootBlock::decode(&mailbox.read_payload(boot_len)) {
-        Ok(b) => b,
-        Err(e) => return fail(e.to_string()),
-    };
-    let heap_key = SegmentKey {
-        owner: header.worker_uid,
-        segment: 0,
-    };
-    let heap_len = header.heap_ring_size.saturating_mul(4) as usize;
-    let heap = match Segment::from_fd(heap_key, heap_fd, heap_len) {
-        Ok(s) => Arc::new(s),
-        Err(e) => return fail(format!("cannot map the heap-ring segment: {e}")),
-    };
-    let (name, role, message) = match serve::build_role(&boot) {
-        Ok(r) => r,
-        Err(message) => return fail(message),
-    };
-    let health = Arc::new(Progress::default());
-    if liveness::start(mailbox.clone(), Arc::clone(&health)).is_err() {
-        return fail("cannot start the liveness thread".to_string());
-    }
-    let keeps_fds = matches!(role, Role::Node { .. });
-    if !keeps_fds {
-        heap.close_fd();
-    }
-    let mut segments = HashMap::new();
-    segments.insert(heap_key, heap);
-    crate::spawn::raise_fd_limit();
-    let mut child = Child {
-        name,
-        role,
-        mailbox,
-        doorbell,
-        sock,
-        segments,
-        parent_pid: header.parent_pid,
-        spin: Duration::from_micros(u64::from(boot.spin_us[1])),
-        health,
-        lost_segments: HashMap::new(),
-        keeps_fds,
+    let (mut child, message) = match start(sock, heap_fd, mailbox, doorbell, &ctl_bytes) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     // INIT_READY with the environment problems in the message area.
-    let mut fixed = vec![0u8; FIXED_BYTES];
-    let n = frame::encode_message(&message, &mut fixed);
-    frame::encode_reply(
-        &frame::ReplyHeader {
-            message_bytes: n,
-            child_pid: std::process::id(),
-            ..frame::ReplyHeader::default()
-        },
-        &mut fixed,
-    );
-    child.mailbox.write_child(&fixed, &[]);
+    write_init_reply(&child.mailbox, &message);
     if child.mailbox.transition_to_init_ready().is_err() {
         return EXIT_BROKEN;
     }
@@ -254,6 +158,111 @@ fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
     drop(child);
     health.stop();
     code
+}
+
+/// Maps the mailbox and the control segment; returns the mailbox, the control segment's
+/// header bytes and the doorbell, or `None` (nothing to report an error through).
+fn map_frames(ctl_fd: OwnedFd, mailbox_fd: OwnedFd) -> Option<(Mailbox, Vec<u8>, SharedDoorbell)> {
+    let mailbox_seg = Segment::from_fd(
+        SegmentKey {
+            owner: 0,
+            segment: u64::MAX,
+        },
+        mailbox_fd,
+        FRAME_BYTES,
+    )
+    .ok()?;
+    let mailbox = Mailbox::new(Arc::new(mailbox_seg));
+    let ctl = Segment::from_fd(
+        SegmentKey {
+            owner: 0,
+            segment: u64::MAX - 1,
+        },
+        ctl_fd,
+        SEGMENT_BYTES,
+    )
+    .ok()?;
+    let mut ctl_bytes = vec![0u8; control_segment::HEADER_BYTES];
+    ctl.read(0, &mut ctl_bytes);
+    let doorbell = SharedDoorbell::new(Arc::new(ctl));
+    Some((mailbox, ctl_bytes, doorbell))
+}
+
+/// Start-up after the mapping: checks the parent, decodes the boot block, maps the heap,
+/// builds the role and starts the liveness thread; returns the child and its INIT_READY
+/// message, or the exit status (after INIT_FAILED when the parent can be told).
+fn start(
+    sock: OwnedFd,
+    heap_fd: OwnedFd,
+    mailbox: Mailbox,
+    doorbell: SharedDoorbell,
+    ctl_bytes: &[u8],
+) -> Result<(Child, String), i32> {
+    let fail = |message: String| -> i32 {
+        write_init_reply(&mailbox, &message);
+        let _ = mailbox.transition_to_init_failed();
+        doorbell.ring();
+        EXIT_INIT_FAILED
+    };
+    let header = control_segment::decode(ctl_bytes).map_err(|e| fail(e.to_string()))?;
+    // The parent may have died before PR_SET_PDEATHSIG took effect.
+    if parent_pid() != header.parent_pid {
+        return Err(EXIT_PARENT_GONE);
+    }
+    let boot_len =
+        frame::decode_boot_header(&mailbox.read_fixed()).map_err(|e| fail(e.to_string()))?;
+    let boot =
+        BootBlock::decode(&mailbox.read_payload(boot_len)).map_err(|e| fail(e.to_string()))?;
+    let heap_key = SegmentKey {
+        owner: header.worker_uid,
+        segment: 0,
+    };
+    let heap_len = header.heap_ring_size.saturating_mul(4) as usize;
+    let heap = match Segment::from_fd(heap_key, heap_fd, heap_len) {
+        Ok(s) => Arc::new(s),
+        Err(e) => return Err(fail(format!("cannot map the heap-ring segment: {e}"))),
+    };
+    let (name, role, message) = serve::build_role(&boot).map_err(fail)?;
+    let health = Arc::new(Progress::default());
+    if liveness::start(mailbox.clone(), Arc::clone(&health)).is_err() {
+        return Err(fail("cannot start the liveness thread".to_string()));
+    }
+    let keeps_fds = matches!(role, Role::Node { .. });
+    if !keeps_fds {
+        heap.close_fd();
+    }
+    let mut segments = HashMap::new();
+    segments.insert(heap_key, heap);
+    crate::spawn::raise_fd_limit();
+    let child = Child {
+        name,
+        role,
+        mailbox,
+        doorbell,
+        sock,
+        segments,
+        parent_pid: header.parent_pid,
+        spin: Duration::from_micros(u64::from(boot.spin_us[1])),
+        health,
+        lost_segments: HashMap::new(),
+        keeps_fds,
+    };
+    Ok((child, message))
+}
+
+/// Writes the INIT_READY / INIT_FAILED reply: `message` in the message area.
+fn write_init_reply(mailbox: &Mailbox, message: &str) {
+    let mut fixed = vec![0u8; FIXED_BYTES];
+    let n = frame::encode_message(message, &mut fixed);
+    frame::encode_reply(
+        &frame::ReplyHeader {
+            message_bytes: n,
+            child_pid: std::process::id(),
+            ..frame::ReplyHeader::default()
+        },
+        &mut fixed,
+    );
+    mailbox.write_child(&fixed, &[]);
 }
 
 fn parent_pid() -> u32 {

@@ -320,107 +320,141 @@ impl Child {
         };
         match (&self.role, callable.kind) {
             (Role::Chip { index, chip }, KindCode::Chip) => {
-                let cfg = match frame::decode_config(fixed) {
-                    Ok(c) => c,
-                    Err(e) => return frame_error(e),
-                };
-                let args = match self.task_args(&wire, &callable) {
-                    Ok(a) => a,
-                    Err(r) => return *r,
-                };
-                let ctx = RunContext {
-                    chip: *index,
-                    label: callable.label.clone(),
-                    l3: Some((task.run_id, u64::from(task.index))),
-                };
-                match chip.run(&callable.name, &args, &cfg, &ctx) {
-                    Ok(report) => chip_reply(&report, chip.committed_device_memory()),
-                    Err(e) => {
-                        let f = chip_failure(&e);
-                        let mut r =
-                            Reply::error(f.code.unwrap_or(ErrorCode::InternalError), f.message);
-                        if f.kind == FailureKind::Bind {
-                            r.header.result = RESULT_BIND_FAILURE;
-                        }
-                        r
-                    }
-                }
+                self.run_chip_task(*index, chip, task, &callable, &wire, fixed)
             }
             (Role::Sub { index }, KindCode::Sub) => {
-                let index = *index;
-                let Some(f) = find_sub_callable(&callable.name) else {
-                    return Reply::error(
-                        ErrorCode::UnknownCallable,
-                        format!(
-                            "sub_child[{index}]: no sub callable {:?} in this image",
-                            callable.name
-                        ),
-                    );
-                };
-                let mapped = match self.mapped_args(&wire) {
-                    Ok(m) => m,
-                    Err(r) => return *r,
-                };
-                let ctx = SubContext {
-                    worker: index as usize,
-                    task,
-                    label: callable.label.clone(),
-                    member: (h.group_index, h.group_size),
-                };
-                match catch_unwind(AssertUnwindSafe(|| f(&ctx, &mapped))) {
-                    Ok(Ok(())) => Reply::ok(),
-                    Ok(Err(e)) => Reply::error(
-                        ErrorCode::CallableFailed,
-                        format!("sub_child[{index}]: {e}"),
-                    ),
-                    Err(panic) => Reply::error(
-                        ErrorCode::CallablePanicked,
-                        format!(
-                            "sub_child[{index}]: panicked: {}",
-                            panic_message(panic.as_ref())
-                        ),
-                    ),
-                }
+                self.run_sub_task(*index, h, task, &callable, &wire)
             }
             (Role::Node { index, worker }, KindCode::Node) => {
-                let index = *index;
-                let Some(f) = find_node_callable(&callable.name) else {
-                    return Reply::error(
-                        ErrorCode::UnknownCallable,
-                        format!(
-                            "node_child[{index}]: no node callable {:?} in this image",
-                            callable.name
-                        ),
-                    );
-                };
-                let cfg = match frame::decode_config(fixed) {
-                    Ok(c) => c,
-                    Err(e) => return frame_error(e),
-                };
-                let args = match self.adopted_args(worker, &wire, &callable) {
-                    Ok(a) => a,
-                    Err(r) => return *r,
-                };
-                // The received CallConfig is the inner run's base config (RING_CONFIG.md §9:
-                // the L3 does not interpret runtime_env; its chips resolve it).
-                match worker.run(f, args, cfg) {
-                    Ok(report) => Reply {
-                        payload: WireRunReport::encode(&run_to_wire(&report)),
-                        ..Reply::ok()
-                    },
-                    Err(WorkerRunError::Failed(e)) => Reply {
-                        payload: WireRunReport::encode(&run_to_wire(&e.report)),
-                        ..Reply::error(ErrorCode::InnerRunFailed, e.to_string())
-                    },
-                    Err(WorkerRunError::Submit(e)) => {
-                        Reply::error(ErrorCode::InnerRunFailed, e.to_string())
-                    }
-                }
+                self.run_node_task(*index, worker, &callable, &wire, fixed)
             }
             (_, kind) => Reply::error(
                 ErrorCode::UnsupportedOp,
                 format!("{}: a {kind:?} task cannot run on this worker", self.name),
             ),
+        }
+    }
+
+    /// Runs a chip task on this chip child's `ChipWorker`.
+    fn run_chip_task(
+        &self,
+        index: u32,
+        chip: &ChipWorker,
+        task: TaskId,
+        callable: &CallableSection,
+        wire: &WireArgs,
+        fixed: &[u8],
+    ) -> Reply {
+        let cfg = match frame::decode_config(fixed) {
+            Ok(c) => c,
+            Err(e) => return frame_error(e),
+        };
+        let args = match self.task_args(wire, callable) {
+            Ok(a) => a,
+            Err(r) => return *r,
+        };
+        let ctx = RunContext {
+            chip: index,
+            label: callable.label.clone(),
+            l3: Some((task.run_id, u64::from(task.index))),
+        };
+        match chip.run(&callable.name, &args, &cfg, &ctx) {
+            Ok(report) => chip_reply(&report, chip.committed_device_memory()),
+            Err(e) => {
+                let f = chip_failure(&e);
+                let mut r = Reply::error(f.code.unwrap_or(ErrorCode::InternalError), f.message);
+                if f.kind == FailureKind::Bind {
+                    r.header.result = RESULT_BIND_FAILURE;
+                }
+                r
+            }
+        }
+    }
+
+    /// Runs a sub callable of this image, its panic caught into the reply.
+    fn run_sub_task(
+        &self,
+        index: u32,
+        h: &frame::RequestHeader,
+        task: TaskId,
+        callable: &CallableSection,
+        wire: &WireArgs,
+    ) -> Reply {
+        let Some(f) = find_sub_callable(&callable.name) else {
+            return Reply::error(
+                ErrorCode::UnknownCallable,
+                format!(
+                    "sub_child[{index}]: no sub callable {:?} in this image",
+                    callable.name
+                ),
+            );
+        };
+        let mapped = match self.mapped_args(wire) {
+            Ok(m) => m,
+            Err(r) => return *r,
+        };
+        let ctx = SubContext {
+            worker: index as usize,
+            task,
+            label: callable.label.clone(),
+            member: (h.group_index, h.group_size),
+        };
+        match catch_unwind(AssertUnwindSafe(|| f(&ctx, &mapped))) {
+            Ok(Ok(())) => Reply::ok(),
+            Ok(Err(e)) => Reply::error(
+                ErrorCode::CallableFailed,
+                format!("sub_child[{index}]: {e}"),
+            ),
+            Err(panic) => Reply::error(
+                ErrorCode::CallablePanicked,
+                format!(
+                    "sub_child[{index}]: panicked: {}",
+                    panic_message(panic.as_ref())
+                ),
+            ),
+        }
+    }
+
+    /// Runs a node callable as one run of this node child's inner Worker.
+    fn run_node_task(
+        &self,
+        index: u32,
+        worker: &crate::Worker,
+        callable: &CallableSection,
+        wire: &WireArgs,
+        fixed: &[u8],
+    ) -> Reply {
+        let Some(f) = find_node_callable(&callable.name) else {
+            return Reply::error(
+                ErrorCode::UnknownCallable,
+                format!(
+                    "node_child[{index}]: no node callable {:?} in this image",
+                    callable.name
+                ),
+            );
+        };
+        let cfg = match frame::decode_config(fixed) {
+            Ok(c) => c,
+            Err(e) => return frame_error(e),
+        };
+        let args = match self.adopted_args(worker, wire, callable) {
+            Ok(a) => a,
+            Err(r) => return *r,
+        };
+        // The received CallConfig is the inner run's base config (RING_CONFIG.md §9:
+        // the L3 does not interpret runtime_env; its chips resolve it).
+        match worker.run(f, args, cfg) {
+            Ok(report) => Reply {
+                payload: WireRunReport::encode(&run_to_wire(&report)),
+                ..Reply::ok()
+            },
+            Err(WorkerRunError::Failed(e)) => Reply {
+                payload: WireRunReport::encode(&run_to_wire(&e.report)),
+                ..Reply::error(ErrorCode::InnerRunFailed, e.to_string())
+            },
+            Err(WorkerRunError::Submit(e)) => {
+                Reply::error(ErrorCode::InnerRunFailed, e.to_string())
+            }
         }
     }
 
@@ -604,33 +638,9 @@ impl Child {
         ) {
             self.drain_socket();
         }
-        let device = |e: DeviceMemoryError| {
-            // Reply codes of NODE_RUNTIME.md §4.8: capacity problems are 1004, a bad allocation
-            // id or copy range is 1005, a malformed request is 1001.
-            let code = match e {
-                DeviceMemoryError::Exhausted { .. }
-                | DeviceMemoryError::AddressSpaceExhausted { .. }
-                | DeviceMemoryError::HostMap { .. } => ErrorCode::DeviceMemoryExhausted,
-                DeviceMemoryError::UnknownAllocation { .. }
-                | DeviceMemoryError::OutOfRange { .. } => ErrorCode::BufferUnavailable,
-                DeviceMemoryError::InvalidAlign { .. } => ErrorCode::BadFrame,
-            };
-            Reply::error(code, format!("{}: {e}", self.name))
-        };
         match (&self.role, req) {
             (Role::Chip { chip, .. }, ControlRequest::Malloc { nbytes, alignment }) => {
-                let id = match chip.malloc(nbytes, alignment) {
-                    Ok(id) => id,
-                    Err(e) => return device(e),
-                };
-                let address = match chip.device_buffer(id) {
-                    Ok(b) => b.id().buffer_id,
-                    Err(e) => return device(e),
-                };
-                let mut r = Reply::ok();
-                r.header.result = id.0;
-                r.payload = address.to_le_bytes().to_vec();
-                r
+                self.malloc(chip, nbytes, alignment)
             }
             (Role::Chip { chip, .. }, ControlRequest::Free { alloc }) => {
                 match chip.free(AllocId(alloc)) {
@@ -639,7 +649,7 @@ impl Child {
                         r.header.result = bytes;
                         r
                     }
-                    Err(e) => device(e),
+                    Err(e) => self.device_error(e),
                 }
             }
             (
@@ -650,17 +660,7 @@ impl Child {
                     nbytes,
                     host,
                 },
-            ) => {
-                let (seg, at) = match self.host_window(&host, nbytes) {
-                    Ok(w) => w,
-                    Err(r) => return *r,
-                };
-                let bytes = seg.read_elems::<u8>(at, nbytes as usize);
-                match chip.copy_to_device(AllocId(alloc), device_offset, &bytes) {
-                    Ok(()) => Reply::ok(),
-                    Err(e) => device(e),
-                }
-            }
+            ) => self.copy_to(chip, AllocId(alloc), device_offset, nbytes, &host),
             (
                 Role::Chip { chip, .. },
                 ControlRequest::CopyFrom {
@@ -669,19 +669,7 @@ impl Child {
                     nbytes,
                     host,
                 },
-            ) => {
-                let (seg, at) = match self.host_window(&host, nbytes) {
-                    Ok(w) => w,
-                    Err(r) => return *r,
-                };
-                match chip.copy_from_device(AllocId(alloc), device_offset, nbytes) {
-                    Ok(bytes) => {
-                        seg.write_elems::<u8>(at, &bytes);
-                        Reply::ok()
-                    }
-                    Err(e) => device(e),
-                }
-            }
+            ) => self.copy_from(chip, AllocId(alloc), device_offset, nbytes, &host),
             (_, ControlRequest::Ping(data)) => Reply {
                 payload: data,
                 ..Reply::ok()
@@ -699,6 +687,80 @@ impl Child {
                     req.op().name()
                 ),
             ),
+        }
+    }
+
+    /// The reply to a failed device-memory request.
+    fn device_error(&self, e: DeviceMemoryError) -> Reply {
+        // Reply codes of NODE_RUNTIME.md §4.8: capacity problems are 1004, a bad allocation
+        // id or copy range is 1005, a malformed request is 1001.
+        let code = match e {
+            DeviceMemoryError::Exhausted { .. }
+            | DeviceMemoryError::AddressSpaceExhausted { .. }
+            | DeviceMemoryError::HostMap { .. } => ErrorCode::DeviceMemoryExhausted,
+            DeviceMemoryError::UnknownAllocation { .. } | DeviceMemoryError::OutOfRange { .. } => {
+                ErrorCode::BufferUnavailable
+            }
+            DeviceMemoryError::InvalidAlign { .. } => ErrorCode::BadFrame,
+        };
+        Reply::error(code, format!("{}: {e}", self.name))
+    }
+
+    /// MALLOC: the allocation id in the result, its device address in the payload.
+    fn malloc(&self, chip: &ChipWorker, nbytes: u64, alignment: u64) -> Reply {
+        let id = match chip.malloc(nbytes, alignment) {
+            Ok(id) => id,
+            Err(e) => return self.device_error(e),
+        };
+        let address = match chip.device_buffer(id) {
+            Ok(b) => b.id().buffer_id,
+            Err(e) => return self.device_error(e),
+        };
+        let mut r = Reply::ok();
+        r.header.result = id.0;
+        r.payload = address.to_le_bytes().to_vec();
+        r
+    }
+
+    /// COPY_TO: `nbytes` of the host buffer into the allocation at `device_offset`.
+    fn copy_to(
+        &self,
+        chip: &ChipWorker,
+        alloc: AllocId,
+        device_offset: u64,
+        nbytes: u64,
+        host: &[u8],
+    ) -> Reply {
+        let (seg, at) = match self.host_window(host, nbytes) {
+            Ok(w) => w,
+            Err(r) => return *r,
+        };
+        let bytes = seg.read_elems::<u8>(at, nbytes as usize);
+        match chip.copy_to_device(alloc, device_offset, &bytes) {
+            Ok(()) => Reply::ok(),
+            Err(e) => self.device_error(e),
+        }
+    }
+
+    /// COPY_FROM: `nbytes` of the allocation at `device_offset` into the host buffer.
+    fn copy_from(
+        &self,
+        chip: &ChipWorker,
+        alloc: AllocId,
+        device_offset: u64,
+        nbytes: u64,
+        host: &[u8],
+    ) -> Reply {
+        let (seg, at) = match self.host_window(host, nbytes) {
+            Ok(w) => w,
+            Err(r) => return *r,
+        };
+        match chip.copy_from_device(alloc, device_offset, nbytes) {
+            Ok(bytes) => {
+                seg.write_elems::<u8>(at, &bytes);
+                Reply::ok()
+            }
+            Err(e) => self.device_error(e),
         }
     }
 }

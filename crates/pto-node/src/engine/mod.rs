@@ -142,6 +142,22 @@ struct Member {
     failure: Option<Failure>,
 }
 
+impl Member {
+    /// A member with its args and buffers, not yet handed to a lane.
+    fn not_dispatched(args: TaskArgs, buffers: Vec<Arc<BufferInner>>) -> Member {
+        Member {
+            args,
+            buffers,
+            lane: None,
+            state: MemberState::NotDispatched,
+            exec_time: Duration::ZERO,
+            chip: None,
+            inner: None,
+            failure: None,
+        }
+    }
+}
+
 struct Slot {
     generation: u32,
     state: State,
@@ -196,6 +212,50 @@ impl Slot {
             buffers: Vec::new(),
             failure: None,
             submitted: Instant::now(),
+            ready: None,
+            dispatched: None,
+            finished: None,
+        }
+    }
+
+    /// The BUILDING slot `me` of task `task_index` of run `run_id`, not yet wired.
+    fn building(
+        me: SlotId,
+        run_id: u64,
+        task_index: u32,
+        new: NewTask,
+        output_keys: Vec<BufferKey>,
+        buffers: Vec<Arc<BufferInner>>,
+        now: Instant,
+    ) -> Slot {
+        let members = new
+            .members
+            .into_iter()
+            .map(|(args, bufs)| Member::not_dispatched(args, bufs))
+            .collect();
+        Slot {
+            generation: me.generation,
+            state: State::Building,
+            run_id,
+            index: task_index,
+            label: new.label,
+            kind: new.kind,
+            callable_id: new.callable_id,
+            callable: new.callable,
+            config: new.config,
+            members,
+            placement: new.placement,
+            fanin_count: 0,
+            fanin_done: 0,
+            producers: Vec::new(),
+            producer_ids: Vec::new(),
+            consumers: Vec::new(),
+            refs_total: 1,
+            refs_released: 0,
+            output_keys,
+            buffers,
+            failure: None,
+            submitted: now,
             ready: None,
             dispatched: None,
             finished: None,
@@ -579,64 +639,14 @@ impl EngineState {
         run_id: u64,
         new: NewTask,
     ) -> Result<(TaskId, SlotId), SubmitError> {
-        // Fail-fast.
-        if let Some(e) = self.run_error(run_id) {
-            return Err(SubmitError::RunFailed(Box::new(e)));
-        }
-        if let Placement::Chips(workers) = &new.placement {
-            for &w in workers {
-                if let Some(cause) = &self.dead_chips[w] {
-                    return Err(SubmitError::WorkerUnavailable {
-                        worker: self.config.chip_names[w].clone(),
-                        cause: cause.clone(),
-                    });
-                }
-            }
-        }
-        if matches!(new.placement, Placement::Subs(_)) && self.dead_subs.iter().all(Option::is_some)
-        {
-            return Err(SubmitError::WorkerUnavailable {
-                worker: "sub workers".to_string(),
-                cause: "every sub worker is dead".to_string(),
-            });
-        }
-        // Take one use of every distinct buffer (a slab whose scope ended may be gone).
-        let mut buffers: Vec<Arc<BufferInner>> = Vec::new();
-        for (_, bufs) in &new.members {
-            for (i, b) in bufs.iter().enumerate() {
-                if buffers.iter().any(|x| Arc::ptr_eq(x, b)) {
-                    continue;
-                }
-                if b.acquire_task().is_err() {
-                    for x in &buffers {
-                        x.release_task();
-                    }
-                    return Err(SubmitError::InvalidArgs {
-                        index: Some(i),
-                        reason: format!(
-                            "buffer {:?} was released (the scope of its alloc ended)",
-                            b.id()
-                        ),
-                    });
-                }
-                buffers.push(Arc::clone(b));
-            }
-        }
-        // Claim (FREE → BUILDING).
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot::free());
-                (self.slots.len() - 1) as u32
-            }
-        };
+        self.check_submittable(run_id, &new.placement)?;
+        let buffers = acquire_buffers(&new.members)?;
+        let index = self.claim_slot();
         let track_war = self.config.track_war;
         let generation = self.slots[index as usize].generation;
         let me = SlotId { index, generation };
         let Some(run) = self.runs.iter_mut().find(|r| r.id == run_id && r.building) else {
-            for x in &buffers {
-                x.release_task();
-            }
+            release_buffers(&buffers);
             self.free.push(index);
             return Err(SubmitError::WorkerUnavailable {
                 worker: "this Worker".to_string(),
@@ -647,92 +657,63 @@ impl EngineState {
         run.next_index += 1;
         run.active += 1;
         run.reports.push(None);
-        // Dependencies: look up producers, then insert outputs.
-        let mut producers: Vec<SlotId> = Vec::new();
-        for a in &new.accesses {
-            match a.tag {
-                TensorTag::Input => {
-                    run.tensormap
-                        .lookup(&a.key, &a.footprint, false, &mut producers)
-                }
-                TensorTag::InOut => {
-                    run.tensormap
-                        .lookup(&a.key, &a.footprint, track_war, &mut producers)
-                }
-                TensorTag::Output | TensorTag::OutputExisting => {
-                    if track_war {
-                        // Write-after-read only: readers since the last covering write.
-                        let mut all = Vec::new();
-                        run.tensormap.lookup(&a.key, &a.footprint, true, &mut all);
-                        let mut writers = Vec::new();
-                        run.tensormap
-                            .lookup(&a.key, &a.footprint, false, &mut writers);
-                        producers.extend(all.into_iter().filter(|t| !writers.contains(t)));
-                    }
-                }
-                TensorTag::NoDep => {}
-            }
-        }
-        let mut output_keys = Vec::new();
-        for a in &new.accesses {
-            if a.tag.writes() {
-                run.tensormap.insert_writer(a.key, a.footprint.clone(), me);
-                output_keys.push(a.key);
-            } else if track_war && a.tag == TensorTag::Input {
-                run.tensormap.insert_reader(a.key, a.footprint.clone(), me);
-                output_keys.push(a.key);
-            }
-        }
+        // Dependencies: look up producers before inserting this task's own entries.
+        let mut producers = lookup_producers(&run.tensormap, &new.accesses, track_war);
+        let output_keys = insert_accesses(&mut run.tensormap, &new.accesses, track_war, me);
         producers.sort_by_key(|p| (p.index, p.generation));
         producers.dedup();
         producers.retain(|p| *p != me);
-        // Store.
         let now = Instant::now();
-        let members = new
-            .members
-            .into_iter()
-            .map(|(args, bufs)| Member {
-                args,
-                buffers: bufs,
-                lane: None,
-                state: MemberState::NotDispatched,
-                exec_time: Duration::ZERO,
-                chip: None,
-                inner: None,
-                failure: None,
-            })
-            .collect();
-        {
-            let slot = &mut self.slots[index as usize];
-            *slot = Slot {
-                generation,
-                state: State::Building,
-                run_id,
-                index: task_index,
-                label: new.label,
-                kind: new.kind,
-                callable_id: new.callable_id,
-                callable: new.callable,
-                config: new.config,
-                members,
-                placement: new.placement,
-                fanin_count: 0,
-                fanin_done: 0,
-                producers: Vec::new(),
-                producer_ids: Vec::new(),
-                consumers: Vec::new(),
-                refs_total: 1,
-                refs_released: 0,
-                output_keys,
-                buffers,
-                failure: None,
-                submitted: now,
-                ready: None,
-                dispatched: None,
-                finished: None,
-            };
+        self.slots[index as usize] =
+            Slot::building(me, run_id, task_index, new, output_keys, buffers, now);
+        let (live, poisoned) = self.wire_fanin(me, producers);
+        let id = self.slots[index as usize].task_id();
+        self.publish(me, live, poisoned, now);
+        Ok((id, me))
+    }
+
+    /// Fail-fast checks: the run has not failed and the task's lanes are alive.
+    fn check_submittable(&mut self, run_id: u64, placement: &Placement) -> Result<(), SubmitError> {
+        if let Some(e) = self.run_error(run_id) {
+            return Err(SubmitError::RunFailed(Box::new(e)));
         }
-        // Wire fan-in.
+        if let Placement::Chips(workers) = placement {
+            for &w in workers {
+                if let Some(cause) = &self.dead_chips[w] {
+                    return Err(SubmitError::WorkerUnavailable {
+                        worker: self.config.chip_names[w].clone(),
+                        cause: cause.clone(),
+                    });
+                }
+            }
+        }
+        if matches!(placement, Placement::Subs(_)) && self.dead_subs.iter().all(Option::is_some) {
+            return Err(SubmitError::WorkerUnavailable {
+                worker: "sub workers".to_string(),
+                cause: "every sub worker is dead".to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Claims a slot (FREE → BUILDING): a recycled one, else a new one at the end.
+    fn claim_slot(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot::free());
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Wires `me` into its producers' consumer lists; returns its live fan-in and the first
+    /// failed producer, if any.
+    fn wire_fanin(
+        &mut self,
+        me: SlotId,
+        producers: Vec<SlotId>,
+    ) -> (u32, Option<(TaskId, Option<String>)>) {
         let mut live = 0u32;
         let mut poisoned: Option<(TaskId, Option<String>)> = None;
         let mut wired = Vec::new();
@@ -753,12 +734,22 @@ impl EngineState {
                 _ => live += 1,
             }
         }
-        let slot = &mut self.slots[index as usize];
+        let slot = &mut self.slots[me.index as usize];
         slot.producers = wired;
         slot.producer_ids = wired_ids;
         slot.fanin_count = live;
-        let id = slot.task_id();
-        // Publish.
+        (live, poisoned)
+    }
+
+    /// Publishes a wired task: skipped if a producer failed, else READY or PENDING.
+    fn publish(
+        &mut self,
+        me: SlotId,
+        live: u32,
+        poisoned: Option<(TaskId, Option<String>)>,
+        now: Instant,
+    ) {
+        let slot = &mut self.slots[me.index as usize];
         if let Some((task, label)) = poisoned {
             let f = skipped(slot, producer_failed(task, label.as_deref()));
             self.finish(me, Some(f));
@@ -769,7 +760,6 @@ impl EngineState {
         } else {
             slot.state = State::Pending;
         }
-        Ok((id, me))
     }
 
     /// Queues a READY task: the head run's go to the scheduler's queues, later runs' wait.
@@ -1242,6 +1232,83 @@ impl EngineState {
 }
 
 /// A skipped-task failure for `s`.
+/// Takes one task use of every distinct buffer of `members`; on a released buffer, gives back
+/// the uses taken so far (a slab whose scope ended may be gone).
+fn acquire_buffers(
+    members: &[(TaskArgs, Vec<Arc<BufferInner>>)],
+) -> Result<Vec<Arc<BufferInner>>, SubmitError> {
+    let mut buffers: Vec<Arc<BufferInner>> = Vec::new();
+    for (_, bufs) in members {
+        for (i, b) in bufs.iter().enumerate() {
+            if buffers.iter().any(|x| Arc::ptr_eq(x, b)) {
+                continue;
+            }
+            if b.acquire_task().is_err() {
+                release_buffers(&buffers);
+                return Err(SubmitError::InvalidArgs {
+                    index: Some(i),
+                    reason: format!(
+                        "buffer {:?} was released (the scope of its alloc ended)",
+                        b.id()
+                    ),
+                });
+            }
+            buffers.push(Arc::clone(b));
+        }
+    }
+    Ok(buffers)
+}
+
+/// Gives back the task use of each buffer taken by [`acquire_buffers`].
+fn release_buffers(buffers: &[Arc<BufferInner>]) {
+    for x in buffers {
+        x.release_task();
+    }
+}
+
+/// The tasks `accesses` depend on, in lookup order with repeats.
+fn lookup_producers(map: &TensorMap, accesses: &[Access], track_war: bool) -> Vec<SlotId> {
+    let mut producers: Vec<SlotId> = Vec::new();
+    for a in accesses {
+        match a.tag {
+            TensorTag::Input => map.lookup(&a.key, &a.footprint, false, &mut producers),
+            TensorTag::InOut => map.lookup(&a.key, &a.footprint, track_war, &mut producers),
+            TensorTag::Output | TensorTag::OutputExisting => {
+                if track_war {
+                    // Write-after-read only: readers since the last covering write.
+                    let mut all = Vec::new();
+                    map.lookup(&a.key, &a.footprint, true, &mut all);
+                    let mut writers = Vec::new();
+                    map.lookup(&a.key, &a.footprint, false, &mut writers);
+                    producers.extend(all.into_iter().filter(|t| !writers.contains(t)));
+                }
+            }
+            TensorTag::NoDep => {}
+        }
+    }
+    producers
+}
+
+/// Records task `me`'s writes (and, tracking WAR, its reads); returns the keys it entered.
+fn insert_accesses(
+    map: &mut TensorMap,
+    accesses: &[Access],
+    track_war: bool,
+    me: SlotId,
+) -> Vec<BufferKey> {
+    let mut output_keys = Vec::new();
+    for a in accesses {
+        if a.tag.writes() {
+            map.insert_writer(a.key, a.footprint.clone(), me);
+            output_keys.push(a.key);
+        } else if track_war && a.tag == TensorTag::Input {
+            map.insert_reader(a.key, a.footprint.clone(), me);
+            output_keys.push(a.key);
+        }
+    }
+    output_keys
+}
+
 fn skipped(s: &Slot, message: String) -> TaskFailure {
     TaskFailure {
         task: Some(s.task_id()),

@@ -5,8 +5,8 @@
 
 use anyhow::Context as _;
 use pto_kernels::paged_attention::{PA_SMALL, check, golden, make_inputs};
-use pto_node::{Callable, SubmitError, Worker};
-use pto_types::{DType, ErrorCode, TaskArgs, Tensor};
+use pto_node::{Callable, HostBuffer, RunReport, SubmitError, Worker};
+use pto_types::{CallConfig, DType, ErrorCode, TaskArgs, Tensor};
 
 use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS, check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::config_block::SceneLevel;
@@ -115,12 +115,7 @@ impl Scene for HeterogeneousFanout {
             mib => mib << 20,
         };
         let expect_exhausted = case.param::<u8>("expect_exhausted")? == 1;
-        let mut builder = case.worker_builder(CHIPS, 0);
-        for i in 0..CHIPS {
-            let bytes = if i == 0 { chip_bytes } else { small_bytes };
-            builder = builder.chip_spec(i, small_chip(bytes));
-        }
-        let w = builder.build()?;
+        let w = fanout_worker(case, chip_bytes, small_bytes)?;
         let attention = w.register(Callable::chip("paged_attention"))?;
         let add = w.register(Callable::chip("elementwise_add"))?;
         w.init().context("starting the worker")?;
@@ -174,31 +169,13 @@ impl Scene for HeterogeneousFanout {
             .collect();
         w.close();
         if expect_exhausted {
-            let exhausted = result.expect_failures(ErrorCode::DeviceMemoryExhausted);
-            result.check = match (&result.check, exhausted) {
-                (Err(_), true) => Ok(()),
-                (Err(e), false) => {
-                    Err(format!("failed, but not with DEVICE_MEMORY_EXHAUSTED: {e}"))
-                }
-                (Ok(()), _) => {
-                    Err("expected DEVICE_MEMORY_EXHAUSTED, but every task fit".to_string())
-                }
-            };
-            result
-                .notes
-                .push("failed as expected: the global sizing does not fit the small chips".into());
+            expect_exhausted_verdict(&mut result);
             return Ok(result);
         }
         if let Some(report) = report {
             result.check = (|| {
                 check_task_sizing(&report, "attn", &attn_cfg)?;
-                for (i, (buf, _)) in ew_outs.iter().enumerate() {
-                    check_task_sizing(&report, &format!("ew{i}"), &ew_cfgs[i])?;
-                    let v = buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
-                    if v.iter().any(|&x| x != 0.5) {
-                        return Err(format!("ew{i}: wrong output"));
-                    }
-                }
+                check_elementwise(&report, &ew_outs, &ew_cfgs, n)?;
                 let actual = out_buf
                     .read_vec::<f32>(0, pa.out_len())
                     .map_err(|e| e.to_string())?;
@@ -254,4 +231,46 @@ impl Scene for HeterogeneousFanout {
         }
         lines
     }
+}
+
+/// The fan-out's Worker: chip 0 with `chip_bytes` of device memory, the others with
+/// `small_bytes`.
+fn fanout_worker(case: &CaseRun<'_>, chip_bytes: u64, small_bytes: u64) -> anyhow::Result<Worker> {
+    let mut builder = case.worker_builder(CHIPS, 0);
+    for i in 0..CHIPS {
+        let bytes = if i == 0 { chip_bytes } else { small_bytes };
+        builder = builder.chip_spec(i, small_chip(bytes));
+    }
+    Ok(builder.build()?)
+}
+
+/// A case that expects DEVICE_MEMORY_EXHAUSTED passes when the run failed with it, and only
+/// then.
+fn expect_exhausted_verdict(result: &mut CaseResult) {
+    let exhausted = result.expect_failures(ErrorCode::DeviceMemoryExhausted);
+    result.check = match (&result.check, exhausted) {
+        (Err(_), true) => Ok(()),
+        (Err(e), false) => Err(format!("failed, but not with DEVICE_MEMORY_EXHAUSTED: {e}")),
+        (Ok(()), _) => Err("expected DEVICE_MEMORY_EXHAUSTED, but every task fit".to_string()),
+    };
+    result
+        .notes
+        .push("failed as expected: the global sizing does not fit the small chips".into());
+}
+
+/// Each element-wise task `ew{i}` ran with its own sizing and wrote `n` values of 0.5.
+fn check_elementwise(
+    report: &RunReport,
+    ew_outs: &[(HostBuffer, Tensor)],
+    ew_cfgs: &[CallConfig],
+    n: usize,
+) -> Result<(), String> {
+    for (i, (buf, _)) in ew_outs.iter().enumerate() {
+        check_task_sizing(report, &format!("ew{i}"), &ew_cfgs[i])?;
+        let v = buf.read_vec::<f32>(0, n).map_err(|e| e.to_string())?;
+        if v.iter().any(|&x| x != 0.5) {
+            return Err(format!("ew{i}: wrong output"));
+        }
+    }
+    Ok(())
 }
