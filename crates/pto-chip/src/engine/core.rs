@@ -53,6 +53,7 @@ pub(crate) fn run_block(run: &RunShared, a: &Assignment) -> Completion {
         block_idx: a.block_idx,
         kernel: a.kernel,
         panic,
+        ran_ns: ran,
         start_us: micros(started),
         end_us: micros(ended),
         dispatch_us: a.dispatch_us,
@@ -99,26 +100,28 @@ fn finish_alone(chip: &ChipShared, run: &RunShared, c: &Completion) {
         finish_block(&mut graph, chip, run, c, &mut fx);
         fx.wake = graph.signal(run);
     }
-    after_finish(chip, run, c, &fx);
+    after_finish(chip, run, std::slice::from_ref(c), &fx);
 }
 
 /// What the caller of [`finish_block`] does once the lock is released: records progress and
-/// the block's trace span, and wakes whoever the graph changes concern.
-pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, c: &Completion, fx: &Effects) {
-    run.bump_progress();
-    if let Some(trace) = &run.trace {
-        trace.lock().block(BlockSpan {
-            core: c.core,
-            task: c.task,
-            kernel: c.kernel.name(),
-            block_idx: c.block_idx,
-            block_num: c.block_num,
-            sub_block: c.sub_block_id,
-            dispatch_us: c.dispatch_us,
-            start_us: c.start_us,
-            end_us: c.end_us,
-            finish_us: run.micros(Instant::now()),
-        });
+/// the blocks' trace spans, and wakes whoever the graph changes concern.
+pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, done: &[Completion], fx: &Effects) {
+    for c in done {
+        run.bump_progress();
+        if let Some(trace) = &run.trace {
+            trace.lock().block(BlockSpan {
+                core: c.core,
+                task: c.task,
+                kernel: c.kernel.name(),
+                block_idx: c.block_idx,
+                block_num: c.block_num,
+                sub_block: c.sub_block_id,
+                dispatch_us: c.dispatch_us,
+                start_us: c.start_us,
+                end_us: c.end_us,
+                finish_us: run.micros(Instant::now()),
+            });
+        }
     }
     after_effects(chip, run, fx);
 }

@@ -6,10 +6,11 @@
 //! the run's `work_epoch` for the chip's executor spin window, then parks on the chip's `work`
 //! event count (the wake-up rule is in the module doc of `engine/mod.rs`).
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pto_types::ErrorCode;
 
@@ -17,9 +18,10 @@ use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector};
 
 use super::core::{after_finish, finish_block, panic_message, run_block, scatter_gang};
+use super::graph::SHORT_KERNEL_NS;
 use super::graph::{Effects, Signal};
 use super::run::RunShared;
-use super::{ChipShared, Completion, Work};
+use super::{Assignment, ChipShared, Completion, Work};
 
 /// The body of executor thread `index`. A broken invariant fails the run it happened in
 /// (INTERNAL_ERROR), not the chip: the panic is caught and the thread goes on serving.
@@ -47,37 +49,111 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
 }
 
 /// Takes, runs and finishes work until the chip shuts down.
+///
+/// While kernels are short (under [`SHORT_KERNEL_NS`]) an executor takes up to [`BATCH`]
+/// one-block tasks per lock hold and finishes them together in the next, and all but one
+/// executor step back: at sub-µs kernels the lock hand-offs between the orchestrator and the
+/// executors are the cost, not the kernels. One that steps back rests (parks for at most
+/// [`REST`]) and then searches again, so work queued behind a long kernel waits at most that.
+/// A kernel that turns out long ends the batch: its unstarted blocks are given back.
 fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut Search) {
+    let mut batch = Batch::default();
     while let Some((run, work)) = search.find(chip, index) {
-        let mut next = Some(work);
-        while let Some(work) = next.take() {
-            let a = scatter_gang(chip, &run, work);
-            let c = run_block(&run, &a);
-            drop(a);
-            next = finish_and_take(chip, &run, &c, index);
+        chip.active.fetch_add(1, Ordering::SeqCst);
+        batch.first = Some(work);
+        let left = loop {
+            let short = batch.run(chip, &run);
+            if short && chip.try_leave() {
+                batch.finish(chip, &run, index, 0);
+                search.resting = true;
+                break true;
+            }
+            if !batch.finish(chip, &run, index, if short { BATCH } else { 1 }) {
+                break false;
+            }
+        };
+        if !left {
+            chip.active.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
-/// Finishes `c` and takes the next unit of the same run, in one lock hold.
-fn finish_and_take(
-    chip: &ChipShared,
-    run: &Arc<RunShared>,
-    c: &Completion,
-    index: usize,
-) -> Option<Work> {
-    let mut fx = Effects::default();
-    let pass_start = run.trace.as_ref().map(|_| Instant::now());
-    let work = {
-        let mut graph = run.lock_graph();
-        finish_block(&mut graph, chip, run, c, &mut fx);
-        let work = graph.take(run, chip);
-        fx.wake = graph.signal(run);
-        work
-    };
-    trace_pass(run, index, pass_start, work.is_some());
-    after_finish(chip, run, c, &fx);
-    work
+/// Most blocks an executor takes per lock hold while kernels are short.
+const BATCH: usize = 8;
+
+/// How long an executor that stepped back rests before it searches again.
+const REST: Duration = Duration::from_millis(1);
+
+/// The work an executor holds between two lock holds.
+#[derive(Default)]
+struct Batch {
+    /// What a take returned: one block or a gang.
+    first: Option<Work>,
+    /// More one-block tasks, taken with `first` while kernels are short.
+    singles: VecDeque<Assignment>,
+    done: Vec<Completion>,
+}
+
+impl Batch {
+    /// Runs the batch; stops early after a kernel that was not short (the rest stays in
+    /// `singles`, unstarted). Returns whether every kernel it ran was short.
+    fn run(&mut self, chip: &Arc<ChipShared>, run: &Arc<RunShared>) -> bool {
+        let mut short = true;
+        if let Some(work) = self.first.take() {
+            let a = scatter_gang(chip, run, work);
+            let c = run_block(run, &a);
+            short = c.ran_ns < SHORT_KERNEL_NS;
+            self.done.push(c);
+        }
+        while short {
+            let Some(a) = self.singles.pop_front() else {
+                break;
+            };
+            let c = run_block(run, &a);
+            short = c.ran_ns < SHORT_KERNEL_NS;
+            self.done.push(c);
+        }
+        short
+    }
+
+    /// One lock hold: finishes what ran, gives back what did not start, and takes up to
+    /// `want` blocks. Returns whether it took any.
+    fn finish(
+        &mut self,
+        chip: &ChipShared,
+        run: &Arc<RunShared>,
+        index: usize,
+        want: usize,
+    ) -> bool {
+        let mut fx = Effects::default();
+        let pass_start = run.trace.as_ref().map(|_| Instant::now());
+        {
+            let mut graph = run.lock_graph();
+            for c in &self.done {
+                finish_block(&mut graph, chip, run, c, &mut fx);
+            }
+            for a in self.singles.drain(..) {
+                graph.give_back(a, run);
+            }
+            if want > 0 {
+                self.first = graph.take(run, chip);
+            }
+            let single = matches!(self.first, Some(Work::Single(_)));
+            while single && self.singles.len() + 1 < want {
+                match graph.take_one_block(run, chip) {
+                    Some(a) => self.singles.push_back(a),
+                    None => break,
+                }
+            }
+            fx.quiescent = run.running.load(Ordering::SeqCst) == 0;
+            fx.wake = graph.signal(run);
+        }
+        let took = self.first.is_some();
+        trace_pass(run, index, pass_start, took);
+        after_finish(chip, run, &self.done, &fx);
+        self.done.clear();
+        took
+    }
 }
 
 /// Records an executor pass (trace level 3).
@@ -100,11 +176,21 @@ struct Search {
     run: Option<Arc<RunShared>>,
     /// The run's `work_epoch` at the last failed take.
     seen_epoch: Option<u64>,
+    /// This executor stepped back ([`serve`]): rest before searching.
+    resting: bool,
 }
 
 impl Search {
     /// Spins, then parks, until a unit of work can be taken; `None` once the chip shuts down.
     fn find(&mut self, chip: &ChipShared, index: usize) -> Option<(Arc<RunShared>, Work)> {
+        if std::mem::take(&mut self.resting) {
+            // Not searching, so signals wake the active executor's peers only when needed;
+            // the timeout bounds how long queued work can wait behind a long kernel.
+            let key = chip.work.prepare();
+            if !chip.shutdown.load(Ordering::SeqCst) {
+                let _ = chip.work.wait(key, Some(Instant::now() + REST));
+            }
+        }
         // One searcher spins; the others park at once, so that idle executors do not take
         // CPU time from the orchestrator on a small host.
         let mut spins = chip.searching.fetch_add(1, Ordering::SeqCst) == 0;

@@ -31,6 +31,12 @@ use super::{Assignment, ChipShared, Completion, Shape, TaskPayload, Work};
 /// about the cost of the wake itself on the reference VM.
 const LONG_KERNEL_NS: u64 = 20_000;
 
+/// Below this (ns), a kernel is shorter than the lock and cache-line traffic a second active
+/// executor adds: one executor keeps up with the orchestrator, and more only slow it down
+/// (`pto bench submit`, independent no-op tasks: 0.3-0.5 µs with one executor active, 1.0-1.6
+/// µs with both). [`super::executor`] lets all but one executor go when kernels are this short.
+pub(crate) const SHORT_KERNEL_NS: u64 = 1_000;
+
 /// Lifecycle of a slot's task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SlotState {
@@ -478,16 +484,20 @@ impl Graph {
     }
 
     /// Whether a thread could take work now, and whether a parked executor should be woken
-    /// for it: when no block runs (nobody else would come back for it), when at least two
-    /// blocks wait, or when kernels are long. One waiting block behind a short running one is
-    /// left to the thread running it — a wake costs the waker a system call, which at
-    /// sub-microsecond tasks costs more than the wait (ARCHITECTURE.md, "The chip engine").
+    /// for it: when no block runs (nobody else would come back for it), when kernels are long,
+    /// or when at least two blocks wait behind kernels that are not very short. Otherwise the
+    /// work is left to the thread running a block — a wake costs the waker a system call, and a
+    /// second executor on sub-µs kernels costs more than it adds (ARCHITECTURE.md, "The chip
+    /// engine").
     pub(crate) fn signal(&self, run: &RunShared) -> Signal {
         if run.is_cancelled() || self.pick().is_none() {
             return Signal::Nothing;
         }
-        let long_kernels = run.last_kernel_ns.load(Ordering::Relaxed) >= LONG_KERNEL_NS;
-        if run.running.load(Ordering::Acquire) == 0 || self.ready_blocks >= 2 || long_kernels {
+        let kernel_ns = run.last_kernel_ns.load(Ordering::Relaxed);
+        let wake = run.running.load(Ordering::Acquire) == 0
+            || kernel_ns >= LONG_KERNEL_NS
+            || (kernel_ns >= SHORT_KERNEL_NS && self.ready_blocks >= 2);
+        if wake {
             Signal::Wake
         } else {
             Signal::Searchers
@@ -521,6 +531,43 @@ impl Graph {
         } else {
             Some(Work::Gang(parts))
         }
+    }
+
+    /// Takes one more block for a batch of short kernels: only a one-block AIC or AIV task, so
+    /// that an unstarted one can be given back whole ([`Graph::give_back`]).
+    pub(crate) fn take_one_block(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+    ) -> Option<Assignment> {
+        if run.is_cancelled() {
+            return None;
+        }
+        let lane = self
+            .pick()
+            .filter(|&l| matches!(l, Lane::Aic | Lane::Aiv))?;
+        let id = *self.lanes[lane as usize].front()?;
+        let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
+        if payload.block_num != 1 {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(1);
+        self.assign_block(id, &payload, run, chip, &mut parts);
+        self.lanes[lane as usize].pop_front();
+        parts.pop()
+    }
+
+    /// Undoes [`Graph::take_one_block`] for a block that was never started: the task goes back
+    /// to the front of its lane and the core is idle again.
+    pub(crate) fn give_back(&mut self, a: Assignment, run: &RunShared) {
+        let slot = self.slot_mut(a.task);
+        debug_assert_eq!((slot.next_block, slot.completed_subtasks), (1, 0));
+        slot.next_block = 0;
+        self.ready_blocks += 1;
+        self.release_core(a.core);
+        let shape = a.payload.shape;
+        self.lanes[Lane::of(shape, false) as usize].push_front(a.task);
+        run.running.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Clusters whose cores in `mask` are all idle.

@@ -127,6 +127,8 @@ pub(crate) struct Completion {
     pub(crate) kernel: KernelRef,
     /// The panic message, if the kernel panicked.
     pub(crate) panic: Option<String>,
+    /// How long the kernel ran, ns.
+    pub(crate) ran_ns: u64,
     /// Kernel start and end, µs since the run started (0 unless tracing).
     pub(crate) start_us: f64,
     pub(crate) end_us: f64,
@@ -144,6 +146,7 @@ impl Completion {
             block_idx: a.block_idx,
             kernel: a.kernel,
             panic: None,
+            ran_ns: 0,
             start_us: 0.0,
             end_us: 0.0,
             dispatch_us: a.dispatch_us,
@@ -179,6 +182,8 @@ pub(crate) struct ChipShared {
     pub(crate) work: EventCount,
     /// Executors spinning for work right now (see the module doc).
     pub(crate) searching: CachePadded<AtomicU32>,
+    /// Executors between taking work and running out of it.
+    pub(crate) active: CachePadded<AtomicU32>,
     /// The run in progress, if any, and a sequence number bumped whenever it changes, so that
     /// executors read the mutex only when there is something new.
     pub(crate) run: Mutex<Option<Arc<RunShared>>>,
@@ -215,6 +220,7 @@ impl ChipShared {
             executors,
             work: EventCount::new(),
             searching: CachePadded::new(AtomicU32::new(0)),
+            active: CachePadded::new(AtomicU32::new(0)),
             run: Mutex::new(None),
             run_seq: CachePadded::new(AtomicU64::new(0)),
             gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),
@@ -237,6 +243,15 @@ impl ChipShared {
         if wake && self.searching.load(Ordering::SeqCst) == 0 {
             self.work.notify_one();
         }
+    }
+
+    /// Lets the calling executor stop being active if another one is (never the last).
+    pub(crate) fn try_leave(&self) -> bool {
+        self.active
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n > 1).then(|| n - 1)
+            })
+            .is_ok()
     }
 
     /// Stops every thread of the chip (they exit at their next check).
