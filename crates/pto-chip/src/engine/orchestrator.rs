@@ -157,8 +157,9 @@ pub(crate) struct OrchCore {
 
 /// Why a ring resource refused a request, for the wait loop.
 struct Blocked {
-    /// The resource frees as ring `ring` retires tasks (window, heap, dep pools), so a wake
-    /// can wait for several retirements; the TensorMap frees on any ring.
+    /// The resource frees only as ring `ring` retires tasks (window, heap), so a wake can wait
+    /// for several retirements; the TensorMap frees on any ring, and a dep-pool request shrinks
+    /// whenever one of its producers completes.
     ring_bound: bool,
     code: ErrorCode,
     resource: ResourceKind,
@@ -843,7 +844,9 @@ impl OrchCore {
                 (ResourceKind::DepList, pending, &core.dep_pools[ring])
             };
             Err(Blocked {
-                ring_bound: true,
+                // The nodes needed shrink as producers *complete* (on any ring), not only as
+                // this ring retires: wake at any progress.
+                ring_bound: false,
                 code: ErrorCode::DepPoolOverflow,
                 resource,
                 impossible: needed > capacity,
