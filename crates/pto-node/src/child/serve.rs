@@ -660,7 +660,7 @@ impl Child {
                     nbytes,
                     host,
                 },
-            ) => self.copy_to(chip, AllocId(alloc), device_offset, nbytes, &host),
+            ) => self.copy(chip, AllocId(alloc), device_offset, nbytes, &host, true),
             (
                 Role::Chip { chip, .. },
                 ControlRequest::CopyFrom {
@@ -669,7 +669,7 @@ impl Child {
                     nbytes,
                     host,
                 },
-            ) => self.copy_from(chip, AllocId(alloc), device_offset, nbytes, &host),
+            ) => self.copy(chip, AllocId(alloc), device_offset, nbytes, &host, false),
             (_, ControlRequest::Ping(data)) => Reply {
                 payload: data,
                 ..Reply::ok()
@@ -722,44 +722,30 @@ impl Child {
         r
     }
 
-    /// COPY_TO: `nbytes` of the host buffer into the allocation at `device_offset`.
-    fn copy_to(
+    /// COPY_TO (`to_device`) or COPY_FROM: `nbytes` between the host buffer and the
+    /// allocation at `device_offset`.
+    fn copy(
         &self,
         chip: &ChipWorker,
         alloc: AllocId,
         device_offset: u64,
         nbytes: u64,
         host: &[u8],
+        to_device: bool,
     ) -> Reply {
         let (seg, at) = match self.host_window(host, nbytes) {
             Ok(w) => w,
             Err(r) => return *r,
         };
-        let bytes = seg.read_elems::<u8>(at, nbytes as usize);
-        match chip.copy_to_device(alloc, device_offset, &bytes) {
+        let done = if to_device {
+            let bytes = seg.read_elems::<u8>(at, nbytes as usize);
+            chip.copy_to_device(alloc, device_offset, &bytes)
+        } else {
+            chip.copy_from_device(alloc, device_offset, nbytes)
+                .map(|bytes| seg.write_elems::<u8>(at, &bytes))
+        };
+        match done {
             Ok(()) => Reply::ok(),
-            Err(e) => self.device_error(e),
-        }
-    }
-
-    /// COPY_FROM: `nbytes` of the allocation at `device_offset` into the host buffer.
-    fn copy_from(
-        &self,
-        chip: &ChipWorker,
-        alloc: AllocId,
-        device_offset: u64,
-        nbytes: u64,
-        host: &[u8],
-    ) -> Reply {
-        let (seg, at) = match self.host_window(host, nbytes) {
-            Ok(w) => w,
-            Err(r) => return *r,
-        };
-        match chip.copy_from_device(alloc, device_offset, nbytes) {
-            Ok(bytes) => {
-                seg.write_elems::<u8>(at, &bytes);
-                Reply::ok()
-            }
             Err(e) => self.device_error(e),
         }
     }
