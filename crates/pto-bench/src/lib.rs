@@ -160,6 +160,36 @@ pub(crate) fn stencil_views<'s>(
     ))
 }
 
+/// Runs `steps` steps of stencil_1d over `grid`, one scope per step: `submit` submits task
+/// `(t, j)` with its arguments (INPUT: columns j-1..=j+1 of the other row; OUTPUT_EXISTING: its
+/// element), to which it may add scalars.
+pub(crate) fn stencil_1d<'r>(
+    s: &mut pto_chip::orch::RootScope<'r>,
+    grid: &pto_chip::orch::Tensor<'r>,
+    steps: u64,
+    mut submit: impl for<'i> FnMut(
+        &mut pto_chip::orch::Scope<'i, 'r>,
+        pto_chip::orch::KernelArgs<'i>,
+    ) -> pto_chip::orch::OrchResult<()>,
+) -> pto_chip::orch::OrchResult<()> {
+    for t in 0..steps {
+        s.scope(|s| {
+            for j in 0..WIDTH {
+                let (input, output) = match stencil_views(grid, t, j) {
+                    Ok(views) => views,
+                    Err(e) => return Err(s.report_fatal(e.to_string())),
+                };
+                let args = pto_chip::orch::KernelArgs::new()
+                    .input(input)
+                    .output_existing(output);
+                submit(s, args)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// Microseconds since `t`.
 pub fn us_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use pto_chip::kernel::{CoreType, KernelCtx};
-use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_chip::orch::{OrchArgs, OrchResult, RootScope};
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
@@ -54,28 +54,15 @@ pto_chip::register_kernel!(
 /// 0 for the two AIV cores (W = 2); the grid is 2 × WIDTH.
 fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let (steps, g, aic): (u64, u64, u64) = (a.scalar(0), a.scalar(1), a.scalar(2));
-    let grid = a.tensor(0);
-    for t in 0..steps {
-        s.scope(|s| {
-            for j in 0..WIDTH {
-                let (input, output) = match crate::stencil_views(&grid, t, j) {
-                    Ok(views) => views,
-                    Err(e) => return Err(s.report_fatal(e.to_string())),
-                };
-                let args = KernelArgs::new()
-                    .input(input)
-                    .output_existing(output)
-                    .scalar(g);
-                if aic == 1 {
-                    s.submit_aic(SPIN_AIC, args)?;
-                } else {
-                    s.submit_aiv(SPIN, args)?;
-                }
-            }
-            Ok(())
-        })?;
-    }
-    Ok(())
+    crate::stencil_1d(s, &a.tensor(0), steps, |s, args| {
+        let args = args.scalar(g);
+        if aic == 1 {
+            s.submit_aic(SPIN_AIC, args)?;
+        } else {
+            s.submit_aiv(SPIN, args)?;
+        }
+        Ok(())
+    })
 }
 
 /// pto's efficiency at grain `g_ns` over `steps` steps on `w` cores (2: AIV, 1: AIC).

@@ -85,21 +85,12 @@ fn chain<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
 /// other row (clamped at the edges: 2 or 3 producers).
 fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let n: u64 = a.scalar(0);
-    let (k, grid) = (noop(), a.tensor(0));
+    let k = noop();
     let steps = n.div_ceil(u64::from(WIDTH));
-    for t in 0..steps {
-        s.scope(|s| {
-            for j in 0..WIDTH {
-                let (input, output) = match crate::stencil_views(&grid, t, j) {
-                    Ok(views) => views,
-                    Err(e) => return Err(s.report_fatal(e.to_string())),
-                };
-                s.submit_aiv(k, KernelArgs::new().input(input).output_existing(output))?;
-            }
-            Ok(())
-        })?;
-    }
-    Ok(())
+    crate::stencil_1d(s, &a.tensor(0), steps, |s, args| {
+        s.submit_aiv(k, args)?;
+        Ok(())
+    })
 }
 
 /// One shape: its orchestration and the entry tensor it needs.

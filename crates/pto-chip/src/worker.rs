@@ -139,7 +139,7 @@ impl ChipWorker {
         let effective = spec.effective(&snapshot.chip);
         let spin = SpinPolicy::new(effective.spin).with_pure_spin(effective.spin);
         let executors = executor_count(effective.cores());
-        let shared = Arc::new(ChipShared::new(effective.clusters, executors, spin, spin));
+        let shared = Arc::new(ChipShared::new(effective.clusters, executors, spin));
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()

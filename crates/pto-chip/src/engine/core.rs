@@ -184,7 +184,7 @@ fn ensure_gang_thread(chip: &Arc<ChipShared>, core: u32) -> std::io::Result<()> 
 /// finish it; never take other work.
 fn gang_main(chip: Arc<ChipShared>, core: u32) {
     let cell = &chip.gangs[core as usize];
-    let mut waiter = Waiter::new(&cell.ec, chip.executor_spin);
+    let mut waiter = Waiter::new(&cell.ec, chip.spin);
     loop {
         let assignment = cell.mailbox.lock().take();
         if let Some((run, a)) = assignment {

@@ -149,19 +149,20 @@ impl Batch {
             fx.wake = graph.signal(run);
         }
         let took = self.first.is_some();
-        trace_pass(run, index, pass_start, took);
+        let name = if took { "complete+take" } else { "complete" };
+        trace_pass(run, index, pass_start, name);
         after_finish(chip, run, &self.done, &fx);
         self.done.clear();
         took
     }
 }
 
-/// Records an executor pass (trace level 3).
-fn trace_pass(run: &RunShared, index: usize, start: Option<Instant>, took: bool) {
+/// Records an executor's pass under the graph lock (trace level 3).
+fn trace_pass(run: &RunShared, index: usize, start: Option<Instant>, name: &str) {
     if let (Some(trace), Some(start)) = (&run.trace, start) {
         trace.lock().span(AicpuSpan {
             scheduler: Some(index),
-            name: if took { "complete+take" } else { "complete" }.to_string(),
+            name: name.to_string(),
             start_us: run.micros(start),
             end_us: run.micros(Instant::now()),
         });
@@ -208,9 +209,7 @@ impl Search {
             }
             // Reading the clock costs more than a check: look at it every 64th step.
             steps = steps.wrapping_add(1);
-            if spins
-                && (!steps.is_multiple_of(64) || spin_start.elapsed() < chip.executor_spin.spin())
-            {
+            if spins && (!steps.is_multiple_of(64) || spin_start.elapsed() < chip.spin.spin()) {
                 std::hint::spin_loop();
                 continue;
             }
@@ -268,23 +267,11 @@ impl Search {
             (work, graph.signal(run))
         };
         if work.is_some() {
-            trace_pass_take(run, index, pass_start);
+            trace_pass(run, index, pass_start, "take");
             if more != Signal::Nothing {
                 chip.signal_work(run, more == Signal::Wake);
             }
         }
         work
-    }
-}
-
-/// Records a take by a searching executor (trace level 3).
-fn trace_pass_take(run: &RunShared, index: usize, start: Option<Instant>) {
-    if let (Some(trace), Some(start)) = (&run.trace, start) {
-        trace.lock().span(AicpuSpan {
-            scheduler: Some(index),
-            name: "take".to_string(),
-            start_us: run.micros(start),
-            end_us: run.micros(Instant::now()),
-        });
     }
 }

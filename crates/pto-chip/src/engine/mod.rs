@@ -190,20 +190,14 @@ pub(crate) struct ChipShared {
     pub(crate) run_seq: CachePadded<AtomicU64>,
     pub(crate) gangs: Vec<GangCell>,
     pub(crate) shutdown: AtomicBool,
-    /// Spin window of the orchestrator's waits.
+    /// Spin window of every waiting thread of the chip: pure spinning (no `yield_now`, which
+    /// can hand a whole time slice to another thread on a small host; see `pto_types::wait`'s
+    /// README).
     pub(crate) spin: SpinPolicy,
-    /// Spin window of executors and gang threads: pure spinning (no `yield_now`, which can hand
-    /// a whole time slice to another thread on a small host; see `pto_types::wait`'s README).
-    pub(crate) executor_spin: SpinPolicy,
 }
 
 impl ChipShared {
-    pub(crate) fn new(
-        clusters: u32,
-        executors: usize,
-        spin: SpinPolicy,
-        executor_spin: SpinPolicy,
-    ) -> ChipShared {
+    pub(crate) fn new(clusters: u32, executors: usize, spin: SpinPolicy) -> ChipShared {
         let cores = (0..3 * clusters)
             .map(|id| {
                 let sub_block = if id < clusters {
@@ -226,7 +220,6 @@ impl ChipShared {
             gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),
             shutdown: AtomicBool::new(false),
             spin,
-            executor_spin,
         }
     }
 

@@ -1051,7 +1051,6 @@ impl OrchCore {
         self.run
             .total_tasks
             .store(self.published, Ordering::Release);
-        self.run.done.notify_all();
     }
 
     /// Run-long peaks per ring: (live tasks, heap bytes, dep-list entries).
