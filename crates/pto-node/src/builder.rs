@@ -67,6 +67,7 @@ pub(crate) struct WorkerOptions {
     pub(crate) liveness_timeout: Duration,
     pub(crate) task_timeout: Option<Duration>,
     pub(crate) restart_children: bool,
+    pub(crate) lane_depth: usize,
 }
 
 /// Builds a [`Worker`]; see NODE_RUNTIME.md §1.1 for every option.
@@ -95,7 +96,13 @@ pub struct WorkerBuilder {
     liveness_timeout: Duration,
     task_timeout: Option<Duration>,
     restart_children: bool,
+    lane_depth: usize,
 }
+
+/// The default of `lane_depth` (chosen by `pto bench dispatch`; BENCHMARKS.md B3).
+pub const DEFAULT_LANE_DEPTH: usize = 4;
+/// The largest `lane_depth` (a child's mailbox holds one 64 KiB frame per task).
+pub const MAX_LANE_DEPTH: usize = 64;
 
 /// The default of `liveness_timeout`.
 pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -129,6 +136,7 @@ impl WorkerBuilder {
             liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
             task_timeout: None,
             restart_children: true,
+            lane_depth: DEFAULT_LANE_DEPTH,
         }
     }
 
@@ -225,6 +233,17 @@ impl WorkerBuilder {
         self
     }
 
+    /// How many tasks one chip or sub lane holds at a time (default [`DEFAULT_LANE_DEPTH`],
+    /// 1 to [`MAX_LANE_DEPTH`]): the running one and those queued behind it, so a busy lane
+    /// starts its next task without waiting for the scheduler. A child process gets one
+    /// 64 KiB mailbox frame per task. 1 hands a lane one task at a time. Group members start
+    /// only on idle lanes, whatever the depth; tasks queued on a lane that dies fail (chip
+    /// tasks, aimed at it) or go to another lane (sub tasks).
+    pub fn lane_depth(mut self, n: usize) -> Self {
+        self.lane_depth = n;
+        self
+    }
+
     /// Spin windows of the scheduler, of the worker lanes and of `RunHandle::wait`.
     pub fn spin_window(mut self, scheduler: Duration, lane: Duration, waiter: Duration) -> Self {
         self.scheduler_spin = scheduler;
@@ -286,6 +305,7 @@ impl WorkerBuilder {
             liveness_timeout: self.liveness_timeout,
             task_timeout: self.task_timeout,
             restart_children: self.restart_children,
+            lane_depth: self.lane_depth,
         }))
     }
 
@@ -336,6 +356,12 @@ impl WorkerBuilder {
                     "{} must be a multiple of 4096 and at least {MIN_HEAP_RING_SIZE}",
                     self.heap_ring_size
                 ),
+            );
+        }
+        if !(1..=MAX_LANE_DEPTH).contains(&self.lane_depth) {
+            return invalid(
+                "lane_depth",
+                format!("{} must be between 1 and {MAX_LANE_DEPTH}", self.lane_depth),
             );
         }
         if self.max_queued_runs == 0 {

@@ -194,10 +194,12 @@ impl ChildFactory {
                 segment: u64::MAX - 1,
             },
             &format!("pto-{:x}-mbox-{base_name}", self.uid),
-            FRAME_BYTES,
+            self.options.lane_depth * FRAME_BYTES,
         )
         .map_err(|e| e.to_string())?;
-        let mailbox = Mailbox::new(Arc::new(seg));
+        let seg = Arc::new(seg);
+        Mailbox::init_ring(&seg);
+        let mailbox = Mailbox::new(seg);
         let boot = self.boot_block(role, deadline)?;
         let mut fixed = vec![0u8; FIXED_BYTES];
         frame::encode_boot_header(boot.len() as u32, &mut fixed);

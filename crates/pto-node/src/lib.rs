@@ -65,7 +65,10 @@ mod sub;
 mod worker;
 
 pub use buffer::{Element, HostBuffer};
-pub use builder::{ChildExe, DEFAULT_LIVENESS_TIMEOUT, EndpointMode, WorkerBuilder};
+pub use builder::{
+    ChildExe, DEFAULT_LANE_DEPTH, DEFAULT_LIVENESS_TIMEOUT, EndpointMode, MAX_LANE_DEPTH,
+    WorkerBuilder,
+};
 pub use callable::{Callable, CallableHandle, CallableKind, NodeFn, SubFn};
 pub use child::child_main;
 pub use device::DeviceTensor;

@@ -12,10 +12,18 @@
 //! dead lane becomes an `EndpointFailure` completion; this thread never panics on a lane's
 //! behalf.
 //!
-//! Liveness: a lane's death fails its task in flight and, through `EngineState::lane_died`,
-//! every unstarted task aimed at it; the lane then restarts in the background and serves again
-//! once its new child is ready (`lane_revived`). No wait of this loop depends on a child.
+//! Pipelining: each lane holds up to its depth of tasks (`Endpoint::room`), so the dispatch
+//! pass tops every lane up and a busy lane never waits for this thread; replies are drained
+//! in batches, all of them applied in one engine lock hold.
+//!
+//! Liveness: a lane's death fails its task in flight (the oldest one: only it can have
+//! started) and, through `EngineState::lane_died`, every unstarted task aimed at it — the
+//! tasks queued on a dead chip fail "before the task could start", the sub tasks queued on a
+//! dead sub lane go back to the sub queue (they were aimed at no lane in particular); the
+//! lane then restarts in the background and serves again once its new child is ready
+//! (`lane_revived`). No wait of this loop depends on a child.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,9 +32,12 @@ use pto_types::wait::SpinPolicy;
 use crate::endpoint::{
     Completion, Death, Endpoint, EndpointError, Failure, Health, ShutdownOutcome,
 };
-use crate::engine::{ControlSlot, Engine, EngineState, Lane, SlotId};
+use crate::engine::{ControlSlot, Engine, EngineState, Lane, LaneRoom, SlotId};
 use crate::error::FailureKind;
 use crate::shm::doorbell::DoorbellWaiter;
+
+/// Idle steps after which the scheduler makes a full pass although the doorbell did not ring.
+const IDLE_PASS: u32 = 256;
 
 /// Everything the scheduler thread owns.
 pub(crate) struct Scheduler {
@@ -40,10 +51,12 @@ pub(crate) struct Scheduler {
 
 #[derive(Default)]
 struct LaneState {
-    in_flight: Option<(SlotId, u32)>,
-    /// When the task in flight was handed over.
+    /// Tasks handed to the lane whose reply has not arrived, oldest first.
+    in_flight: VecDeque<(SlotId, u32)>,
+    /// When the oldest task in flight started, as far as this thread can tell: when it was
+    /// handed over or when the reply before it arrived, whichever is later.
     since: Option<Instant>,
-    /// The task in flight was timed out already.
+    /// The oldest task in flight was timed out already.
     timed_out: bool,
     control: Option<Arc<ControlSlot>>,
     dead: bool,
@@ -54,6 +67,8 @@ struct LaneState {
 #[derive(Default)]
 struct Polled {
     done: Vec<(Lane, Completion)>,
+    /// Tasks queued on a lane that cannot run them any more, to route again.
+    returned: Vec<(SlotId, u32)>,
     died: Vec<(Lane, String, Death)>,
     revived: Vec<(Lane, String)>,
     restart_failed: Vec<(Lane, String)>,
@@ -62,6 +77,7 @@ struct Polled {
 impl Polled {
     fn is_empty(&self) -> bool {
         self.done.is_empty()
+            && self.returned.is_empty()
             && self.died.is_empty()
             && self.revived.is_empty()
             && self.restart_failed.is_empty()
@@ -97,22 +113,44 @@ impl Scheduler {
         let mut state: Vec<LaneState> = lanes.iter().map(|_| LaneState::default()).collect();
         let engine = Arc::clone(&self.engine);
         let mut waiter = DoorbellWaiter::new(&engine.doorbell, self.spin);
+        let mut seen = None;
+        let mut idle_steps = 0u32;
         loop {
-            let mut polled = self.poll_lanes(&lanes, &mut state);
+            // Everything that creates work rings the doorbell after publishing it, so a pass
+            // is needed only when the doorbell moved since the last one (its epoch is read
+            // before the checks, so a ring during a pass makes the next pass happen); an idle
+            // spin then touches neither the engine lock nor the lanes' locks, which the
+            // submitting thread and the lanes need. Task deadlines are checked on every step,
+            // and a full pass runs every IDLE_PASS steps all the same.
+            let epoch = engine.doorbell.epoch();
+            let mut polled = Polled::default();
+            if seen != Some(epoch) || idle_steps >= IDLE_PASS {
+                seen = Some(epoch);
+                idle_steps = 0;
+                polled = self.poll_lanes(&lanes, &mut state);
+            } else if self.task_timeout.is_none() {
+                idle_steps += 1;
+                waiter.wait(self.next_deadline(&state));
+                continue;
+            }
             self.time_out_tasks(&lanes, &mut state, &mut polled);
             let mut progress = !polled.is_empty();
             let (dispatches, stop) = {
                 let mut st = engine.state.lock();
                 self.apply(&mut st, &mut state, polled);
                 progress |= self.start_kills_and_controls(&mut st, &mut state);
-                let mut chip_idle: Vec<bool> = (0..self.chips.len())
-                    .map(|w| self.chips[w].is_idle() && !state[w].dead)
-                    .collect();
                 let n = self.chips.len();
-                let mut sub_idle: Vec<bool> = (0..self.subs.len())
-                    .map(|s| self.subs[s].is_idle() && !state[n + s].dead)
+                let room = |ep: &dyn Endpoint, dead: bool| LaneRoom {
+                    room: if dead { 0 } else { ep.room() },
+                    idle: !dead && ep.is_idle() && ep.room() > 0,
+                };
+                let mut chip_room: Vec<LaneRoom> = (0..n)
+                    .map(|w| room(self.chips[w].as_ref(), state[w].dead))
                     .collect();
-                let dispatches = st.dispatch_pass(&mut chip_idle, &mut sub_idle);
+                let mut sub_room: Vec<LaneRoom> = (0..self.subs.len())
+                    .map(|s| room(self.subs[s].as_ref(), state[n + s].dead))
+                    .collect();
+                let dispatches = st.dispatch_pass(&mut chip_room, &mut sub_room);
                 (dispatches, st.stop)
             };
             progress |= !dispatches.is_empty();
@@ -126,6 +164,7 @@ impl Scheduler {
                 waiter.reset();
                 continue;
             }
+            idle_steps += 1;
             waiter.wait(self.next_deadline(&state));
         }
         self.shutdown()
@@ -134,12 +173,19 @@ impl Scheduler {
     /// Replies, deaths (a dead lane starts its restart here) and finished restarts.
     fn poll_lanes(&mut self, lanes: &[Lane], state: &mut [LaneState]) -> Polled {
         let mut out = Polled::default();
+        let mut replies = Vec::new();
         for &lane in lanes {
             let i = self.lane_index(lane);
             let ep = self.endpoint(lane);
-            if let Some(c) = ep.poll() {
-                state[i].in_flight = None;
-                out.done.push((lane, c));
+            ep.poll(&mut replies);
+            if !replies.is_empty() {
+                let now = Instant::now();
+                for c in replies.drain(..) {
+                    state[i].in_flight.pop_front();
+                    out.done.push((lane, c));
+                }
+                state[i].since = Some(now);
+                state[i].timed_out = false;
             }
             if let Some(r) = ep.poll_control()
                 && let Some(slot) = state[i].control.take()
@@ -180,7 +226,8 @@ impl Scheduler {
         let now = Instant::now();
         for &lane in lanes {
             let i = self.lane_index(lane);
-            let (Some((slot, member)), Some(since)) = (state[i].in_flight, state[i].since) else {
+            let (Some(&(slot, member)), Some(since)) = (state[i].in_flight.front(), state[i].since)
+            else {
                 continue;
             };
             let elapsed = now.saturating_duration_since(since);
@@ -188,9 +235,15 @@ impl Scheduler {
                 continue;
             }
             state[i].timed_out = true;
-            if let Some(failure) = self.endpoint(lane).time_out(elapsed, limit) {
-                state[i].in_flight = None;
+            let ep = self.endpoint(lane);
+            if let Some(failure) = ep.time_out(elapsed, limit) {
+                // The lane stays busy with the callable: what is queued behind it goes back.
+                let back = ep.take_back();
+                let keep = state[i].in_flight.len().saturating_sub(back.len());
+                state[i].in_flight.truncate(keep);
+                state[i].in_flight.pop_front();
                 out.done.push((lane, failed(slot, member, failure)));
+                out.returned.extend(back);
             }
         }
     }
@@ -200,7 +253,7 @@ impl Scheduler {
         let limit = self.task_timeout?;
         state
             .iter()
-            .filter(|l| l.in_flight.is_some() && !l.timed_out && !l.dead)
+            .filter(|l| !l.in_flight.is_empty() && !l.timed_out && !l.dead)
             .filter_map(|l| l.since)
             .min()
             .map(|t| t + limit)
@@ -211,9 +264,13 @@ impl Scheduler {
         for (lane, c) in polled.done {
             st.complete(lane, c);
         }
+        for (slot, member) in polled.returned.into_iter().rev() {
+            st.requeue(slot, member);
+        }
         for (lane, name, death) in polled.died {
             let i = self.lane_index(lane);
-            if let Some((slot, member)) = state[i].in_flight.take() {
+            let mut in_flight = std::mem::take(&mut state[i].in_flight);
+            if let Some((slot, member)) = in_flight.pop_front() {
                 let message = format!("EndpointFailure: {}", death.describe(&name));
                 let f = Failure {
                     kind: FailureKind::Endpoint,
@@ -221,6 +278,13 @@ impl Scheduler {
                     message,
                 };
                 st.complete(lane, failed(slot, member, f));
+            }
+            // Queued behind it, never started: sub tasks run elsewhere, chip tasks fail.
+            for (slot, member) in in_flight.into_iter().rev() {
+                match lane {
+                    Lane::Sub(_) => st.requeue(slot, member),
+                    Lane::Chip(_) => st.fail_unstarted(slot, &name, &death),
+                }
             }
             if let Some(slot) = state[i].control.take() {
                 slot.set(Err(EndpointError::Dead(death.describe(&name))));
@@ -275,13 +339,10 @@ impl Scheduler {
 
     fn dispatch(&mut self, d: crate::engine::Dispatch, state: &mut [LaneState]) {
         let i = self.lane_index(d.lane);
-        state[i].in_flight = Some((d.req.slot, d.req.member));
-        state[i].since = Some(Instant::now());
-        state[i].timed_out = false;
+        let (slot, member) = (d.req.slot, d.req.member);
         let ep = self.endpoint(d.lane);
-        if let Err(e) = ep.dispatch(&d.req) {
+        if let Err(e) = ep.dispatch(d.req) {
             let name = ep.name().to_string();
-            state[i].in_flight = None;
             let f = Failure {
                 kind: FailureKind::Endpoint,
                 code: None,
@@ -290,8 +351,14 @@ impl Scheduler {
             self.engine
                 .state
                 .lock()
-                .complete(d.lane, failed(d.req.slot, d.req.member, f));
+                .complete(d.lane, failed(slot, member, f));
+            return;
         }
+        if state[i].in_flight.is_empty() {
+            state[i].since = Some(Instant::now());
+            state[i].timed_out = false;
+        }
+        state[i].in_flight.push_back((slot, member));
     }
 
     fn shutdown(mut self) -> (usize, usize) {

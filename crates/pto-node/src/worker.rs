@@ -524,8 +524,14 @@ impl Worker {
                 index: i,
                 chip: Box::new(chip),
             };
-            let ep = InProcessEndpoint::start(name, work, Arc::clone(&doorbell), lane_spin)
-                .map_err(|e| InitError::Thread(e.to_string()))?;
+            let ep = InProcessEndpoint::start(
+                name,
+                work,
+                Arc::clone(&doorbell),
+                lane_spin,
+                options.lane_depth,
+            )
+            .map_err(|e| InitError::Thread(e.to_string()))?;
             chips.push(Box::new(ep));
         }
         let mut subs: Vec<Box<dyn Endpoint>> = Vec::with_capacity(options.sub_workers);
@@ -539,6 +545,7 @@ impl Worker {
                 work,
                 Arc::clone(&doorbell),
                 lane_spin,
+                options.lane_depth,
             )
             .map_err(|e| InitError::Thread(e.to_string()))?;
             subs.push(Box::new(ep));

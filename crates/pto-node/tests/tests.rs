@@ -24,5 +24,6 @@ mod heap;
 mod l4;
 mod liveness;
 mod memory;
+mod pipeline;
 
 pto_node::test_child_entry!();

@@ -11,11 +11,13 @@
 //! `INIT_READY` (with the chip's environment problems, one per line) or `INIT_FAILED` (with the
 //! reason), and a bump of the doorbell.
 //!
-//! Then the loop: wait for the state word to leave the last value seen (spin, then park with a
-//! 250 ms timeout, rule M6), and serve `TASK_READY` (drain the descriptor socket, decode, run,
-//! reply, `TASK_DONE`, doorbell) and `CONTROL_REQUEST`; exit on `SHUTDOWN`, on the sticky
-//! shutdown words, when the parent is gone (`getppid` changed — `PR_SET_PDEATHSIG` is the
-//! first line) or when the socket reports EOF.
+//! Then the loop over the mailbox's ring of frames (rule M8), one frame after the other: wait
+//! for the current frame to hold a request (spin, then park with a 250 ms timeout, rule M6),
+//! serve `TASK_READY` (drain the descriptor socket, decode, run, reply, `TASK_DONE`, doorbell)
+//! or `CONTROL_REQUEST`, move to the next frame — where the parent has usually queued the next
+//! task already, so a busy child goes from task to task without waiting; exit on `SHUTDOWN`,
+//! on the sticky shutdown words, when the parent is gone (`getppid` changed —
+//! `PR_SET_PDEATHSIG` is the first line) or when the socket reports EOF.
 
 mod liveness;
 pub(crate) mod serve;
@@ -121,7 +123,11 @@ pub(crate) enum Role {
 pub(crate) struct Child {
     pub(crate) name: String,
     pub(crate) role: Role,
+    /// Frame 0: start-up, liveness.
     pub(crate) mailbox: Mailbox,
+    /// Every frame (M8) and the one the next request will be in.
+    pub(crate) ring: Vec<Mailbox>,
+    pub(crate) cursor: usize,
     pub(crate) doorbell: SharedDoorbell,
     pub(crate) sock: OwnedFd,
     pub(crate) segments: HashMap<SegmentKey, Arc<Segment>>,
@@ -163,13 +169,16 @@ fn run([sock, ctl_fd, mailbox_fd, heap_fd]: [OwnedFd; 4]) -> i32 {
 /// Maps the mailbox and the control segment; returns the mailbox, the control segment's
 /// header bytes and the doorbell, or `None` (nothing to report an error through).
 fn map_frames(ctl_fd: OwnedFd, mailbox_fd: OwnedFd) -> Option<(Mailbox, Vec<u8>, SharedDoorbell)> {
+    // One frame per task the lane holds (M8): the segment's size says how many.
+    let len = rustix::fs::fstat(&mailbox_fd).ok()?.st_size;
+    let frames = (usize::try_from(len).ok()? / FRAME_BYTES).max(1);
     let mailbox_seg = Segment::from_fd(
         SegmentKey {
             owner: 0,
             segment: u64::MAX,
         },
         mailbox_fd,
-        FRAME_BYTES,
+        frames * FRAME_BYTES,
     )
     .ok()?;
     let mailbox = Mailbox::new(Arc::new(mailbox_seg));
@@ -237,6 +246,8 @@ fn start(
     let child = Child {
         name,
         role,
+        ring: Mailbox::ring(mailbox.segment()),
+        cursor: 0,
         mailbox,
         doorbell,
         sock,
@@ -270,26 +281,37 @@ fn parent_pid() -> u32 {
 }
 
 impl Child {
+    /// The frame of the next request (M8).
+    pub(crate) fn frame(&self) -> &Mailbox {
+        &self.ring[self.cursor]
+    }
+
     fn serve_loop(&mut self) -> i32 {
-        let mut seen = MailboxState::InitReady.code();
         loop {
-            if self.mailbox.shutdown_requested() || self.doorbell.shutdown_all() {
+            if self.frame().shutdown_requested() || self.doorbell.shutdown_all() {
                 return EXIT_OK;
             }
-            self.health.enter(Phase::Waiting);
-            let now = self.mailbox.child_wait(seen, self.spin, PARENT_CHECK);
-            self.health.enter(Phase::Serving);
+            let seen = self.frame().raw_state();
+            let now = if is_request(seen) {
+                seen
+            } else {
+                self.health.enter(Phase::Waiting);
+                let now = self.frame().child_wait(seen, self.spin, PARENT_CHECK);
+                self.health.enter(Phase::Serving);
+                now
+            };
             match MailboxState::from_code(now) {
                 Some(MailboxState::TaskReady) => {
                     self.serve_task();
-                    seen = MailboxState::TaskDone.code();
+                    self.cursor = (self.cursor + 1) % self.ring.len();
                 }
                 Some(MailboxState::ControlRequest) => {
                     self.serve_control();
-                    seen = MailboxState::ControlDone.code();
+                    self.cursor = (self.cursor + 1) % self.ring.len();
                 }
                 Some(MailboxState::Shutdown) => return EXIT_OK,
-                Some(_) if now != seen => seen = now,
+                // The parent took the reply of this frame's last lap: wait again.
+                Some(_) if now != seen => {}
                 Some(_) => {
                     // Parked until the timeout: is anyone still there?
                     if parent_pid() != self.parent_pid {
@@ -303,6 +325,17 @@ impl Child {
             }
         }
     }
+}
+
+/// A state that hands the frame to the child with work in it.
+fn is_request(state: u32) -> bool {
+    [
+        MailboxState::TaskReady,
+        MailboxState::ControlRequest,
+        MailboxState::Shutdown,
+    ]
+    .iter()
+    .any(|s| s.code() == state)
 }
 
 /// The role's kind, for messages.

@@ -276,12 +276,12 @@ impl Child {
         if let Some(area) = &r.report {
             frame::encode_report(area, &mut fixed);
         }
-        self.mailbox.write_child(&fixed, &r.payload);
+        self.frame().write_child(&fixed, &r.payload);
     }
 
     pub(super) fn serve_task(&mut self) {
         let started = Instant::now();
-        let fixed = self.mailbox.read_fixed();
+        let fixed = self.frame().read_fixed();
         let (seq, reply) = match frame::decode_header(&fixed) {
             Ok(h) if h.op == Op::Task => {
                 self.drain_socket();
@@ -300,7 +300,7 @@ impl Child {
             Err(e) => (frame_seq(&fixed), frame_error(e)),
         };
         self.reply(seq, started, reply);
-        let _ = self.mailbox.transition_to_task_done();
+        let _ = self.frame().transition_to_task_done();
         self.doorbell.ring();
     }
 
@@ -309,7 +309,7 @@ impl Child {
             Ok(c) => c,
             Err(e) => return frame_error(e),
         };
-        let blob = self.mailbox.read_payload(h.args_bytes as usize);
+        let blob = self.frame().read_payload(h.args_bytes as usize);
         let wire = match decode_args(&blob) {
             Ok(w) => w,
             Err(e) => return frame_error(e),
@@ -608,7 +608,7 @@ impl Child {
 
     pub(super) fn serve_control(&mut self) {
         let started = Instant::now();
-        let fixed = self.mailbox.read_fixed();
+        let fixed = self.frame().read_fixed();
         let (seq, reply) = match frame::decode_header(&fixed) {
             Ok(h) => {
                 let at = frame::OFF_CONTROL_PAYLOAD;
@@ -627,7 +627,7 @@ impl Child {
             Err(e) => (frame_seq(&fixed), frame_error(e)),
         };
         self.reply(seq, started, reply);
-        let _ = self.mailbox.transition_to_control_done();
+        let _ = self.frame().transition_to_control_done();
         self.doorbell.ring();
     }
 

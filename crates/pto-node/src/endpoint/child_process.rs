@@ -5,7 +5,7 @@
 //! `SEGMENT_DROP` for segments whose last buffer is gone), encodes the request into a private
 //! copy of the frame — header, the task's `CallConfig` record at offset 256, the callable
 //! section, the args blob — copies the parent's regions into the mapping and swaps the state
-//! to `TASK_READY` (rules M1–M7 of `shm::mailbox`). `poll` is one atomic load while the child
+//! to `TASK_READY` (rules M1–M8 of `shm::mailbox`). `poll` is one atomic load while the child
 //! works; on `TASK_DONE` it checks the echoed sequence number, decodes the reply (for chips the
 //! resolved sizing with provenance from the report area, rebuilt into a `ChipRunReport`) and
 //! stores `IDLE`. `health` reads the fate the monitor thread recorded; the cause names the
@@ -14,7 +14,7 @@
 //! same path. Shutdown sets the sticky word, stores `SHUTDOWN` when the parent owns the frame,
 //! waits for the exit and kills the child after the grace period.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
@@ -62,6 +62,8 @@ pub(crate) enum ChildRole {
 }
 
 struct InFlight {
+    /// The request's sequence number: its frame is `(seq − 1) mod depth` (mailbox rule M8).
+    seq: u64,
     slot: SlotId,
     member: u32,
     task: TaskId,
@@ -105,12 +107,16 @@ pub(crate) struct ReadyChild {
 pub(crate) struct ChildProcessEndpoint {
     name: String,
     role: ChildRole,
-    mailbox: Mailbox,
+    /// The mailbox's frames (rule M8); frame 0 also carries the liveness words.
+    ring: Vec<Mailbox>,
     sock: Option<OwnedFd>,
     status: Arc<ChildStatus>,
+    /// The sequence number of the latest request written.
     seq: u64,
-    task: Option<InFlight>,
-    control: Option<Op>,
+    /// Tasks in flight, oldest first (only the oldest can have started).
+    tasks: VecDeque<InFlight>,
+    /// The control command in flight and its sequence number.
+    control: Option<(Op, u64)>,
     /// Segments whose descriptor the child holds (the heap ring is sent at spawn).
     sent: HashMap<SegmentKey, Weak<Segment>>,
     /// The chip's environment problems, from its INIT_READY message.
@@ -147,11 +153,11 @@ impl ChildProcessEndpoint {
         ChildProcessEndpoint {
             name,
             role,
-            mailbox,
+            ring: Mailbox::ring(mailbox.segment()),
             sock: Some(sock),
             status,
             seq: 0,
-            task: None,
+            tasks: VecDeque::new(),
             control: None,
             sent,
             env_problems,
@@ -165,9 +171,14 @@ impl ChildProcessEndpoint {
         }
     }
 
+    /// The frame of request `seq` (M8).
+    fn frame(&self, seq: u64) -> &Mailbox {
+        &self.ring[((seq.max(1) - 1) % self.ring.len() as u64) as usize]
+    }
+
     /// What the child was doing when it died.
     fn during(&self) -> String {
-        match &self.task {
+        match self.tasks.front() {
             Some(t) => match &t.label {
                 Some(l) => format!(" while running {} ('{l}') of run {}", t.task, t.task.run_id),
                 None => format!(" while running {} of run {}", t.task, t.task.run_id),
@@ -281,21 +292,23 @@ impl ChildProcessEndpoint {
         }
     }
 
-    /// Reads and checks the reply of the request `self.seq`; the frame must be in `done`.
+    /// Reads and checks the reply of request `seq`; its frame must be in `done`.
     fn take_reply(
-        &mut self,
+        &self,
+        seq: u64,
         done: MailboxState,
     ) -> Result<(frame::ReplyHeader, Vec<u8>, Vec<u8>), String> {
-        let fixed = self.mailbox.read_fixed();
+        let mailbox = self.frame(seq);
+        let fixed = mailbox.read_fixed();
         let reply = frame::decode_reply(&fixed).map_err(|e| format!("bad reply: {e}"))?;
-        if reply.reply_seq != self.seq {
+        if reply.reply_seq != seq {
             return Err(format!(
-                "reply seq {} does not echo request seq {}",
-                reply.reply_seq, self.seq
+                "reply seq {} does not echo request seq {seq}",
+                reply.reply_seq
             ));
         }
-        let payload = self.mailbox.read_payload(reply.payload_bytes as usize);
-        self.mailbox
+        let payload = mailbox.read_payload(reply.payload_bytes as usize);
+        mailbox
             .transition_to_idle(done)
             .map_err(|v| v.to_string())?;
         Ok((reply, fixed, payload))
@@ -410,14 +423,22 @@ impl Endpoint for ChildProcessEndpoint {
     }
 
     fn is_idle(&self) -> bool {
-        self.task.is_none() && self.control.is_none()
+        self.tasks.is_empty() && self.control.is_none()
     }
 
-    fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError> {
+    fn room(&self) -> usize {
+        if self.control.is_some() || self.violation.is_some() || self.timed_out.is_some() {
+            0
+        } else {
+            self.ring.len().saturating_sub(self.tasks.len())
+        }
+    }
+
+    fn dispatch(&mut self, req: TaskRequest) -> Result<(), EndpointError> {
         if let Health::Dead(d) = self.health() {
             return Err(EndpointError::Dead(d.describe(&self.name)));
         }
-        if !self.is_idle() {
+        if self.room() == 0 {
             return Err(EndpointError::Busy);
         }
         let mut segments: Vec<Arc<Segment>> = Vec::new();
@@ -455,7 +476,7 @@ impl Endpoint for ChildProcessEndpoint {
             })
         });
         let mut fixed = vec![0u8; FIXED_BYTES];
-        let h = self.header(Op::Task, Some(req), blob.len() as u32, 0);
+        let h = self.header(Op::Task, Some(&req), blob.len() as u32, 0);
         frame::encode_header(&h, &mut fixed);
         frame::encode_config(req.config.as_ref(), &mut fixed)
             .map_err(|e| EndpointError::Failed(format!("cannot encode the CallConfig: {e}")))?;
@@ -472,57 +493,51 @@ impl Endpoint for ChildProcessEndpoint {
             },
             &mut fixed,
         );
-        self.mailbox.write_parent(&fixed, &blob);
-        if let Err(v) = self.mailbox.transition_to_task_ready() {
+        let mailbox = self.frame(h.seq);
+        mailbox.write_parent(&fixed, &blob);
+        if let Err(v) = mailbox.transition_to_task_ready() {
             self.fail_protocol(v.to_string());
             return Err(EndpointError::Dead(v.to_string()));
         }
-        self.task = Some(InFlight {
+        self.tasks.push_back(InFlight {
+            seq: h.seq,
             slot: req.slot,
             member: req.member,
             task: req.task,
-            label: req.label.clone(),
+            label: req.label,
             kind: req.kind,
-            callable: Arc::clone(&req.callable),
+            callable: req.callable,
         });
         Ok(())
     }
 
-    fn poll(&mut self) -> Option<Completion> {
-        self.task.as_ref()?;
-        if self.violation.is_some() {
-            return None;
-        }
-        match self.mailbox.state() {
-            Ok(MailboxState::TaskReady) => None,
-            Ok(MailboxState::TaskDone) => {
-                let t = self.task.take().expect("a task is in flight");
-                match self.take_reply(MailboxState::TaskDone) {
+    fn poll(&mut self, out: &mut Vec<Completion>) {
+        while let Some(t) = self.tasks.front() {
+            if self.violation.is_some() {
+                return;
+            }
+            let seq = t.seq;
+            match self.frame(seq).state() {
+                Ok(MailboxState::TaskReady) => return,
+                Ok(MailboxState::TaskDone) => match self.take_reply(seq, MailboxState::TaskDone) {
                     Ok((reply, fixed, payload)) => {
+                        let t = self.tasks.pop_front().expect("a task is in flight");
                         let result = self.completion(&t, &reply, &fixed, &payload);
-                        Some(Completion {
+                        out.push(Completion {
                             slot: t.slot,
                             member: t.member,
                             result,
                             exec_time: Duration::from_nanos(reply.exec_ns),
                             inner: self.inner_report(&payload),
-                        })
+                        });
                     }
-                    Err(what) => {
-                        // Keep the task in flight: health reports the kill with its name.
-                        self.task = Some(t);
-                        self.fail_protocol(what);
-                        None
-                    }
+                    // The task stays in flight: health reports the kill with its name.
+                    Err(what) => self.fail_protocol(what),
+                },
+                Ok(other) => {
+                    self.fail_protocol(format!("unexpected state {other:?} while a task runs"))
                 }
-            }
-            Ok(other) => {
-                self.fail_protocol(format!("unexpected state {other:?} while a task runs"));
-                None
-            }
-            Err(raw) => {
-                self.fail_protocol(format!("unknown state word {raw}"));
-                None
+                Err(raw) => self.fail_protocol(format!("unknown state word {raw}")),
             }
         }
     }
@@ -579,26 +594,27 @@ impl Endpoint for ChildProcessEndpoint {
         frame::encode_header(&h, &mut fixed);
         fixed[frame::OFF_CONTROL_PAYLOAD..frame::OFF_CONTROL_PAYLOAD + payload.len()]
             .copy_from_slice(&payload);
-        self.mailbox.write_parent(&fixed, &[]);
-        if let Err(v) = self.mailbox.transition_to_control_request() {
+        let mailbox = self.frame(h.seq);
+        mailbox.write_parent(&fixed, &[]);
+        if let Err(v) = mailbox.transition_to_control_request() {
             self.fail_protocol(v.to_string());
             return Err(EndpointError::Dead(v.to_string()));
         }
-        self.control = Some(req.op());
+        self.control = Some((req.op(), h.seq));
         Ok(())
     }
 
     fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>> {
-        let op = self.control?;
+        let (op, seq) = self.control?;
         if let Health::Dead(d) = self.health() {
             self.control = None;
             return Some(Err(EndpointError::Dead(d.describe(&self.name))));
         }
-        match self.mailbox.state() {
+        match self.frame(seq).state() {
             Ok(MailboxState::ControlRequest) => None,
             Ok(MailboxState::ControlDone) => {
                 self.control = None;
-                match self.take_reply(MailboxState::ControlDone) {
+                match self.take_reply(seq, MailboxState::ControlDone) {
                     Ok((reply, fixed, payload)) => {
                         if reply.error_code != 0 {
                             return Some(Err(EndpointError::Failed(frame::decode_message(
@@ -672,7 +688,7 @@ impl Endpoint for ChildProcessEndpoint {
     }
 
     fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure> {
-        if let Some(t) = &self.task
+        if let Some(t) = self.tasks.front()
             && self.timed_out.is_none()
         {
             let label = t
@@ -777,9 +793,13 @@ impl Endpoint for ChildProcessEndpoint {
         if let Some(r) = &self.restart {
             r.cancel.store(true, Ordering::SeqCst);
         }
-        self.mailbox.request_shutdown();
+        for frame in &self.ring {
+            frame.request_shutdown();
+        }
+        // The child waits on the frame of the next request (M8).
+        let next = self.frame(self.seq + 1);
         for from in [MailboxState::Idle, MailboxState::InitReady] {
-            if self.mailbox.transition_to_shutdown(from).is_ok() {
+            if next.transition_to_shutdown(from).is_ok() {
                 break;
             }
         }

@@ -1,20 +1,25 @@
 //! In-process endpoints: each chip and sub worker is one thread of this process
 //! (NODE_RUNTIME.md §4.1, `InProcess{Chip,Sub}`).
 //!
-//! Hand-off protocol, the mailbox's states as Rust values in one slot:
+//! Hand-off protocol, the mailbox's ring of frames as a queue of Rust values:
 //!
-//! 1. The scheduler (only caller of the [`Endpoint`] methods) stores a request into the empty
-//!    slot under its mutex and notifies the lane's event count (`wake`).
-//! 2. The lane thread waits on `wake` (spin, then park; `pto_types::wait`) until the slot holds
-//!    a request or `shutdown`, takes it, runs it without holding the mutex, stores the reply,
-//!    and notifies the scheduler's doorbell.
-//! 3. The scheduler's `poll` takes the reply; the lane is idle again.
+//! 1. The scheduler (only caller of the [`Endpoint`] methods) pushes a request onto the lane's
+//!    queue under its mutex (at most the lane depth of tasks, or one control command on an idle
+//!    lane) and notifies the lane's event count (`wake`).
+//! 2. The lane thread waits on `wake` (spin, then park; `pto_types::wait`) until the queue
+//!    holds a request or `shutdown`, pops the oldest — from then on it has *started* — runs it
+//!    without holding the mutex, appends the reply and notifies the scheduler's doorbell, then
+//!    takes the next request at once if one is queued.
+//! 3. The scheduler's `poll` drains every reply in one lock hold.
 //!
-//! Every change to the slot happens under its mutex before the matching notify, so by the
-//! event-count protocol no wake-up is lost. A chip lane owns its `ChipWorker` (created at
-//! `init` from the Worker's environment source, so the snapshot is taken then); a bind failure
-//! is an ordinary task failure and leaves the lane usable (RING_CONFIG.md T88).
+//! Every change to the queue happens under its mutex before the matching notify, so by the
+//! event-count protocol no wake-up is lost. A request still in the queue has not started, so
+//! after a timeout the queued tasks can be handed back ([`Endpoint::take_back`]). A chip lane
+//! owns its `ChipWorker` (created at `init` from the Worker's environment source, so the
+//! snapshot is taken then); a bind failure is an ordinary task failure and leaves the lane
+//! usable (RING_CONFIG.md T88).
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,29 +36,38 @@ use super::{
     ShutdownOutcome, TaskRequest,
 };
 use crate::callable::{CallableKind, CallableTable};
+use crate::engine::SlotId;
 use crate::error::FailureKind;
 use crate::shm::doorbell::Doorbell;
 use crate::sub::{MappedArgs, SubContext};
 
+// Unboxed on purpose: a box made by one thread and freed by the other costs an allocator
+// arena lock each way; control variants are rare.
+#[allow(clippy::large_enum_variant)]
 enum LaneRequest {
-    Task(Box<TaskRequest>),
+    Task(TaskRequest),
     Control(ControlCmd),
 }
 
+/// A reply carries its request back: the request's heap parts (args, label, buffer list)
+/// were allocated by the scheduler thread and are freed there too, so the two threads do
+/// not contend on each other's allocator arenas (measured: glibc arena locks were the
+/// largest cost of a no-op task).
+#[allow(clippy::large_enum_variant)]
 enum LaneReply {
-    Task(Box<Completion>),
+    Task(Completion, TaskRequest),
     Control(Result<ControlReply, EndpointError>),
 }
 
 #[derive(Default)]
-struct Slot {
-    request: Option<LaneRequest>,
-    reply: Option<LaneReply>,
+struct Queue {
+    requests: VecDeque<LaneRequest>,
+    replies: Vec<LaneReply>,
     shutdown: bool,
 }
 
 struct LaneShared {
-    slot: Mutex<Slot>,
+    queue: Mutex<Queue>,
     /// The lane waits here for a request.
     wake: EventCount,
     /// The scheduler's doorbell, notified with every reply.
@@ -72,14 +86,28 @@ pub(crate) enum LaneWork {
     },
 }
 
+/// A task handed to the lane whose reply the scheduler has not taken yet.
+struct Sent {
+    slot: SlotId,
+    member: u32,
+    kind: CallableKind,
+    callable: Arc<str>,
+}
+
 /// The scheduler's side of one in-process lane.
 pub(crate) struct InProcessEndpoint {
     name: String,
     shared: Arc<LaneShared>,
     thread: Option<JoinHandle<()>>,
-    /// The kind and name of the callable of the task in flight (for timeout messages).
-    task_in_flight: Option<(CallableKind, Arc<str>)>,
-    /// The task in flight was failed for its timeout: its late reply is discarded.
+    depth: usize,
+    /// Tasks in flight, oldest first.
+    sent: VecDeque<Sent>,
+    /// Replies taken from the queue but not yet returned by `poll` / `poll_control`.
+    done: Vec<Completion>,
+    /// The reply vector swapped into the queue at each drain (no allocation per drain).
+    spare: Vec<LaneReply>,
+    control_reply: Option<Result<ControlReply, EndpointError>>,
+    /// The oldest task in flight was failed for its timeout: its late reply is discarded.
     abandoned: bool,
     /// A control command in flight.
     control_in_flight: bool,
@@ -87,15 +115,21 @@ pub(crate) struct InProcessEndpoint {
 }
 
 impl InProcessEndpoint {
-    /// Starts the lane thread.
+    /// Starts the lane thread; it holds up to `depth` tasks.
     pub(crate) fn start(
         name: String,
         work: LaneWork,
         doorbell: Arc<Doorbell>,
         spin: SpinPolicy,
+        depth: usize,
     ) -> std::io::Result<InProcessEndpoint> {
+        let depth = depth.max(1);
         let shared = Arc::new(LaneShared {
-            slot: Mutex::new(Slot::default()),
+            queue: Mutex::new(Queue {
+                requests: VecDeque::with_capacity(depth),
+                replies: Vec::with_capacity(depth),
+                shutdown: false,
+            }),
             wake: EventCount::new(),
             doorbell,
         });
@@ -107,7 +141,11 @@ impl InProcessEndpoint {
             name,
             shared,
             thread: Some(thread),
-            task_in_flight: None,
+            depth,
+            sent: VecDeque::with_capacity(depth),
+            done: Vec::with_capacity(depth),
+            spare: Vec::with_capacity(depth),
+            control_reply: None,
             abandoned: false,
             control_in_flight: false,
             shutting_down: false,
@@ -118,15 +156,32 @@ impl InProcessEndpoint {
         if let Health::Dead(d) = self.health() {
             return Err(EndpointError::Dead(d.describe(&self.name)));
         }
-        {
-            let mut slot = self.shared.slot.lock();
-            if slot.request.is_some() || slot.reply.is_some() {
-                return Err(EndpointError::Busy);
-            }
-            slot.request = Some(request);
-        }
+        self.shared.queue.lock().requests.push_back(request);
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// Moves every reply out of the shared queue, in one lock hold.
+    fn drain(&mut self) {
+        let mut replies = std::mem::take(&mut self.spare);
+        std::mem::swap(&mut replies, &mut self.shared.queue.lock().replies);
+        for r in replies.drain(..) {
+            match r {
+                LaneReply::Task(c, request) => {
+                    drop(request);
+                    self.sent.pop_front();
+                    // A timed-out task's failure was recorded already.
+                    if !std::mem::take(&mut self.abandoned) {
+                        self.done.push(c);
+                    }
+                }
+                LaneReply::Control(r) => {
+                    self.control_in_flight = false;
+                    self.control_reply = Some(r);
+                }
+            }
+        }
+        self.spare = replies;
     }
 }
 
@@ -136,32 +191,37 @@ impl Endpoint for InProcessEndpoint {
     }
 
     fn is_idle(&self) -> bool {
-        self.task_in_flight.is_none() && !self.control_in_flight
+        self.sent.is_empty() && !self.control_in_flight
     }
 
-    fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError> {
-        if !self.is_idle() {
+    fn room(&self) -> usize {
+        if self.control_in_flight || self.abandoned {
+            0
+        } else {
+            self.depth.saturating_sub(self.sent.len())
+        }
+    }
+
+    fn dispatch(&mut self, req: TaskRequest) -> Result<(), EndpointError> {
+        if self.room() == 0 {
             return Err(EndpointError::Busy);
         }
-        self.hand_over(LaneRequest::Task(Box::new(req.clone())))?;
-        self.task_in_flight = Some((req.kind, Arc::clone(&req.callable)));
+        let sent = Sent {
+            slot: req.slot,
+            member: req.member,
+            kind: req.kind,
+            callable: Arc::clone(&req.callable),
+        };
+        self.hand_over(LaneRequest::Task(req))?;
+        self.sent.push_back(sent);
         Ok(())
     }
 
-    fn poll(&mut self) -> Option<Completion> {
-        self.task_in_flight.as_ref()?;
-        let mut slot = self.shared.slot.lock();
-        match slot.reply.take() {
-            Some(LaneReply::Task(c)) => {
-                self.task_in_flight = None;
-                // A timed-out task's failure was recorded already.
-                (!std::mem::take(&mut self.abandoned)).then_some(*c)
-            }
-            other => {
-                slot.reply = other;
-                None
-            }
+    fn poll(&mut self, out: &mut Vec<Completion>) {
+        if !self.sent.is_empty() {
+            self.drain();
         }
+        out.append(&mut self.done);
     }
 
     fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError> {
@@ -174,20 +234,10 @@ impl Endpoint for InProcessEndpoint {
     }
 
     fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>> {
-        if !self.control_in_flight {
-            return None;
+        if self.control_in_flight {
+            self.drain();
         }
-        let mut slot = self.shared.slot.lock();
-        match slot.reply.take() {
-            Some(LaneReply::Control(r)) => {
-                self.control_in_flight = false;
-                Some(r)
-            }
-            other => {
-                slot.reply = other;
-                None
-            }
-        }
+        self.control_reply.take()
     }
 
     fn health(&self) -> Health {
@@ -202,10 +252,10 @@ impl Endpoint for InProcessEndpoint {
     }
 
     fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure> {
-        let (kind, callable) = self.task_in_flight.as_ref()?;
         if self.abandoned {
             return None;
         }
+        let oldest = self.sent.front()?;
         self.abandoned = true;
         let code = ErrorCode::SchedulerTimeout;
         Some(Failure {
@@ -213,13 +263,26 @@ impl Endpoint for InProcessEndpoint {
             code: Some(code),
             message: format!(
                 "{code}: task timeout: {} callable '{}' ran for {:.2} s, longer than task_timeout {:.2} s; {} stays busy until the callable returns (an in-process lane cannot be killed)",
-                kind,
-                callable,
+                oldest.kind,
+                oldest.callable,
                 elapsed.as_secs_f64(),
                 limit.as_secs_f64(),
                 self.name
             ),
         })
+    }
+
+    fn take_back(&mut self) -> Vec<(SlotId, u32)> {
+        let queued = std::mem::take(&mut self.shared.queue.lock().requests);
+        let n = queued
+            .iter()
+            .filter(|r| matches!(r, LaneRequest::Task(_)))
+            .count();
+        let keep = self.sent.len().saturating_sub(n);
+        self.sent
+            .drain(keep..)
+            .map(|s| (s.slot, s.member))
+            .collect()
     }
 
     fn kill(&mut self, why: String) {
@@ -228,7 +291,7 @@ impl Endpoint for InProcessEndpoint {
 
     fn begin_shutdown(&mut self) {
         self.shutting_down = true;
-        self.shared.slot.lock().shutdown = true;
+        self.shared.queue.lock().shutdown = true;
         self.shared.wake.notify_all();
     }
 
@@ -255,20 +318,20 @@ impl Endpoint for InProcessEndpoint {
 fn lane_main(lane: Arc<LaneShared>, work: LaneWork, spin: SpinPolicy) {
     loop {
         let next = wait_until(&lane.wake, spin, None, || {
-            let mut slot = lane.slot.lock();
-            if let Some(request) = slot.request.take() {
+            let mut q = lane.queue.lock();
+            if let Some(request) = q.requests.pop_front() {
                 return Some(Some(request));
             }
-            slot.shutdown.then_some(None)
+            q.shutdown.then_some(None)
         });
         let Ok(Some(request)) = next else {
             return;
         };
         let reply = match request {
-            LaneRequest::Task(req) => LaneReply::Task(Box::new(run_task(&work, &req))),
+            LaneRequest::Task(req) => LaneReply::Task(run_task(&work, &req), req),
             LaneRequest::Control(cmd) => LaneReply::Control(run_control(&work, cmd)),
         };
-        lane.slot.lock().reply = Some(reply);
+        lane.queue.lock().replies.push(reply);
         lane.doorbell.notify_one();
     }
 }

@@ -1,10 +1,15 @@
 //! Endpoints: the scheduler's connection to one child (NODE_RUNTIME.md §4.1).
 //!
 //! One trait for every transport, called only by the scheduler thread, never blocking:
-//! `dispatch` hands over one request (one task or one control command in flight per lane,
-//! like the mailbox's single frame), `poll` / `poll_control` collect the reply, `health`
-//! reports a dead child, and shutdown is two-phase (`begin_shutdown` for every lane, then
-//! `finish_shutdown` with one deadline for all).
+//! `dispatch` hands over one task; a lane holds up to its **depth** of tasks (a bounded queue,
+//! `WorkerBuilder::lane_depth`; the mailbox's ring of frames) and runs them in order, so a busy
+//! lane goes from one task to the next without waiting for the scheduler. A control command
+//! runs only on an idle lane and is then the only request in flight. `poll` collects every
+//! reply that arrived (in dispatch order), `poll_control` the control reply, `health` reports
+//! a dead child, and shutdown is two-phase (`begin_shutdown` for every lane, then
+//! `finish_shutdown` with one deadline for all). Of the tasks in flight only the oldest can
+//! have started: the others are *queued*, and a lane's death or timeout fails or hands back
+//! exactly those (the scheduler decides which).
 //!
 //! Implementations:
 //! - [`in_process`]: chips and subs on threads of this process, a one-slot hand-off per lane
@@ -173,17 +178,27 @@ pub(crate) trait Endpoint: Send {
     fn name(&self) -> &str;
     /// No task or control command in flight.
     fn is_idle(&self) -> bool;
-    fn dispatch(&mut self, req: &TaskRequest) -> Result<(), EndpointError>;
-    /// The reply to the task in flight, if it has arrived. Never blocks.
-    fn poll(&mut self) -> Option<Completion>;
+    /// How many more tasks `dispatch` accepts now: the depth minus the tasks in flight, 0
+    /// while a control command runs or the lane cannot take work.
+    fn room(&self) -> usize;
+    /// Queues one task behind those in flight (`room() > 0`).
+    fn dispatch(&mut self, req: TaskRequest) -> Result<(), EndpointError>;
+    /// Appends the replies that have arrived, oldest first. Never blocks.
+    fn poll(&mut self, out: &mut Vec<Completion>);
     fn start_control(&mut self, cmd: ControlCmd) -> Result<(), EndpointError>;
     fn poll_control(&mut self) -> Option<Result<ControlReply, EndpointError>>;
     fn health(&self) -> Health;
-    /// The task in flight has run for `elapsed`, past the Worker's `task_timeout`. A child
-    /// process is killed (its death then fails the task with `TASK_TIMEOUT`: `None`); a lane
-    /// that cannot be killed returns the failure to record now and stays busy until the
+    /// The oldest task in flight has run for `elapsed`, past the Worker's `task_timeout`. A
+    /// child process is killed (its death then fails the task with `TASK_TIMEOUT`: `None`); a
+    /// lane that cannot be killed returns the failure to record now and stays busy until the
     /// callable returns, discarding its late reply.
     fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure>;
+    /// Hands back the queued (unstarted) tasks, newest last, when the lane can still tell
+    /// them from a started one (in-process lanes); a child process cannot (its child may be
+    /// starting one right now) and returns nothing.
+    fn take_back(&mut self) -> Vec<(SlotId, u32)> {
+        Vec::new()
+    }
     /// Kills the lane's child for `why` (a control command timed out); threads cannot be.
     fn kill(&mut self, why: String);
     /// After `health` reported a death: starts a replacement in the background. False when

@@ -354,6 +354,22 @@ impl ControlSlot {
     }
 }
 
+/// What a lane can take in one dispatch pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LaneRoom {
+    /// Tasks it accepts (its depth minus its tasks in flight).
+    pub(crate) room: usize,
+    /// Nothing in flight: a group member may start here.
+    pub(crate) idle: bool,
+}
+
+impl LaneRoom {
+    fn take(&mut self) {
+        self.room = self.room.saturating_sub(1);
+        self.idle = false;
+    }
+}
+
 /// One task (member) to hand to a lane.
 pub(crate) struct Dispatch {
     pub(crate) lane: Lane,
@@ -949,15 +965,44 @@ impl EngineState {
         }
     }
 
-    /// One dispatch pass (§3.2) over the lanes that are idle; marks them busy in the slices.
+    /// One dispatch pass (§3.2): fills the lanes' room, using it up in the slices. Group
+    /// members start only on idle lanes (members that may wait for each other never queue
+    /// behind other work); single tasks queue behind whatever their lane runs.
     pub(crate) fn dispatch_pass(
         &mut self,
-        chip_idle: &mut [bool],
-        sub_idle: &mut [bool],
+        chips: &mut [LaneRoom],
+        subs: &mut [LaneRoom],
     ) -> Vec<Dispatch> {
         let mut out = Vec::new();
-        let mut reserved = vec![false; chip_idle.len()];
-        // 1. Group head: all targets idle, or it reserves them and blocks the groups behind it.
+        let mut reserved = vec![false; chips.len()];
+        self.dispatch_groups(chips, &mut reserved, &mut out);
+        // 2. Singles, per chip in id order.
+        for w in 0..chips.len() {
+            if reserved[w] {
+                continue;
+            }
+            while chips[w].room > 0 {
+                let Some(id) = self.directed[w].pop_front() else {
+                    break;
+                };
+                if self.slot(id).is_some_and(|s| s.state == State::Ready) {
+                    chips[w].take();
+                    self.start(id, &[Lane::Chip(w)], &mut out);
+                }
+            }
+        }
+        self.dispatch_subs(subs, &mut out);
+        out
+    }
+
+    /// Step 1, the group head: all targets idle, or it reserves them and blocks the groups
+    /// behind it.
+    fn dispatch_groups(
+        &mut self,
+        chips: &mut [LaneRoom],
+        reserved: &mut [bool],
+        out: &mut Vec<Dispatch>,
+    ) {
         while let Some(&id) = self.groups.front() {
             let Some(slot) = self.slot(id).filter(|s| s.state == State::Ready) else {
                 self.groups.pop_front();
@@ -967,13 +1012,13 @@ impl EngineState {
                 unreachable!("groups hold chip groups")
             };
             let targets = targets.clone();
-            if targets.iter().all(|&w| chip_idle[w]) {
+            if targets.iter().all(|&w| chips[w].idle) {
                 self.groups.pop_front();
                 for &w in &targets {
-                    chip_idle[w] = false;
+                    chips[w].take();
                 }
                 let lanes: Vec<Lane> = targets.into_iter().map(Lane::Chip).collect();
-                self.start(id, &lanes, &mut out);
+                self.start(id, &lanes, out);
             } else {
                 for &w in &targets {
                     reserved[w] = true;
@@ -981,20 +1026,11 @@ impl EngineState {
                 break;
             }
         }
-        // 2. Singles, per chip in id order.
-        for w in 0..chip_idle.len() {
-            if !chip_idle[w] || reserved[w] {
-                continue;
-            }
-            while let Some(id) = self.directed[w].pop_front() {
-                if self.slot(id).is_some_and(|s| s.state == State::Ready) {
-                    chip_idle[w] = false;
-                    self.start(id, &[Lane::Chip(w)], &mut out);
-                    break;
-                }
-            }
-        }
-        // 3. Sub queue: the head takes idle lanes or waits; no overtaking.
+    }
+
+    /// Step 3, the sub queue: the head takes the least loaded lane (a group: that many idle
+    /// lanes) or waits; no overtaking.
+    fn dispatch_subs(&mut self, subs: &mut [LaneRoom], out: &mut Vec<Dispatch>) {
         while let Some(&id) = self.subs.front() {
             let Some(slot) = self.slot(id).filter(|s| s.state == State::Ready) else {
                 self.subs.pop_front();
@@ -1003,21 +1039,59 @@ impl EngineState {
             let Placement::Subs(size) = slot.placement else {
                 unreachable!("the sub queue holds sub tasks")
             };
-            let idle: Vec<usize> = (0..sub_idle.len())
-                .filter(|&i| sub_idle[i])
-                .take(size)
-                .collect();
-            if idle.len() < size {
+            let chosen: Vec<usize> = if size == 1 {
+                let most = (0..subs.len()).max_by_key(|&i| (subs[i].room, usize::MAX - i));
+                most.filter(|&i| subs[i].room > 0).into_iter().collect()
+            } else {
+                (0..subs.len())
+                    .filter(|&i| subs[i].idle)
+                    .take(size)
+                    .collect()
+            };
+            if chosen.len() < size {
                 break;
             }
             self.subs.pop_front();
-            for &i in &idle {
-                sub_idle[i] = false;
+            for &i in &chosen {
+                subs[i].take();
             }
-            let lanes: Vec<Lane> = idle.into_iter().map(Lane::Sub).collect();
-            self.start(id, &lanes, &mut out);
+            let lanes: Vec<Lane> = chosen.into_iter().map(Lane::Sub).collect();
+            self.start(id, &lanes, out);
         }
-        out
+    }
+
+    /// A single task handed back unstarted by its lane (a dead sub lane's queue, an
+    /// in-process lane past its timeout): RUNNING → READY, first in its queue again.
+    pub(crate) fn requeue(&mut self, id: SlotId, member: u32) {
+        if member != 0 || !self.unqueue(id) {
+            return;
+        }
+        let Some(slot) = self.slot(id) else { return };
+        match &slot.placement {
+            Placement::Chips(ws) => {
+                let w = ws[0];
+                self.directed[w].push_front(id);
+            }
+            Placement::Subs(_) => self.subs.push_front(id),
+        }
+        self.doorbell.notify_one();
+    }
+
+    /// RUNNING → READY for a single task its lane never started; false if it is not one
+    /// (groups start only on idle lanes, so none is ever queued).
+    fn unqueue(&mut self, id: SlotId) -> bool {
+        let Some(slot) = self.slot_mut(id) else {
+            return false;
+        };
+        if slot.state != State::Running || slot.members.len() != 1 {
+            return false;
+        }
+        slot.state = State::Ready;
+        slot.dispatched = None;
+        let m = &mut slot.members[0];
+        m.lane = None;
+        m.state = MemberState::NotDispatched;
+        true
     }
 
     /// READY → RUNNING: one request per member.
@@ -1143,25 +1217,34 @@ impl EngineState {
                 generation: s.generation,
             })
             .collect();
-        let message = format!(
-            "EndpointFailure: {name} {} before the task could start",
-            death.fate
-        );
         for id in victims {
-            let Some(s) = self.slot(id) else { continue };
-            if !matches!(s.state, State::Pending | State::Ready) {
-                continue; // skipped meanwhile through an earlier victim
-            }
-            let f = TaskFailure {
-                task: Some(s.task_id()),
-                label: s.label.clone(),
-                worker: name.to_string(),
-                kind: FailureKind::Endpoint,
-                code: Some(death.code),
-                message: message.clone(),
-            };
-            self.finish(id, Some(f));
+            self.fail_unstarted(id, name, death);
         }
+    }
+
+    /// Fails a PENDING or READY task that was aimed at the dead lane `name`, or one queued
+    /// there (RUNNING, never started: it becomes READY again first, so its report shows no
+    /// dispatch, as for a task that never left the engine).
+    pub(crate) fn fail_unstarted(&mut self, id: SlotId, name: &str, death: &Death) {
+        if self.slot(id).is_some_and(|s| s.state == State::Running) {
+            self.unqueue(id);
+        }
+        let Some(s) = self.slot(id) else { return };
+        if !matches!(s.state, State::Pending | State::Ready) {
+            return; // skipped meanwhile through an earlier victim
+        }
+        let f = TaskFailure {
+            task: Some(s.task_id()),
+            label: s.label.clone(),
+            worker: name.to_string(),
+            kind: FailureKind::Endpoint,
+            code: Some(death.code),
+            message: format!(
+                "EndpointFailure: {name} {} before the task could start",
+                death.fate
+            ),
+        };
+        self.finish(id, Some(f));
     }
 
     /// A dead lane's restart failed (`why`); it stays unavailable.

@@ -57,6 +57,13 @@ impl SharedDoorbell {
     }
 }
 
+/// A [`Doorbell`]'s ring count, in its local or shared form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Epoch {
+    Local(pto_types::wait::Key),
+    Shared(u32),
+}
+
 /// The scheduler's doorbell: local until child processes attach the shared words.
 #[derive(Debug, Default)]
 pub(crate) struct Doorbell {
@@ -78,6 +85,15 @@ impl Doorbell {
     pub(crate) fn close_shared_fd(&self) {
         if let Some(s) = self.shared.get() {
             s.seg.close_fd();
+        }
+    }
+
+    /// The number of rings so far (W1 without a wait): a waiter that reads the same epoch
+    /// before and after its checks knows nothing rang in between.
+    pub(crate) fn epoch(&self) -> Epoch {
+        match self.shared.get() {
+            Some(s) => Epoch::Shared(s.seg.word(OFF_DOORBELL).load(SeqCst)),
+            None => Epoch::Local(self.local.prepare()),
         }
     }
 

@@ -29,6 +29,16 @@
 //!   the child's liveness thread (it copies `probe` once the child is healthy). Neither moves
 //!   with the frame: both sides use them at any time, whatever the state word says. A lost
 //!   wake-up only delays an answer until the liveness thread's own timeout.
+//! - **M8 (a ring of frames).** A lane's mailbox segment holds `n ≥ 1` frames of 64 KiB
+//!   ([`Mailbox::ring`]; the lane depth of `WorkerBuilder::lane_depth`), each with its own
+//!   words and the rules above. Frame 0 carries the start-up exchange and the liveness pair;
+//!   frames `1..n` are stored `IDLE` before the spawn (nobody else maps the segment yet).
+//!   Request `k` (the parent's sequence number, from 1) uses frame `(k − 1) mod n`, tasks and
+//!   control alike: the parent writes frames in that order, the child serves them in that
+//!   order, the parent reads replies in that order and writes frame `f` again only after it
+//!   took `f`'s reply. So the child, parked on the first frame it has not served, is parked on
+//!   the frame the parent writes next, and M6 wakes it. Shutdown (M5) sets the sticky word of
+//!   every frame.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -72,16 +82,44 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// One child's frame.
+/// One frame of a child's mailbox (frame 0 unless made by [`Mailbox::ring`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Mailbox {
     seg: Arc<Segment>,
+    /// Byte offset of this frame in the segment.
+    base: usize,
 }
 
 impl Mailbox {
+    /// Frame 0 of `seg`.
     pub(crate) fn new(seg: Arc<Segment>) -> Mailbox {
         assert!(seg.len() >= FRAME_BYTES, "a mailbox needs a full frame");
-        Mailbox { seg }
+        Mailbox { seg, base: 0 }
+    }
+
+    /// Every frame of `seg` in ring order (M8).
+    pub(crate) fn ring(seg: &Arc<Segment>) -> Vec<Mailbox> {
+        let n = (seg.len() / FRAME_BYTES).max(1);
+        assert!(seg.len() >= FRAME_BYTES, "a mailbox needs a full frame");
+        (0..n)
+            .map(|i| Mailbox {
+                seg: Arc::clone(seg),
+                base: i * FRAME_BYTES,
+            })
+            .collect()
+    }
+
+    /// Before the spawn only (M8): frames `1..n` start `IDLE`, owned by the parent.
+    pub(crate) fn init_ring(seg: &Arc<Segment>) {
+        for frame in Mailbox::ring(seg).iter().skip(1) {
+            frame
+                .word(OFF_STATE)
+                .store(MailboxState::Idle.code(), SeqCst);
+        }
+    }
+
+    fn word(&self, offset: usize) -> &std::sync::atomic::AtomicU32 {
+        self.seg.word(self.base + offset)
     }
 
     pub(crate) fn segment(&self) -> &Arc<Segment> {
@@ -90,15 +128,19 @@ impl Mailbox {
 
     /// The state word (M3: an acquire before reading the owner's regions).
     pub(crate) fn state(&self) -> Result<MailboxState, u32> {
-        let raw = self.seg.word(OFF_STATE).load(SeqCst);
+        let raw = self.word(OFF_STATE).load(SeqCst);
         MailboxState::from_code(raw).ok_or(raw)
+    }
+
+    /// The raw state word (the child's wait loop compares raw values).
+    pub(crate) fn raw_state(&self) -> u32 {
+        self.word(OFF_STATE).load(SeqCst)
     }
 
     /// The one CAS helper (M2): `from → to`, `SeqCst`.
     #[must_use = "a failed transition is a protocol violation"]
     fn transition(&self, from: MailboxState, to: MailboxState) -> Result<(), Violation> {
-        self.seg
-            .word(OFF_STATE)
+        self.word(OFF_STATE)
             .compare_exchange(from.code(), to.code(), SeqCst, SeqCst)
             .map(|_| ())
             .map_err(|found| Violation {
@@ -160,24 +202,24 @@ impl Mailbox {
     /// The parent's copy-in (M4): its regions of `fixed` and `payload` at offset 8192.
     pub(crate) fn write_parent(&self, fixed: &[u8], payload: &[u8]) {
         for (a, b) in PARENT_REGIONS {
-            self.seg.write(a, &fixed[a..b]);
+            self.seg.write(self.base + a, &fixed[a..b]);
         }
-        self.seg.write(OFF_PAYLOAD, payload);
+        self.seg.write(self.base + OFF_PAYLOAD, payload);
     }
 
     /// The child's copy-in (M4).
     pub(crate) fn write_child(&self, fixed: &[u8], payload: &[u8]) {
         for (a, b) in CHILD_REGIONS {
-            self.seg.write(a, &fixed[a..b]);
+            self.seg.write(self.base + a, &fixed[a..b]);
         }
-        self.seg.write(OFF_PAYLOAD, payload);
+        self.seg.write(self.base + OFF_PAYLOAD, payload);
     }
 
     /// A private copy of the fixed part, atomic words zeroed (S3, S4).
     pub(crate) fn read_fixed(&self) -> Vec<u8> {
         let mut out = vec![0u8; FIXED_BYTES];
         for (a, b) in READ_REGIONS {
-            self.seg.read(a, &mut out[a..b]);
+            self.seg.read(self.base + a, &mut out[a..b]);
         }
         out
     }
@@ -186,36 +228,36 @@ impl Mailbox {
     pub(crate) fn read_payload(&self, n: usize) -> Vec<u8> {
         let n = n.min(FRAME_BYTES - OFF_PAYLOAD);
         let mut out = vec![0u8; n];
-        self.seg.read(OFF_PAYLOAD, &mut out);
+        self.seg.read(self.base + OFF_PAYLOAD, &mut out);
         out
     }
 
     /// M5: the parent asks the child to exit at its next check.
     pub(crate) fn request_shutdown(&self) {
-        self.seg.word(OFF_SHUTDOWN).store(1, SeqCst);
+        self.word(OFF_SHUTDOWN).store(1, SeqCst);
         self.wake_child();
     }
 
     pub(crate) fn shutdown_requested(&self) -> bool {
-        self.seg.word(OFF_SHUTDOWN).load(SeqCst) != 0
+        self.word(OFF_SHUTDOWN).load(SeqCst) != 0
     }
 
     /// Liveness, parent side: publishes probe `n` and wakes the child's liveness thread.
     pub(crate) fn send_probe(&self, n: u32) {
-        let word = self.seg.word(OFF_PROBE);
+        let word = self.word(OFF_PROBE);
         word.store(n, SeqCst);
         futex_wake(word, 1);
     }
 
     /// Liveness, parent side: the number of the latest probe the child answered.
     pub(crate) fn probe_ack(&self) -> u32 {
-        self.seg.word(OFF_PROBE_ACK).load(SeqCst)
+        self.word(OFF_PROBE_ACK).load(SeqCst)
     }
 
     /// Liveness, child side: waits until the probe word differs from `answered` or `timeout`
     /// passes; returns the probe word.
     pub(crate) fn wait_probe(&self, answered: u32, timeout: Duration) -> u32 {
-        let word = self.seg.word(OFF_PROBE);
+        let word = self.word(OFF_PROBE);
         if word.load(SeqCst) == answered {
             futex_wait(word, answered, Some(timeout));
         }
@@ -224,20 +266,20 @@ impl Mailbox {
 
     /// Liveness, child side: answers probe `n`.
     pub(crate) fn ack_probe(&self, n: u32) {
-        self.seg.word(OFF_PROBE_ACK).store(n, SeqCst);
+        self.word(OFF_PROBE_ACK).store(n, SeqCst);
     }
 
     /// M6, parent side.
     fn wake_child(&self) {
-        if self.seg.word(OFF_CHILD_PARKED).load(SeqCst) == 1 {
-            futex_wake(self.seg.word(OFF_STATE), 1);
+        if self.word(OFF_CHILD_PARKED).load(SeqCst) == 1 {
+            futex_wake(self.word(OFF_STATE), 1);
         }
     }
 
     /// M6, child side: waits until the state leaves `seen` or `timeout` passes (spinning for
     /// `spin` first); returns the state found (possibly still `seen`).
     pub(crate) fn child_wait(&self, seen: u32, spin: Duration, timeout: Duration) -> u32 {
-        let state = self.seg.word(OFF_STATE);
+        let state = self.word(OFF_STATE);
         let started = Instant::now();
         let mut n = 0u32;
         while started.elapsed() < spin {
@@ -252,7 +294,7 @@ impl Mailbox {
                 std::thread::yield_now();
             }
         }
-        let parked = self.seg.word(OFF_CHILD_PARKED);
+        let parked = self.word(OFF_CHILD_PARKED);
         parked.store(1, SeqCst);
         let now = state.load(SeqCst);
         if now == seen {
@@ -377,6 +419,105 @@ mod tests {
         });
         rx.recv_timeout(Duration::from_secs(20))
             .expect("the round trips finish (no lost wake-up)");
+        body.join().unwrap();
+        child_thread.join().unwrap();
+    }
+
+    /// M8: a ring of 4 frames, up to 4 requests in flight, the child serving them in order
+    /// with a zero spin window (every wait parks): 3000 requests, each echoed by the frame
+    /// of its sequence number; a lost wake-up or an out-of-order frame fails or hangs.
+    #[test]
+    fn a_ring_of_frames_keeps_order_with_requests_in_flight() {
+        const FRAMES: usize = 4;
+        const N: u64 = 3000;
+        let seg = Arc::new(
+            Segment::create(
+                SegmentKey {
+                    owner: 1,
+                    segment: u64::MAX,
+                },
+                "pto-test-ring",
+                FRAMES * FRAME_BYTES,
+            )
+            .unwrap(),
+        );
+        Mailbox::init_ring(&seg);
+        let parent = Mailbox::ring(&seg);
+        let child = Mailbox::ring(&seg);
+        assert_eq!(parent.len(), FRAMES);
+        // Frame 0's start-up exchange, both sides' steps in turn.
+        child[0].transition_to_init_ready().unwrap();
+        parent[0]
+            .transition_to_idle(MailboxState::InitReady)
+            .unwrap();
+        let child_thread = std::thread::spawn(move || {
+            let mut cursor = 0;
+            let mut served = 0u64;
+            while served < N {
+                let f = &child[cursor];
+                let now = f.child_wait(
+                    MailboxState::Idle.code(),
+                    Duration::ZERO,
+                    Duration::from_millis(250),
+                );
+                if now != MailboxState::TaskReady.code() {
+                    continue;
+                }
+                let h = decode_header(&f.read_fixed()).unwrap();
+                assert_eq!((h.seq - 1) % FRAMES as u64, cursor as u64, "frame of seq");
+                let mut out = vec![0u8; FIXED_BYTES];
+                frame::encode_reply(
+                    &ReplyHeader {
+                        reply_seq: h.seq,
+                        ..ReplyHeader::default()
+                    },
+                    &mut out,
+                );
+                f.write_child(&out, &[]);
+                f.transition_to_task_done().unwrap();
+                served += 1;
+                cursor = (cursor + 1) % FRAMES;
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let body = std::thread::spawn(move || {
+            let (mut sent, mut done) = (0u64, 0u64);
+            while done < N {
+                while sent < N && sent - done < FRAMES as u64 {
+                    sent += 1;
+                    let f = &parent[((sent - 1) % FRAMES as u64) as usize];
+                    let mut fixed = vec![0u8; FIXED_BYTES];
+                    frame::encode_header(
+                        &RequestHeader {
+                            seq: sent,
+                            op: Op::Task,
+                            flags: 0,
+                            run_id: 1,
+                            task_id: sent,
+                            group_index: 0,
+                            group_size: 1,
+                            args_bytes: 0,
+                            control_bytes: 0,
+                        },
+                        &mut fixed,
+                    );
+                    f.write_parent(&fixed, &[]);
+                    f.transition_to_task_ready().unwrap();
+                }
+                let f = &parent[(done % FRAMES as u64) as usize];
+                if f.state() == Ok(MailboxState::TaskDone) {
+                    let r = decode_reply(&f.read_fixed()).unwrap();
+                    assert_eq!(r.reply_seq, done + 1);
+                    f.transition_to_idle(MailboxState::TaskDone).unwrap();
+                    done += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("every request is answered in order (no lost wake-up)");
         body.join().unwrap();
         child_thread.join().unwrap();
     }
