@@ -3,9 +3,13 @@
 //! A Worker with one chip and one sub worker, in both endpoint modes, runs k trivial tasks per
 //! run (k ∈ {0, 1, 4, 16, 64, 256}); a robust line (Theil–Sen) through the per-k medians gives
 //! the fixed µs per run and the marginal µs per task, for no-op sub tasks and for chip tasks whose
-//! chip callable submits nothing (reported above the chip's own empty L2 run). Floors measured
-//! in the same run: a thread-to-thread round trip by spinning on an atomic and by a blocking
-//! hand-off (a kernel wake each way).
+//! chip callable submits nothing (reported above the chip's own empty L2 run); a run of one
+//! task (the fixed cost with one task) and a chip task end to end above the empty L2 run;
+//! the marginal cost with lane depths 1 and 16 next to the default; and the submit cost per
+//! task with 1k, 10k and 100k tasks writing disjoint slices of one buffer (the L3 TensorMap's
+//! scaling). Floors measured in the same run: a thread-to-thread round trip by spinning on an
+//! atomic and by a blocking hand-off (a kernel wake each way), and a process-to-process round
+//! trip over shared memory.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -190,6 +194,126 @@ fn ping_pong(rounds: u64) -> (f64, f64) {
     (spin, blocking)
 }
 
+/// A Worker with one chip and one sub lane of `depth`, initialised.
+fn worker(mode: EndpointMode, depth: usize) -> anyhow::Result<Worker> {
+    pto_kernels::link();
+    let w = Worker::builder(3)
+        .chips(1)
+        .chip_spec(0, chip_spec())
+        .sub_workers(1)
+        .endpoint_mode(mode)
+        .lane_depth(depth)
+        .heap_ring_size(1 << 20)
+        .build()?;
+    w.init()?;
+    Ok(w)
+}
+
+/// Median µs of whole runs of one task (`pto bench`'s "fixed cost with one task").
+fn one_task_run(
+    w: &Worker,
+    handle: CallableHandle,
+    chip: bool,
+    runs: usize,
+) -> anyhow::Result<Stats> {
+    one_run(w, handle, chip, 1)?;
+    sample(runs * 20, || one_run(w, handle, chip, 1))
+}
+
+/// Submit cost per task when `n` tasks each write their own 4-byte slice of one buffer (all
+/// live until the run ends: the L3 TensorMap holds `n` entries of one buffer): µs per task
+/// of the orchestration function alone.
+fn submit_on_one_buffer(w: &Worker, sub: CallableHandle, n: usize) -> anyhow::Result<f64> {
+    let out = w.create_buffer(n * 4)?;
+    let views = (0..n)
+        .map(|i| out.view(i as u64 * 4, &[1], &[1], pto_types::DType::F32))
+        .collect::<Result<Vec<_>, _>>()?;
+    let took = Arc::new(std::sync::Mutex::new(0.0));
+    let t = Arc::clone(&took);
+    w.run(
+        move |orch, _, _| {
+            let started = Instant::now();
+            for v in &views {
+                orch.submit_sub(&sub, TaskArgs::new().output_existing(v))?;
+            }
+            *t.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = us_since(started);
+            Ok(())
+        },
+        TaskArgs::new(),
+        CallConfig::default(),
+    )?;
+    let us = *took
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok(us / n as f64)
+}
+
+/// The submit-scaling rows: µs per task at each size, the growth from the smallest to the
+/// largest, and the largest submit's total.
+fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
+    let sizes: &[usize] = if quick {
+        &[1_000, 10_000]
+    } else {
+        &[1_000, 10_000, 100_000]
+    };
+    let w = worker(EndpointMode::InProcess, pto_node::DEFAULT_LANE_DEPTH)?;
+    let sub = w.register(Callable::sub("bench.noop_sub"))?;
+    let mut points = Vec::new();
+    let mut per_task = Vec::new();
+    for &n in sizes {
+        let us = submit_on_one_buffer(&w, sub, n)?;
+        per_task.push(us);
+        points.push(Point::new(
+            "dispatch",
+            format!("submit cost per task, {n} tasks on one buffer"),
+            "us/task",
+            Stats::one(us),
+        ));
+    }
+    let (first, last) = (per_task[0], per_task[per_task.len() - 1]);
+    let n_last = sizes[sizes.len() - 1];
+    points.push(Point::new(
+        "dispatch",
+        format!(
+            "submit cost growth, {} -> {n_last} tasks on one buffer",
+            sizes[0]
+        ),
+        "x",
+        Stats::one(last / first),
+    ));
+    points.push(Point::new(
+        "dispatch",
+        format!("submit of {n_last} tasks on one buffer, total"),
+        "s",
+        Stats::one(last * n_last as f64 / 1e6),
+    ));
+    w.close();
+    Ok(points)
+}
+
+/// Marginal µs per no-op sub task with lanes of `depth` (the default is chosen from these).
+fn depth_rows(ks: &[usize], runs: usize) -> anyhow::Result<Vec<Point>> {
+    let mut points = Vec::new();
+    for (mode, mode_name) in [
+        (EndpointMode::InProcess, "in-process"),
+        (EndpointMode::ChildProcess, "child-process"),
+    ] {
+        for depth in [1, 16] {
+            let w = worker(mode, depth)?;
+            let sub = w.register(Callable::sub("bench.noop_sub"))?;
+            let (_, marginal) = measure_kind(&w, sub, false, ks, runs)?;
+            w.close();
+            points.push(Point::new(
+                "dispatch",
+                format!("sub task marginal, lane depth {depth}, {mode_name}"),
+                "us/task",
+                marginal,
+            ));
+        }
+    }
+    Ok(points)
+}
+
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let (ks, runs): (&[usize], usize) = if quick {
         (&[0, 1, 4, 16], 2)
@@ -224,18 +348,29 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         (EndpointMode::InProcess, "in-process"),
         (EndpointMode::ChildProcess, "child-process"),
     ] {
-        pto_kernels::link();
-        let w = Worker::builder(3)
-            .chips(1)
-            .chip_spec(0, chip_spec())
-            .sub_workers(1)
-            .endpoint_mode(mode)
-            .heap_ring_size(1 << 20)
-            .build()?;
+        let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
         let chip = w.register(Callable::chip("bench.empty_chip"))?;
-        w.init()?;
         let (fixed, marginal) = measure_kind(&w, sub, false, ks, runs)?;
+        points.push(Point::new(
+            "dispatch",
+            format!("run of one sub task, {mode_name}"),
+            "us",
+            one_task_run(&w, sub, false, runs)?,
+        ));
+        let one_chip = one_task_run(&w, chip, true, runs)?;
+        points.push(
+            Point::new(
+                "dispatch",
+                format!("chip task end to end above the empty L2 run, {mode_name}"),
+                "us",
+                Stats::one(one_chip.median - empty_l2.median),
+            )
+            .with_anchor(format!(
+                "a run of one chip task {:.2} us minus the chip's empty L2 run {:.2} us",
+                one_chip.median, empty_l2.median
+            )),
+        );
         let (floor_name, floor) = match mode {
             EndpointMode::InProcess => ("thread round trip, spinning", spin),
             EndpointMode::ChildProcess => ("process round trip, spinning", process),
@@ -275,6 +410,8 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         w.close();
         points.push(four_chips(mode, mode_name, ks, runs, empty_l2.median)?);
     }
+    points.extend(depth_rows(ks, runs)?);
+    points.extend(submit_scaling(quick)?);
     Ok(points)
 }
 
