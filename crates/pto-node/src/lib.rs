@@ -24,7 +24,7 @@
 //! - `heap` — the four heap rings behind `alloc` (§2.8);
 //! - `scheduler` — the scheduler thread (§3);
 //! - `endpoint` — the `Endpoint` trait, in-process lanes, child-process endpoints (§4.1);
-//! - `shm` — segments, the mailbox protocol (rules M1–M7), the cross-process doorbell (§3.4,
+//! - `shm` — segments, the mailbox protocol (rules M1–M8), the cross-process doorbell (§3.4,
 //!   §4.3–§4.6); the only `unsafe` of the crate, in `shm/segment.rs` (rules S1–S5) and
 //!   `spawn.rs`;
 //! - `spawn` — the one place that starts processes (§4.2); `monitor` — the thread that spawns,

@@ -19,7 +19,7 @@
 //! - **S4 (plain bytes move by copy).** Every other byte is read and written only by
 //!   `copy_nonoverlapping` between the mapping and private memory — never through a `&[u8]` or
 //!   `&mut [u8]` into shared memory, which another process could change behind the reference.
-//!   The mailbox rules (M1–M7 in [`mailbox`]) make the owner of a region its only writer while
+//!   The mailbox rules (M1–M8 in [`mailbox`]) make the owner of a region its only writer while
 //!   it is copied; a peer that breaks the protocol can only make us copy garbage, which the
 //!   `pto_types::node_wire` decoders reject (a copy observes bytes, it creates no reference the
 //!   compiler may reason about). This is the compromise crossbeam's deque documents for its
