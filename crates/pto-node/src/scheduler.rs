@@ -27,6 +27,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use pto_types::wait::SpinPolicy;
 
 use crate::endpoint::{
@@ -106,78 +108,34 @@ impl Scheduler {
             .collect()
     }
 
-    /// Runs until `close` sets `stop`; returns the number of lane threads left detached and of
-    /// child processes killed at shutdown.
-    pub(crate) fn run(mut self) -> (usize, usize) {
+    /// Starts the pump: the scheduler behind its mutex, with a fresh state per lane.
+    pub(crate) fn into_pump(self) -> Arc<Pump> {
         let lanes = self.lanes();
-        let mut state: Vec<LaneState> = lanes.iter().map(|_| LaneState::default()).collect();
-        let engine = Arc::clone(&self.engine);
-        let mut waiter = DoorbellWaiter::new(&engine.doorbell, self.spin);
-        let mut seen = None;
-        let mut idle_steps = 0u32;
-        loop {
-            // Everything that creates work rings the doorbell after publishing it, so a pass
-            // is needed only when the doorbell moved since the last one (its epoch is read
-            // before the checks, so a ring during a pass makes the next pass happen); an idle
-            // spin then touches neither the engine lock nor the lanes' locks, which the
-            // submitting thread and the lanes need. Task deadlines are checked on every step,
-            // and a full pass runs every IDLE_PASS steps all the same.
-            let epoch = engine.doorbell.epoch();
-            let mut polled = Polled::default();
-            if seen != Some(epoch) || idle_steps >= IDLE_PASS {
-                seen = Some(epoch);
-                idle_steps = 0;
-                polled = self.poll_lanes(&lanes, &mut state);
-            } else if self.task_timeout.is_none() {
-                idle_steps += 1;
-                waiter.wait(self.next_deadline(&state));
-                continue;
-            }
-            self.time_out_tasks(&lanes, &mut state, &mut polled);
-            let mut progress = !polled.is_empty();
-            let (dispatches, stop) = {
-                let mut st = engine.state.lock();
-                self.apply(&mut st, &mut state, polled);
-                progress |= self.start_kills_and_controls(&mut st, &mut state);
-                let n = self.chips.len();
-                let room = |ep: &dyn Endpoint, dead: bool| LaneRoom {
-                    room: if dead { 0 } else { ep.room() },
-                    idle: !dead && ep.is_idle() && ep.room() > 0,
-                };
-                let mut chip_room: Vec<LaneRoom> = (0..n)
-                    .map(|w| room(self.chips[w].as_ref(), state[w].dead))
-                    .collect();
-                let mut sub_room: Vec<LaneRoom> = (0..self.subs.len())
-                    .map(|s| room(self.subs[s].as_ref(), state[n + s].dead))
-                    .collect();
-                let dispatches = st.dispatch_pass(&mut chip_room, &mut sub_room);
-                (dispatches, st.stop)
-            };
-            progress |= !dispatches.is_empty();
-            for d in dispatches {
-                self.dispatch(d, &mut state);
-            }
-            if stop {
-                break;
-            }
-            if progress {
-                waiter.reset();
-                continue;
-            }
-            idle_steps += 1;
-            waiter.wait(self.next_deadline(&state));
-        }
-        self.shutdown()
+        let state = lanes.iter().map(|_| LaneState::default()).collect();
+        Arc::new(Pump {
+            engine: Arc::clone(&self.engine),
+            held: Mutex::new(Held {
+                sched: self,
+                lanes,
+                state,
+                replies: Vec::new(),
+                chip_room: Vec::new(),
+                sub_room: Vec::new(),
+            }),
+        })
     }
-
     /// Replies, deaths (a dead lane starts its restart here) and finished restarts.
-    fn poll_lanes(&mut self, lanes: &[Lane], state: &mut [LaneState]) -> Polled {
+    fn poll_lanes(
+        &mut self,
+        lanes: &[Lane],
+        state: &mut [LaneState],
+        replies: &mut Vec<Completion>,
+    ) -> Polled {
         let mut out = Polled::default();
-        let mut replies = Vec::new();
         for &lane in lanes {
             let i = self.lane_index(lane);
             let ep = self.endpoint(lane);
-            ep.poll(&mut replies);
+            ep.poll(replies);
             if !replies.is_empty() {
                 let now = Instant::now();
                 for c in replies.drain(..) {
@@ -361,7 +319,7 @@ impl Scheduler {
         state[i].in_flight.push_back((slot, member));
     }
 
-    fn shutdown(mut self) -> (usize, usize) {
+    fn shutdown(&mut self) -> (usize, usize) {
         for ep in self.chips.iter_mut().chain(self.subs.iter_mut()) {
             ep.begin_shutdown();
         }
@@ -377,6 +335,134 @@ impl Scheduler {
             count(ShutdownOutcome::Detached),
             count(ShutdownOutcome::Killed),
         )
+    }
+}
+
+/// The scheduler's state behind a mutex: whoever holds it is the only caller of the
+/// endpoints. The scheduler thread holds it for each of its passes; an in-process lane thread
+/// that just finished a task takes it too if it is free ([`Pump::try_pass`]), so a busy lane
+/// completes its task and gets its next one without waiting for the scheduler thread (one
+/// thread hop less per task; on 2 cores the hop, not the work, was the cost).
+pub(crate) struct Pump {
+    engine: Arc<Engine>,
+    held: Mutex<Held>,
+}
+
+struct Held {
+    sched: Scheduler,
+    lanes: Vec<Lane>,
+    state: Vec<LaneState>,
+    /// Reused by every pass (no allocation per pass).
+    replies: Vec<Completion>,
+    chip_room: Vec<LaneRoom>,
+    sub_room: Vec<LaneRoom>,
+}
+
+/// Where in-process lanes find the pump once the scheduler starts (it is made after them).
+pub(crate) type PumpSlot = Arc<std::sync::OnceLock<std::sync::Weak<Pump>>>;
+
+/// What one pass did.
+struct Pass {
+    progress: bool,
+    stop: bool,
+}
+
+impl Pump {
+    /// One pass if no other thread is making one; false if one is (the caller then rings the
+    /// doorbell, and the thread making the pass or the scheduler thread, which re-checks after
+    /// every ring, takes the work).
+    pub(crate) fn try_pass(&self) -> bool {
+        match self.held.try_lock() {
+            Some(mut held) => {
+                held.pass();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The scheduler thread: a pass whenever the doorbell moved since the last one (every
+    /// producer of work rings it after publishing; the epoch is read before the pass, so a
+    /// ring during a pass makes the next pass happen), plus every IDLE_PASS idle steps; an
+    /// idle spin touches no lock the submitting thread or the lanes need. Runs until `close`
+    /// sets `stop`; returns the number of lane threads left detached and of child processes
+    /// killed at shutdown.
+    pub(crate) fn run(self: Arc<Self>) -> (usize, usize) {
+        let engine = Arc::clone(&self.engine);
+        let (spin, timeouts) = {
+            let held = self.held.lock();
+            (held.sched.spin, held.sched.task_timeout.is_some())
+        };
+        let mut waiter = DoorbellWaiter::new(&engine.doorbell, spin);
+        let mut seen = None;
+        let mut idle_steps = 0u32;
+        let mut deadline = None;
+        loop {
+            let epoch = engine.doorbell.epoch();
+            if seen != Some(epoch) || idle_steps >= IDLE_PASS || timeouts {
+                // A lane making a pass holds the lock for a moment: retry without parking,
+                // as its pass may have started before the ring this thread saw.
+                let Some(mut held) = self.held.try_lock() else {
+                    std::thread::yield_now();
+                    continue;
+                };
+                seen = Some(epoch);
+                idle_steps = 0;
+                let pass = held.pass();
+                if pass.stop {
+                    return held.sched.shutdown();
+                }
+                deadline = held.sched.next_deadline(&held.state);
+                drop(held);
+                if pass.progress {
+                    waiter.reset();
+                    continue;
+                }
+            }
+            idle_steps += 1;
+            waiter.wait(deadline);
+        }
+    }
+}
+
+impl Held {
+    /// Poll lanes, time out tasks, apply, start kills and controls, dispatch (§3.2).
+    fn pass(&mut self) -> Pass {
+        let Held {
+            sched,
+            lanes,
+            state,
+            replies,
+            chip_room,
+            sub_room,
+        } = self;
+        let mut polled = sched.poll_lanes(lanes, state, replies);
+        sched.time_out_tasks(lanes, state, &mut polled);
+        let mut progress = !polled.is_empty();
+        let engine = Arc::clone(&sched.engine);
+        let (dispatches, stop) = {
+            let mut st = engine.state.lock();
+            sched.apply(&mut st, state, polled);
+            progress |= sched.start_kills_and_controls(&mut st, state);
+            let n = sched.chips.len();
+            let room = |ep: &dyn Endpoint, dead: bool| LaneRoom {
+                room: if dead { 0 } else { ep.room() },
+                idle: !dead && ep.is_idle() && ep.room() > 0,
+            };
+            chip_room.clear();
+            chip_room.extend((0..n).map(|w| room(sched.chips[w].as_ref(), state[w].dead)));
+            sub_room.clear();
+            sub_room.extend(
+                (0..sched.subs.len()).map(|s| room(sched.subs[s].as_ref(), state[n + s].dead)),
+            );
+            let dispatches = st.dispatch_pass(chip_room, sub_room);
+            (dispatches, st.stop)
+        };
+        progress |= !dispatches.is_empty();
+        for d in dispatches {
+            sched.dispatch(d, state);
+        }
+        Pass { progress, stop }
     }
 }
 

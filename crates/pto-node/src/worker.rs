@@ -47,7 +47,7 @@ use crate::heap::{HEAP_RINGS, HeapRings};
 use crate::launch::{ChildRuntime, launch};
 use crate::orch::Orchestrator;
 use crate::report::{CloseReport, RunReport, WorkerStats};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{PumpSlot, Scheduler};
 use crate::shm::{Segment, SegmentKey};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +74,8 @@ pub(crate) struct WorkerShared {
     building_thread: Mutex<Option<ThreadId>>,
     next_buffer_id: AtomicU64,
     scheduler: Mutex<Option<JoinHandle<(usize, usize)>>>,
+    /// The scheduler's pump, set at `init`: in-process lanes make passes through it.
+    pub(crate) pump: PumpSlot,
     /// Level ≥ 4: the Worker children, NEW until `init` sends their specs to their processes.
     node_children: Mutex<Vec<Worker>>,
     /// Child-process mode: the monitor thread and the control segment.
@@ -252,6 +254,7 @@ impl Worker {
                 building_thread: Mutex::new(None),
                 next_buffer_id: AtomicU64::new(1),
                 scheduler: Mutex::new(None),
+                pump: PumpSlot::default(),
                 node_children: Mutex::new(Vec::new()),
                 children: Mutex::new(None),
                 segments: Mutex::new(Vec::new()),
@@ -390,9 +393,11 @@ impl Worker {
             shutdown_grace: options.shutdown_grace,
             task_timeout: options.task_timeout,
         };
+        let pump = scheduler.into_pump();
+        let _ = self.shared.pump.set(Arc::downgrade(&pump));
         let handle = std::thread::Builder::new()
             .name("pto-node-sched".to_string())
-            .spawn(move || scheduler.run())
+            .spawn(move || pump.run())
             .map_err(|e| InitError::Thread(e.to_string()))?;
         *self.shared.scheduler.lock() = Some(handle);
         Ok(())
@@ -530,6 +535,7 @@ impl Worker {
                 Arc::clone(&doorbell),
                 lane_spin,
                 options.lane_depth,
+                Arc::clone(&self.shared.pump),
             )
             .map_err(|e| InitError::Thread(e.to_string()))?;
             chips.push(Box::new(ep));
@@ -546,6 +552,7 @@ impl Worker {
                 Arc::clone(&doorbell),
                 lane_spin,
                 options.lane_depth,
+                Arc::clone(&self.shared.pump),
             )
             .map_err(|e| InitError::Thread(e.to_string()))?;
             subs.push(Box::new(ep));
@@ -734,7 +741,7 @@ impl Worker {
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<(), OrchError>,
     {
         let handle = self.submit(f, args, config)?;
-        match handle.wait(None) {
+        match handle.wait_taking() {
             Ok(report) => Ok(report),
             Err(WaitError::Failed(e)) => Err(WorkerRunError::Failed(e)),
             Err(WaitError::Timeout) => unreachable!("no timeout was given"),
@@ -912,6 +919,18 @@ impl RunHandle {
 
     /// Waits for the run; `Err(Timeout)` leaves it running. `None` waits without a limit
     /// (every run completes: tasks finish, fail, or are failed by `close`).
+    /// `wait(None)` for the only handle of a run (`Worker::run`): moves the result out
+    /// instead of copying every task report.
+    fn wait_taking(self) -> Result<RunReport, WaitError> {
+        match wait_until(&self.fence.done, self.spin, None, || {
+            self.fence.result.lock().take()
+        }) {
+            Ok(Ok(report)) => Ok(report),
+            Ok(Err(e)) => Err(WaitError::Failed(Box::new(e))),
+            Err(_) => Err(WaitError::Timeout),
+        }
+    }
+
     pub fn wait(&self, timeout: Option<Duration>) -> Result<RunReport, WaitError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         match wait_until(&self.fence.done, self.spin, deadline, || {

@@ -14,8 +14,8 @@ use pto_types::node_wire::FrameError;
 use pto_types::node_wire::args_blob::{TensorSpace, WireArgs, decode_args, decode_tensor};
 use pto_types::node_wire::boot::{BootBlock, BootChipSpec};
 use pto_types::node_wire::mailbox::{
-    self as frame, CallableSection, ControlRequest, FIXED_BYTES, KindCode, Op, RESULT_BIND_FAILURE,
-    ReplyHeader, ReportArea,
+    self as frame, CallableSection, ControlRequest, KindCode, Op, RESULT_BIND_FAILURE, ReplyHeader,
+    ReportArea,
 };
 use pto_types::node_wire::segment_msg::{MESSAGE_BYTES, SegmentMsg};
 use pto_types::node_wire::worker_spec::WorkerSpec;
@@ -266,7 +266,7 @@ impl Child {
     }
 
     fn reply(&mut self, seq: u64, started: Instant, mut r: Reply) {
-        let mut fixed = vec![0u8; FIXED_BYTES];
+        let mut fixed = vec![0u8; frame::OFF_MESSAGE + r.message.len().min(frame::MESSAGE_BYTES)];
         r.header.reply_seq = seq;
         r.header.child_pid = std::process::id();
         r.header.exec_ns = started.elapsed().as_nanos() as u64;
@@ -276,12 +276,23 @@ impl Child {
         if let Some(area) = &r.report {
             frame::encode_report(area, &mut fixed);
         }
-        self.frame().write_child(&fixed, &r.payload);
+        let message = r.header.message_bytes as usize;
+        self.frame()
+            .write_reply(&fixed, &r.payload, message, r.report.is_some());
     }
 
     pub(super) fn serve_task(&mut self) {
         let started = Instant::now();
-        let fixed = self.frame().read_fixed();
+        // The header, the config record and the callable section: what a task request uses.
+        let mut fixed = vec![0u8; frame::OFF_CONTROL_PAYLOAD];
+        let f = self.frame();
+        f.read_range(&mut fixed, 0, frame::OFF_SHUTDOWN);
+        f.read_range(&mut fixed, frame::OFF_SHUTDOWN + 4, frame::OFF_STATE);
+        f.read_range(
+            &mut fixed,
+            frame::OFF_CALL_CONFIG,
+            frame::OFF_CONTROL_PAYLOAD,
+        );
         let (seq, reply) = match frame::decode_header(&fixed) {
             Ok(h) if h.op == Op::Task => {
                 self.drain_socket();

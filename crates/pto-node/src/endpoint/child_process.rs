@@ -299,13 +299,22 @@ impl ChildProcessEndpoint {
         done: MailboxState,
     ) -> Result<(frame::ReplyHeader, Vec<u8>, Vec<u8>), String> {
         let mailbox = self.frame(seq);
-        let fixed = mailbox.read_fixed();
+        // Only what the reply uses: its header, its message, a chip's report area.
+        let mut fixed = vec![0u8; frame::OFF_MESSAGE + frame::MESSAGE_BYTES];
+        mailbox.read_range(&mut fixed, frame::OFF_REPLY_SEQ, frame::OFF_PROBE);
         let reply = frame::decode_reply(&fixed).map_err(|e| format!("bad reply: {e}"))?;
         if reply.reply_seq != seq {
             return Err(format!(
                 "reply seq {} does not echo request seq {seq}",
                 reply.reply_seq
             ));
+        }
+        if reply.message_bytes > 0 {
+            let end = frame::OFF_MESSAGE + reply.message_bytes as usize;
+            mailbox.read_range(&mut fixed, frame::OFF_MESSAGE, end);
+        }
+        if matches!(self.role, ChildRole::Chip(_)) {
+            mailbox.read_range(&mut fixed, frame::OFF_REPORT, frame::OFF_CALL_CONFIG);
         }
         let payload = mailbox.read_payload(reply.payload_bytes as usize);
         mailbox
@@ -329,7 +338,7 @@ impl ChildProcessEndpoint {
         reply: &frame::ReplyHeader,
         fixed: &[u8],
         payload: &[u8],
-    ) -> Result<Option<ChipRunReport>, Failure> {
+    ) -> Result<Option<Box<ChipRunReport>>, Failure> {
         if reply.error_code != 0 {
             let code = u32::try_from(reply.error_code)
                 .ok()
@@ -348,7 +357,7 @@ impl ChildProcessEndpoint {
         match (self.role, t.kind) {
             (ChildRole::Chip(index), CallableKind::Chip) => self
                 .chip_report(index, t.label.clone(), fixed, payload)
-                .map(Some)
+                .map(|r| Some(Box::new(r)))
                 .map_err(|e| Failure {
                     kind: FailureKind::Endpoint,
                     code: Some(ErrorCode::BadFrame),
@@ -475,7 +484,8 @@ impl Endpoint for ChildProcessEndpoint {
                 segment_offset: 0,
             })
         });
-        let mut fixed = vec![0u8; FIXED_BYTES];
+        // Up to the control payload, which a task request leaves alone.
+        let mut fixed = vec![0u8; frame::OFF_CONTROL_PAYLOAD];
         let h = self.header(Op::Task, Some(&req), blob.len() as u32, 0);
         frame::encode_header(&h, &mut fixed);
         frame::encode_config(req.config.as_ref(), &mut fixed)
@@ -494,7 +504,7 @@ impl Endpoint for ChildProcessEndpoint {
             &mut fixed,
         );
         let mailbox = self.frame(h.seq);
-        mailbox.write_parent(&fixed, &blob);
+        mailbox.write_task_request(&fixed, &blob);
         if let Err(v) = mailbox.transition_to_task_ready() {
             self.fail_protocol(v.to_string());
             return Err(EndpointError::Dead(v.to_string()));

@@ -22,6 +22,7 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,7 @@ use super::{
 use crate::callable::{CallableKind, CallableTable};
 use crate::engine::SlotId;
 use crate::error::FailureKind;
+use crate::scheduler::PumpSlot;
 use crate::shm::doorbell::Doorbell;
 use crate::sub::{MappedArgs, SubContext};
 
@@ -68,10 +70,18 @@ struct Queue {
 
 struct LaneShared {
     queue: Mutex<Queue>,
+    /// Requests queued plus 1 once shutdown is asked: the lane's spin reads this word and
+    /// takes the mutex only when there is something to take, so it does not contend with
+    /// the scheduler's hand-overs (changed under the mutex, read without it).
+    pending: AtomicUsize,
+    /// Replies queued (same rule): the scheduler's poll skips the mutex while it is 0.
+    replies: AtomicUsize,
     /// The lane waits here for a request.
     wake: EventCount,
-    /// The scheduler's doorbell, notified with every reply.
+    /// The scheduler's doorbell, notified with a reply this lane could not apply itself.
     doorbell: Arc<Doorbell>,
+    /// The scheduler's pump: after a task the lane makes a pass itself when none is running.
+    pump: PumpSlot,
 }
 
 /// What a lane runs.
@@ -122,6 +132,7 @@ impl InProcessEndpoint {
         doorbell: Arc<Doorbell>,
         spin: SpinPolicy,
         depth: usize,
+        pump: PumpSlot,
     ) -> std::io::Result<InProcessEndpoint> {
         let depth = depth.max(1);
         let shared = Arc::new(LaneShared {
@@ -130,8 +141,11 @@ impl InProcessEndpoint {
                 replies: Vec::with_capacity(depth),
                 shutdown: false,
             }),
+            pending: AtomicUsize::new(0),
+            replies: AtomicUsize::new(0),
             wake: EventCount::new(),
             doorbell,
+            pump,
         });
         let lane = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -156,15 +170,26 @@ impl InProcessEndpoint {
         if let Health::Dead(d) = self.health() {
             return Err(EndpointError::Dead(d.describe(&self.name)));
         }
-        self.shared.queue.lock().requests.push_back(request);
+        {
+            let mut q = self.shared.queue.lock();
+            q.requests.push_back(request);
+            self.shared.pending.fetch_add(1, Ordering::Release);
+        }
         self.shared.wake.notify_one();
         Ok(())
     }
 
     /// Moves every reply out of the shared queue, in one lock hold.
     fn drain(&mut self) {
+        if self.shared.replies.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let mut replies = std::mem::take(&mut self.spare);
-        std::mem::swap(&mut replies, &mut self.shared.queue.lock().replies);
+        {
+            let mut q = self.shared.queue.lock();
+            std::mem::swap(&mut replies, &mut q.replies);
+            self.shared.replies.store(0, Ordering::Release);
+        }
         for r in replies.drain(..) {
             match r {
                 LaneReply::Task(c, request) => {
@@ -273,7 +298,14 @@ impl Endpoint for InProcessEndpoint {
     }
 
     fn take_back(&mut self) -> Vec<(SlotId, u32)> {
-        let queued = std::mem::take(&mut self.shared.queue.lock().requests);
+        let queued = {
+            let mut q = self.shared.queue.lock();
+            let queued = std::mem::take(&mut q.requests);
+            self.shared
+                .pending
+                .fetch_sub(queued.len(), Ordering::Release);
+            queued
+        };
         let n = queued
             .iter()
             .filter(|r| matches!(r, LaneRequest::Task(_)))
@@ -291,7 +323,11 @@ impl Endpoint for InProcessEndpoint {
 
     fn begin_shutdown(&mut self) {
         self.shutting_down = true;
-        self.shared.queue.lock().shutdown = true;
+        {
+            let mut q = self.shared.queue.lock();
+            q.shutdown = true;
+            self.shared.pending.fetch_add(1, Ordering::Release);
+        }
         self.shared.wake.notify_all();
     }
 
@@ -315,11 +351,23 @@ impl Endpoint for InProcessEndpoint {
     }
 }
 
+/// A task shorter than this may leave its reply for a later pass while more tasks wait in the
+/// lane's queue (at most [`MAX_DEFERRED`] in a row): one pass then applies a batch. Longer
+/// tasks pass at once, so what their completion makes ready elsewhere starts without delay.
+const SHORT_TASK: Duration = Duration::from_micros(5);
+/// Replies one lane may leave unapplied while it runs short queued tasks.
+const MAX_DEFERRED: u32 = 16;
+
 fn lane_main(lane: Arc<LaneShared>, work: LaneWork, spin: SpinPolicy) {
+    let mut deferred = 0u32;
     loop {
         let next = wait_until(&lane.wake, spin, None, || {
+            if lane.pending.load(Ordering::Acquire) == 0 {
+                return None;
+            }
             let mut q = lane.queue.lock();
             if let Some(request) = q.requests.pop_front() {
+                lane.pending.fetch_sub(1, Ordering::Release);
                 return Some(Some(request));
             }
             q.shutdown.then_some(None)
@@ -327,12 +375,34 @@ fn lane_main(lane: Arc<LaneShared>, work: LaneWork, spin: SpinPolicy) {
         let Ok(Some(request)) = next else {
             return;
         };
-        let reply = match request {
-            LaneRequest::Task(req) => LaneReply::Task(run_task(&work, &req), req),
-            LaneRequest::Control(cmd) => LaneReply::Control(run_control(&work, cmd)),
+        let (reply, short) = match request {
+            LaneRequest::Task(req) => {
+                let c = run_task(&work, &req);
+                let short = c.exec_time < SHORT_TASK;
+                (LaneReply::Task(c, req), short)
+            }
+            LaneRequest::Control(cmd) => (LaneReply::Control(run_control(&work, cmd)), false),
         };
-        lane.queue.lock().replies.push(reply);
-        lane.doorbell.notify_one();
+        {
+            let mut q = lane.queue.lock();
+            q.replies.push(reply);
+            lane.replies.fetch_add(1, Ordering::Release);
+        }
+        if short && deferred < MAX_DEFERRED && lane.pending.load(Ordering::Acquire) > 0 {
+            deferred += 1;
+            continue;
+        }
+        deferred = 0;
+        // Apply the reply and refill the queues now if no pass is running; else whoever makes
+        // passes sees the ring.
+        let passed = lane
+            .pump
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .is_some_and(|p| p.try_pass());
+        if !passed {
+            lane.doorbell.notify_one();
+        }
     }
 }
 
@@ -464,7 +534,7 @@ fn run_chip(
     index: usize,
     chip: &ChipWorker,
     req: &TaskRequest,
-) -> Result<Option<pto_chip::ChipRunReport>, Failure> {
+) -> Result<Option<Box<pto_chip::ChipRunReport>>, Failure> {
     let ctx = RunContext {
         chip: index as u32,
         label: req.label.clone(),
@@ -479,7 +549,7 @@ fn run_chip(
         cfg,
         &ctx,
     )
-    .map(Some)
+    .map(|r| Some(Box::new(r)))
     .map_err(|e| chip_failure(&e))
 }
 
@@ -511,7 +581,7 @@ fn run_sub(
     index: usize,
     callables: &CallableTable,
     req: &TaskRequest,
-) -> Result<Option<pto_chip::ChipRunReport>, Failure> {
+) -> Result<Option<Box<pto_chip::ChipRunReport>>, Failure> {
     let Some(f) = callables.sub_fn(req.callable_id) else {
         return Err(Failure {
             kind: FailureKind::Task,

@@ -73,7 +73,9 @@ pub(crate) struct Failure {
 pub(crate) struct Completion {
     pub(crate) slot: SlotId,
     pub(crate) member: u32,
-    pub(crate) result: Result<Option<ChipRunReport>, Failure>,
+    /// Chip tasks: the chip's report, boxed (it is large and most completions move around
+    /// without one).
+    pub(crate) result: Result<Option<Box<ChipRunReport>>, Failure>,
     pub(crate) exec_time: Duration,
     /// Node tasks: the inner run's report (also when it failed).
     pub(crate) inner: Option<Box<crate::report::RunReport>>,

@@ -137,7 +137,7 @@ struct Member {
     lane: Option<Lane>,
     state: MemberState,
     exec_time: Duration,
-    chip: Option<ChipRunReport>,
+    chip: Option<Box<ChipRunReport>>,
     inner: Option<Box<RunReport>>,
     failure: Option<Failure>,
 }
@@ -197,7 +197,7 @@ impl Slot {
             label: None,
             kind: TaskKind::Sub,
             callable_id: 0,
-            callable: Arc::from(""),
+            callable: no_callable(),
             config: None,
             members: Vec::new(),
             placement: Placement::Subs(0),
@@ -270,6 +270,12 @@ impl Slot {
     }
 }
 
+/// The callable name of a free slot: one shared empty name (slots are recycled per task).
+fn no_callable() -> Arc<str> {
+    static EMPTY: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(|| Arc::from("")))
+}
+
 /// Where a run's result is published; `RunHandle`s wait on it.
 pub(crate) struct RunFence {
     pub(crate) run_id: u64,
@@ -318,6 +324,31 @@ impl RunState {
             started: self.started,
             wall: self.started.elapsed(),
             lanes: Vec::new(),
+        }
+    }
+
+    /// The run's result, its task reports moved (not copied) into it.
+    fn into_result(mut self, lanes: Vec<LaneStats>) -> Result<RunReport, RunError> {
+        let tasks = std::mem::take(&mut self.reports)
+            .into_iter()
+            .flatten()
+            .collect();
+        let report = RunReport {
+            run_id: self.id,
+            tasks,
+            started: self.started,
+            wall: self.started.elapsed(),
+            lanes,
+        };
+        match self.first_error.take() {
+            None => Ok(report),
+            Some(first) => Err(RunError {
+                run_id: self.id,
+                first,
+                failed: self.failed,
+                skipped: self.skipped,
+                report: Box::new(report),
+            }),
         }
     }
 
@@ -914,7 +945,7 @@ impl EngineState {
                 .map(|m| MemberReport {
                     worker: m.lane.map(|l| self.lane_name(l)).unwrap_or_default(),
                     exec_time: m.exec_time,
-                    chip: m.chip.clone(),
+                    chip: m.chip.as_deref().cloned(),
                     inner: m.inner.clone(),
                 })
                 .collect(),
@@ -934,19 +965,10 @@ impl EngineState {
             }
             let run = self.runs.pop_front().expect("head exists");
             let lanes = self.lane_stats();
-            let result = match run.error() {
-                Some(mut e) => {
-                    e.report.lanes = lanes;
-                    Err(e)
-                }
-                None => {
-                    let mut r = run.report();
-                    r.lanes = lanes;
-                    Ok(r)
-                }
-            };
-            *run.fence.result.lock() = Some(result);
-            run.fence.done.notify_all();
+            let fence = Arc::clone(&run.fence);
+            let result = run.into_result(lanes);
+            *fence.result.lock() = Some(result);
+            fence.done.notify_all();
             changed = true;
             // Promote the next head: its deferred READY tasks enter the queues.
             let deferred = match self.runs.front_mut() {

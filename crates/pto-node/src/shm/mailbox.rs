@@ -215,6 +215,44 @@ impl Mailbox {
         self.seg.write(self.base + OFF_PAYLOAD, payload);
     }
 
+    /// The parent's copy-in of a task request (M4): its regions but the control payload,
+    /// which a task does not use.
+    pub(crate) fn write_task_request(&self, fixed: &[u8], payload: &[u8]) {
+        for &(a, b) in &PARENT_REGIONS[..4] {
+            self.seg.write(self.base + a, &fixed[a..b]);
+        }
+        self.seg.write(self.base + OFF_PAYLOAD, payload);
+    }
+
+    /// The child's copy-in of a reply (M4): the reply header, the report area if `report`,
+    /// the first `message_bytes` of the message area and the payload — not the whole 4 KiB
+    /// message area every time.
+    pub(crate) fn write_reply(
+        &self,
+        fixed: &[u8],
+        payload: &[u8],
+        message_bytes: usize,
+        report: bool,
+    ) {
+        let (a, b) = CHILD_REGIONS[0];
+        self.seg.write(self.base + a, &fixed[a..b]);
+        if report {
+            let (a, b) = CHILD_REGIONS[1];
+            self.seg.write(self.base + a, &fixed[a..b]);
+        }
+        let (a, b) = CHILD_REGIONS[2];
+        let end = (a + message_bytes).min(b);
+        self.seg.write(self.base + a, &fixed[a..end]);
+        self.seg.write(self.base + OFF_PAYLOAD, payload);
+    }
+
+    /// Copies bytes `[a, b)` of the frame into the same bytes of `out` (a private copy of the
+    /// fixed part); the range must not cover an atomic word (S3).
+    pub(crate) fn read_range(&self, out: &mut [u8], a: usize, b: usize) {
+        debug_assert!(READ_REGIONS.iter().any(|&(x, y)| x <= a && b <= y));
+        self.seg.read(self.base + a, &mut out[a..b]);
+    }
+
     /// A private copy of the fixed part, atomic words zeroed (S3, S4).
     pub(crate) fn read_fixed(&self) -> Vec<u8> {
         let mut out = vec![0u8; FIXED_BYTES];
