@@ -328,6 +328,8 @@ impl RunState {
     }
 
     /// The run's result, its task reports moved (not copied) into it.
+    // The fence stores exactly this type, once per run.
+    #[allow(clippy::result_large_err)]
     fn into_result(mut self, lanes: Vec<LaneStats>) -> Result<RunReport, RunError> {
         let tasks = std::mem::take(&mut self.reports)
             .into_iter()
