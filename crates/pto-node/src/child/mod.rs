@@ -132,6 +132,8 @@ pub(crate) struct Child {
     pub(crate) sock: OwnedFd,
     pub(crate) segments: HashMap<SegmentKey, Arc<Segment>>,
     pub(crate) parent_pid: u32,
+    /// This process's id (in every reply).
+    pub(crate) pid: u32,
     pub(crate) spin: Duration,
     /// What the serving thread is doing, for the liveness thread.
     pub(crate) health: Arc<Progress>,
@@ -253,6 +255,7 @@ fn start(
         sock,
         segments,
         parent_pid: header.parent_pid,
+        pid: std::process::id(),
         spin: Duration::from_micros(u64::from(boot.spin_us[1])),
         health,
         lost_segments: HashMap::new(),

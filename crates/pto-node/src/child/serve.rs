@@ -266,11 +266,20 @@ impl Child {
     }
 
     fn reply(&mut self, seq: u64, started: Instant, mut r: Reply) {
-        let mut fixed = vec![0u8; frame::OFF_MESSAGE + r.message.len().min(frame::MESSAGE_BYTES)];
+        // The message area only when there is a message (a task reply rarely has one).
+        let len = match r.message.len() {
+            0 => frame::OFF_CALL_CONFIG,
+            n => frame::OFF_MESSAGE + n.min(frame::MESSAGE_BYTES),
+        };
+        let mut fixed = vec![0u8; len];
         r.header.reply_seq = seq;
-        r.header.child_pid = std::process::id();
+        r.header.child_pid = self.pid;
         r.header.exec_ns = started.elapsed().as_nanos() as u64;
-        r.header.message_bytes = frame::encode_message(&r.message, &mut fixed);
+        r.header.message_bytes = if r.message.is_empty() {
+            0
+        } else {
+            frame::encode_message(&r.message, &mut fixed)
+        };
         r.header.payload_bytes = r.payload.len() as u32;
         frame::encode_reply(&r.header, &mut fixed);
         if let Some(area) = &r.report {
@@ -295,7 +304,9 @@ impl Child {
         );
         let (seq, reply) = match frame::decode_header(&fixed) {
             Ok(h) if h.op == Op::Task => {
-                self.drain_socket();
+                if h.flags & frame::FLAG_SEGMENTS_SENT != 0 {
+                    self.drain_socket();
+                }
                 self.health.enter(Phase::Working);
                 let reply = self.run_task(&h, &fixed);
                 self.health.enter(Phase::Serving);

@@ -32,7 +32,7 @@ use pto_types::node_wire::args_blob::{
 };
 use pto_types::node_wire::mailbox::{
     self as frame, CallableSection, ChipReplyExtra, ControlRequest, FIXED_BYTES, FLAG_GROUP_MEMBER,
-    KindCode, MailboxState, Op, RESULT_BIND_FAILURE, RequestHeader,
+    FLAG_SEGMENTS_SENT, KindCode, MailboxState, Op, RESULT_BIND_FAILURE, RequestHeader,
 };
 use pto_types::node_wire::run_report::WireRunReport;
 use pto_types::node_wire::segment_msg::SegmentMsg;
@@ -119,6 +119,8 @@ pub(crate) struct ChildProcessEndpoint {
     control: Option<(Op, u64)>,
     /// Segments whose descriptor the child holds (the heap ring is sent at spawn).
     sent: HashMap<SegmentKey, Weak<Segment>>,
+    /// Segment messages went out since the last request (its FLAG_SEGMENTS_SENT).
+    segments_sent: bool,
     /// The chip's environment problems, from its INIT_READY message.
     env_problems: Vec<String>,
     /// A protocol violation or a control timeout: the child was killed for it.
@@ -160,6 +162,7 @@ impl ChildProcessEndpoint {
             tasks: VecDeque::new(),
             control: None,
             sent,
+            segments_sent: false,
             env_problems,
             violation: None,
             timed_out: None,
@@ -233,6 +236,7 @@ impl ChildProcessEndpoint {
             };
             send_msg(sock, &msg.encode(), None)
                 .map_err(|e| EndpointError::Dead(format!("SEGMENT_DROP failed: {e}")))?;
+            self.segments_sent = true;
         }
         for seg in segments {
             if self.sent.contains_key(&seg.key()) {
@@ -258,6 +262,7 @@ impl ChildProcessEndpoint {
                 }
             }
             self.sent.insert(seg.key(), Arc::downgrade(seg));
+            self.segments_sent = true;
         }
         Ok(())
     }
@@ -282,7 +287,12 @@ impl ChildProcessEndpoint {
         RequestHeader {
             seq: self.seq,
             op,
-            flags: if size > 1 { FLAG_GROUP_MEMBER } else { 0 },
+            flags: if size > 1 { FLAG_GROUP_MEMBER } else { 0 }
+                | if std::mem::take(&mut self.segments_sent) {
+                    FLAG_SEGMENTS_SENT
+                } else {
+                    0
+                },
             run_id,
             task_id,
             group_index: index,
@@ -300,7 +310,7 @@ impl ChildProcessEndpoint {
     ) -> Result<(frame::ReplyHeader, Vec<u8>, Vec<u8>), String> {
         let mailbox = self.frame(seq);
         // Only what the reply uses: its header, its message, a chip's report area.
-        let mut fixed = vec![0u8; frame::OFF_MESSAGE + frame::MESSAGE_BYTES];
+        let mut fixed = vec![0u8; frame::OFF_CALL_CONFIG];
         mailbox.read_range(&mut fixed, frame::OFF_REPLY_SEQ, frame::OFF_PROBE);
         let reply = frame::decode_reply(&fixed).map_err(|e| format!("bad reply: {e}"))?;
         if reply.reply_seq != seq {
@@ -311,6 +321,7 @@ impl ChildProcessEndpoint {
         }
         if reply.message_bytes > 0 {
             let end = frame::OFF_MESSAGE + reply.message_bytes as usize;
+            fixed.resize(end, 0);
             mailbox.read_range(&mut fixed, frame::OFF_MESSAGE, end);
         }
         if matches!(self.role, ChildRole::Chip(_)) {

@@ -240,9 +240,11 @@ impl Mailbox {
             let (a, b) = CHILD_REGIONS[1];
             self.seg.write(self.base + a, &fixed[a..b]);
         }
-        let (a, b) = CHILD_REGIONS[2];
-        let end = (a + message_bytes).min(b);
-        self.seg.write(self.base + a, &fixed[a..end]);
+        if message_bytes > 0 {
+            let (a, b) = CHILD_REGIONS[2];
+            let end = (a + message_bytes).min(b);
+            self.seg.write(self.base + a, &fixed[a..end]);
+        }
         self.seg.write(self.base + OFF_PAYLOAD, payload);
     }
 
@@ -320,13 +322,18 @@ impl Mailbox {
         let state = self.word(OFF_STATE);
         let started = Instant::now();
         let mut n = 0u32;
-        while started.elapsed() < spin {
+        let mut elapsed = Duration::ZERO;
+        while elapsed < spin {
             let now = state.load(SeqCst);
             if now != seen {
                 return now;
             }
             n = n.wrapping_add(1);
-            if started.elapsed() < pto_types::wait::PURE_SPIN || n.is_multiple_of(2) {
+            // The clock costs more than a spin step on a VM: read it every 32 steps.
+            if n.is_multiple_of(32) {
+                elapsed = started.elapsed();
+            }
+            if elapsed < pto_types::wait::PURE_SPIN || n.is_multiple_of(2) {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();

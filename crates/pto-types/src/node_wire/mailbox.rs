@@ -23,7 +23,10 @@ use crate::{CallConfig, RING_COUNT, Resource, RuntimeEnv};
 pub const MAGIC: [u8; 4] = *b"PTOM";
 /// Protocol version of the frame and of every node record.
 ///
-/// History: 1 = NODE_RUNTIME.md §4.5 as first implemented.
+/// History: 1 = NODE_RUNTIME.md §4.5, extended in place (issue 14) by a ring of frames per
+/// lane (pto-node's mailbox rule M8) and [`FLAG_SEGMENTS_SENT`]: parent and child are always
+/// the same image (the registry digest is compared at start-up), so no peer speaks the
+/// unextended form.
 pub const VERSION: u16 = 1;
 /// Size of a frame.
 pub const FRAME_BYTES: usize = 65536;
@@ -105,6 +108,12 @@ pub const CHILD_REGIONS: [(usize, usize); 3] = [
 
 /// Flags bit: the task is one member of a group.
 pub const FLAG_GROUP_MEMBER: u32 = 1;
+/// Flags bit: the parent sent segment messages (`SEGMENT_ADD` / `SEGMENT_DROP`) on the
+/// descriptor socket since its previous request; the child drains the socket before it
+/// decodes the task (without the bit it need not make that system call).
+pub const FLAG_SEGMENTS_SENT: u32 = 2;
+/// Every flags bit a request may carry.
+pub const KNOWN_FLAGS: u32 = FLAG_GROUP_MEMBER | FLAG_SEGMENTS_SENT;
 
 const _: () = {
     assert!(OFF_CALL_CONFIG + RECORD_LEN == OFF_CONFIG_RESERVED);
@@ -359,7 +368,7 @@ pub fn decode_header(fixed: &[u8]) -> Result<RequestHeader, FrameError> {
         value: u64::from(op_code),
     })?;
     let flags = get_u32(fixed, OFF_FLAGS);
-    if flags & !FLAG_GROUP_MEMBER != 0 {
+    if flags & !KNOWN_FLAGS != 0 {
         return Err(FrameError::BadValue {
             field: "flags",
             value: u64::from(flags),
@@ -1055,6 +1064,19 @@ mod tests {
             args_bytes: 128,
             control_bytes: 0,
         }
+    }
+
+    #[test]
+    fn request_flags_are_the_known_bits() {
+        let mut fixed = vec![0u8; FIXED_BYTES];
+        for flags in [0, FLAG_SEGMENTS_SENT, FLAG_GROUP_MEMBER | FLAG_SEGMENTS_SENT] {
+            let h = RequestHeader { flags, ..header() };
+            encode_header(&h, &mut fixed);
+            assert_eq!(decode_header(&fixed).unwrap().flags, flags);
+        }
+        encode_header(&RequestHeader { flags: 4, ..header() }, &mut fixed);
+        let e = decode_header(&fixed).unwrap_err();
+        assert!(matches!(e, FrameError::BadValue { field: "flags", value: 4 }), "{e:?}");
     }
 
     #[test]
