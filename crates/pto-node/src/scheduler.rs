@@ -374,7 +374,11 @@ impl Pump {
     pub(crate) fn try_pass(&self) -> bool {
         match self.held.try_lock() {
             Some(mut held) => {
-                held.pass();
+                let pass = held.pass();
+                // The scheduler thread keeps the task deadlines: let it see new ones.
+                if pass.progress && held.sched.task_timeout.is_some() {
+                    self.engine.doorbell.notify_one();
+                }
                 true
             }
             None => false,
@@ -383,23 +387,22 @@ impl Pump {
 
     /// The scheduler thread: a pass whenever the doorbell moved since the last one (every
     /// producer of work rings it after publishing; the epoch is read before the pass, so a
-    /// ring during a pass makes the next pass happen), plus every IDLE_PASS idle steps; an
-    /// idle spin touches no lock the submitting thread or the lanes need. Runs until `close`
+    /// ring during a pass makes the next pass happen), when the earliest task deadline is
+    /// due, and every IDLE_PASS idle steps; an idle spin touches no lock the submitting
+    /// thread or the lanes need. Runs until `close`
     /// sets `stop`; returns the number of lane threads left detached and of child processes
     /// killed at shutdown.
     pub(crate) fn run(self: Arc<Self>) -> (usize, usize) {
         let engine = Arc::clone(&self.engine);
-        let (spin, timeouts) = {
-            let held = self.held.lock();
-            (held.sched.spin, held.sched.task_timeout.is_some())
-        };
+        let spin = self.held.lock().sched.spin;
         let mut waiter = DoorbellWaiter::new(&engine.doorbell, spin);
         let mut seen = None;
         let mut idle_steps = 0u32;
         let mut deadline = None;
         loop {
             let epoch = engine.doorbell.epoch();
-            if seen != Some(epoch) || idle_steps >= IDLE_PASS || timeouts {
+            let due = deadline.is_some_and(|d| Instant::now() >= d);
+            if seen != Some(epoch) || idle_steps >= IDLE_PASS || due {
                 // A lane making a pass holds the lock for a moment: retry without parking,
                 // as its pass may have started before the ring this thread saw.
                 let Some(mut held) = self.held.try_lock() else {

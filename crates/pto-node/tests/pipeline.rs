@@ -155,3 +155,51 @@ fn a_dead_sub_lane_fails_only_the_task_it_was_running() {
 }
 
 both_modes!(one_lane_runs_queued_tasks_in_order);
+
+/// In-process, two sub lanes of depth 4 and `task_timeout` 300 ms: `first` (20 ms) makes
+/// `slow` (2 s) ready, and the lane that ran `first` dispatches it in its own pass (not the
+/// scheduler thread); `slow` still times out on time (the scheduler learns the new deadline),
+/// and its three readers are skipped.
+#[test]
+fn a_task_a_lane_dispatched_itself_times_out_and_its_queue_moves() {
+    with_timeout(60, || {
+        let w = start(
+            builder(Mode::InProcess, 0, 2)
+                .lane_depth(4)
+                .task_timeout(Some(Duration::from_millis(300))),
+        );
+        let sleep = crate::common::sleeper(&w);
+        let (_b, t) = crate::common::buf(&w, 4, 0.0);
+        let started = std::time::Instant::now();
+        let run = w
+            .submit(
+                move |o, _, _| {
+                    let first = TaskArgs::new().inout(&t).scalar(20).label("first");
+                    o.submit_sub(&sleep, first)?;
+                    o.submit_sub(&sleep, TaskArgs::new().inout(&t).scalar(2000).label("slow"))?;
+                    for i in 0..3 {
+                        let after = TaskArgs::new().input(&t).scalar(1).label(&format!("q{i}"));
+                        o.submit_sub(&sleep, after)?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        let Err(WaitError::Failed(e)) = run.wait(Some(Duration::from_secs(30))) else {
+            panic!("the run fails")
+        };
+        let took = started.elapsed();
+        assert_eq!(e.first.label.as_deref(), Some("slow"), "{e}");
+        assert_eq!(
+            e.first.code,
+            Some(pto_types::ErrorCode::SchedulerTimeout),
+            "{e}"
+        );
+        // `slow`'s readers are its consumers: skipped, not run.
+        assert_eq!((e.failed, e.skipped), (1, 3), "{e}");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
+        w.close();
+    })
+}
