@@ -248,46 +248,51 @@ fn submit_on_one_buffer(w: &Worker, sub: CallableHandle, n: usize) -> anyhow::Re
     Ok(us / n as f64)
 }
 
-/// The submit-scaling rows: µs per task at each size, the growth from the smallest to the
-/// largest, and the largest submit's total.
+/// The submit-scaling rows, per mode: µs per task at each size, the growth from the smallest
+/// to the largest, and the largest submit's total.
 fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
     let sizes: &[usize] = if quick {
         &[1_000, 10_000]
     } else {
         &[1_000, 10_000, 100_000]
     };
-    let w = worker(EndpointMode::InProcess, pto_node::DEFAULT_LANE_DEPTH)?;
-    let sub = w.register(Callable::sub("bench.noop_sub"))?;
     let mut points = Vec::new();
-    let mut per_task = Vec::new();
-    for &n in sizes {
-        let us = submit_on_one_buffer(&w, sub, n)?;
-        per_task.push(us);
+    for (mode, mode_name) in [
+        (EndpointMode::InProcess, "in-process"),
+        (EndpointMode::ChildProcess, "child-process"),
+    ] {
+        let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
+        let sub = w.register(Callable::sub("bench.noop_sub"))?;
+        let mut per_task = Vec::new();
+        for &n in sizes {
+            let us = submit_on_one_buffer(&w, sub, n)?;
+            per_task.push(us);
+            points.push(Point::new(
+                "dispatch",
+                format!("submit cost per task, {n} tasks on one buffer, {mode_name}"),
+                "us/task",
+                Stats::one(us),
+            ));
+        }
+        let (first, last) = (per_task[0], per_task[per_task.len() - 1]);
+        let n_last = sizes[sizes.len() - 1];
         points.push(Point::new(
             "dispatch",
-            format!("submit cost per task, {n} tasks on one buffer"),
-            "us/task",
-            Stats::one(us),
+            format!(
+                "submit cost growth, {} -> {n_last} tasks on one buffer, {mode_name}",
+                sizes[0]
+            ),
+            "x",
+            Stats::one(last / first),
         ));
+        points.push(Point::new(
+            "dispatch",
+            format!("submit of {n_last} tasks on one buffer, total, {mode_name}"),
+            "s",
+            Stats::one(last * n_last as f64 / 1e6),
+        ));
+        w.close();
     }
-    let (first, last) = (per_task[0], per_task[per_task.len() - 1]);
-    let n_last = sizes[sizes.len() - 1];
-    points.push(Point::new(
-        "dispatch",
-        format!(
-            "submit cost growth, {} -> {n_last} tasks on one buffer",
-            sizes[0]
-        ),
-        "x",
-        Stats::one(last / first),
-    ));
-    points.push(Point::new(
-        "dispatch",
-        format!("submit of {n_last} tasks on one buffer, total"),
-        "s",
-        Stats::one(last * n_last as f64 / 1e6),
-    ));
-    w.close();
     Ok(points)
 }
 

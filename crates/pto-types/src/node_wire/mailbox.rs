@@ -1069,14 +1069,33 @@ mod tests {
     #[test]
     fn request_flags_are_the_known_bits() {
         let mut fixed = vec![0u8; FIXED_BYTES];
-        for flags in [0, FLAG_SEGMENTS_SENT, FLAG_GROUP_MEMBER | FLAG_SEGMENTS_SENT] {
+        for flags in [
+            0,
+            FLAG_SEGMENTS_SENT,
+            FLAG_GROUP_MEMBER | FLAG_SEGMENTS_SENT,
+        ] {
             let h = RequestHeader { flags, ..header() };
             encode_header(&h, &mut fixed);
             assert_eq!(decode_header(&fixed).unwrap().flags, flags);
         }
-        encode_header(&RequestHeader { flags: 4, ..header() }, &mut fixed);
+        encode_header(
+            &RequestHeader {
+                flags: 4,
+                ..header()
+            },
+            &mut fixed,
+        );
         let e = decode_header(&fixed).unwrap_err();
-        assert!(matches!(e, FrameError::BadValue { field: "flags", value: 4 }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                FrameError::BadValue {
+                    field: "flags",
+                    value: 4
+                }
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]
