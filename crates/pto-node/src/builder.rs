@@ -100,7 +100,7 @@ pub struct WorkerBuilder {
 }
 
 /// The default of `lane_depth` (chosen by `pto bench dispatch`; BENCHMARKS.md B3).
-pub const DEFAULT_LANE_DEPTH: usize = 4;
+pub const DEFAULT_LANE_DEPTH: usize = 16;
 /// The largest `lane_depth` (a child's mailbox holds one 64 KiB frame per task).
 pub const MAX_LANE_DEPTH: usize = 64;
 
@@ -236,7 +236,9 @@ impl WorkerBuilder {
     /// How many tasks one chip or sub lane holds at a time (default [`DEFAULT_LANE_DEPTH`],
     /// 1 to [`MAX_LANE_DEPTH`]): the running one and those queued behind it, so a busy lane
     /// starts its next task without waiting for the scheduler. A child process gets one
-    /// 64 KiB mailbox frame per task. 1 hands a lane one task at a time. Group members start
+    /// 64 KiB mailbox frame per task (memory is touched only as frames are used). 1 hands a
+    /// lane one task at a time. A sub lane whose latest task ran 50 µs or more holds at most
+    /// two (a sub task queued on a busy lane cannot move to an idle one). Group members start
     /// only on idle lanes, whatever the depth; tasks queued on a lane that dies fail (chip
     /// tasks, aimed at it) or go to another lane (sub tasks).
     pub fn lane_depth(mut self, n: usize) -> Self {

@@ -154,8 +154,6 @@ fn a_dead_sub_lane_fails_only_the_task_it_was_running() {
     })
 }
 
-both_modes!(one_lane_runs_queued_tasks_in_order);
-
 /// In-process, two sub lanes of depth 4 and `task_timeout` 300 ms: `first` (20 ms) makes
 /// `slow` (2 s) ready, and the lane that ran `first` dispatches it in its own pass (not the
 /// scheduler thread); `slow` still times out on time (the scheduler learns the new deadline),
@@ -203,3 +201,45 @@ fn a_task_a_lane_dispatched_itself_times_out_and_its_queue_moves() {
         w.close();
     })
 }
+
+/// Sub lanes whose tasks run long hold at most two tasks: with two lanes of depth 16 that
+/// just ran 100 ms tasks, one 400 ms task and eleven 20 ms tasks ready at once, at most one
+/// short task waits behind the long one (a deep queue would trap five of them there).
+fn long_sub_tasks_do_not_queue_deep(mode: Mode) {
+    with_timeout(60, move || {
+        let w = start(builder(mode, 0, 2).lane_depth(16));
+        let sleep = crate::common::sleeper(&w);
+        let run = |lengths: Vec<u64>| {
+            w.run(
+                move |o, _, _| {
+                    for (i, ms) in lengths.iter().enumerate() {
+                        let args = TaskArgs::new().scalar(*ms).label(&format!("t{i}"));
+                        o.submit_sub(&sleep, args)?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .expect("the run succeeds")
+        };
+        run(vec![100, 100]);
+        let mut lengths = vec![400];
+        lengths.extend([20; 11]);
+        let report = run(lengths);
+        let long_done = report.task("t0").unwrap().finished.unwrap();
+        let trapped = (1..12)
+            .filter(|i| report.task(&format!("t{i}")).unwrap().finished.unwrap() > long_done)
+            .count();
+        assert!(
+            trapped <= 1,
+            "{trapped} short tasks waited behind the long one"
+        );
+        w.close();
+    })
+}
+
+both_modes!(
+    one_lane_runs_queued_tasks_in_order,
+    long_sub_tasks_do_not_queue_deep
+);

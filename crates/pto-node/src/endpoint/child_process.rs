@@ -41,7 +41,7 @@ use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 use super::{
     Completion, ControlCmd, ControlReply, Death, Endpoint, EndpointError, Failure, Health,
-    ShutdownOutcome, TaskRequest,
+    ShutdownOutcome, TaskRequest, lane_capacity,
 };
 use crate::buffer::BufferInner;
 use crate::callable::CallableKind;
@@ -121,6 +121,8 @@ pub(crate) struct ChildProcessEndpoint {
     sent: HashMap<SegmentKey, Weak<Segment>>,
     /// Segment messages went out since the last request (its FLAG_SEGMENTS_SENT).
     segments_sent: bool,
+    /// How long the latest task it finished ran (`lane_capacity`).
+    last_exec: Duration,
     /// The chip's environment problems, from its INIT_READY message.
     env_problems: Vec<String>,
     /// A protocol violation or a control timeout: the child was killed for it.
@@ -163,6 +165,7 @@ impl ChildProcessEndpoint {
             control: None,
             sent,
             segments_sent: false,
+            last_exec: Duration::ZERO,
             env_problems,
             violation: None,
             timed_out: None,
@@ -450,7 +453,8 @@ impl Endpoint for ChildProcessEndpoint {
         if self.control.is_some() || self.violation.is_some() || self.timed_out.is_some() {
             0
         } else {
-            self.ring.len().saturating_sub(self.tasks.len())
+            let sub = matches!(self.role, ChildRole::Sub(_));
+            lane_capacity(self.ring.len(), sub, self.last_exec).saturating_sub(self.tasks.len())
         }
     }
 
@@ -544,6 +548,7 @@ impl Endpoint for ChildProcessEndpoint {
                     Ok((reply, fixed, payload)) => {
                         let t = self.tasks.pop_front().expect("a task is in flight");
                         let result = self.completion(&t, &reply, &fixed, &payload);
+                        self.last_exec = Duration::from_nanos(reply.exec_ns);
                         out.push(Completion {
                             slot: t.slot,
                             member: t.member,

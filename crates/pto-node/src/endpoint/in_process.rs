@@ -34,7 +34,7 @@ use pto_types::{CallConfig, ErrorCode, TaskArgs, Tensor};
 
 use super::{
     Completion, ControlCmd, ControlReply, Death, Endpoint, EndpointError, Failure, Health,
-    ShutdownOutcome, TaskRequest,
+    ShutdownOutcome, TaskRequest, lane_capacity,
 };
 use crate::callable::{CallableKind, CallableTable};
 use crate::engine::SlotId;
@@ -110,6 +110,10 @@ pub(crate) struct InProcessEndpoint {
     shared: Arc<LaneShared>,
     thread: Option<JoinHandle<()>>,
     depth: usize,
+    /// A sub lane (its queue shrinks for long tasks, `lane_capacity`).
+    sub: bool,
+    /// How long the latest task it finished ran.
+    last_exec: Duration,
     /// Tasks in flight, oldest first.
     sent: VecDeque<Sent>,
     /// Replies taken from the queue but not yet returned by `poll` / `poll_control`.
@@ -148,6 +152,7 @@ impl InProcessEndpoint {
             pump,
         });
         let lane = Arc::clone(&shared);
+        let sub = matches!(work, LaneWork::Sub { .. });
         let thread = std::thread::Builder::new()
             .name(format!("pto-{name}"))
             .spawn(move || lane_main(lane, work, spin))?;
@@ -156,6 +161,8 @@ impl InProcessEndpoint {
             shared,
             thread: Some(thread),
             depth,
+            sub,
+            last_exec: Duration::ZERO,
             sent: VecDeque::with_capacity(depth),
             done: Vec::with_capacity(depth),
             spare: Vec::with_capacity(depth),
@@ -195,6 +202,7 @@ impl InProcessEndpoint {
                 LaneReply::Task(c, request) => {
                     drop(request);
                     self.sent.pop_front();
+                    self.last_exec = c.exec_time;
                     // A timed-out task's failure was recorded already.
                     if !std::mem::take(&mut self.abandoned) {
                         self.done.push(c);
@@ -223,7 +231,7 @@ impl Endpoint for InProcessEndpoint {
         if self.control_in_flight || self.abandoned {
             0
         } else {
-            self.depth.saturating_sub(self.sent.len())
+            lane_capacity(self.depth, self.sub, self.last_exec).saturating_sub(self.sent.len())
         }
     }
 

@@ -174,6 +174,22 @@ pub(crate) enum ShutdownOutcome {
     Killed,
 }
 
+/// A sub task whose predecessor on its lane ran at least this long queues at most one task
+/// behind the running one.
+pub(crate) const LONG_SUB_TASK: Duration = Duration::from_micros(50);
+
+/// How many tasks a lane of `depth` holds now. Queueing pays for short tasks (it hides the
+/// scheduler round trip, µs); for long sub tasks it would cost balance instead, as a sub task
+/// queued on a busy lane cannot move to one that becomes idle: such lanes hold the running
+/// task and one more. Chip tasks are aimed at their chip, so their queue costs nothing.
+pub(crate) fn lane_capacity(depth: usize, sub: bool, last_exec: Duration) -> usize {
+    if sub && last_exec >= LONG_SUB_TASK {
+        depth.min(2)
+    } else {
+        depth
+    }
+}
+
 /// The scheduler's view of one child (NODE_RUNTIME.md §4.1).
 pub(crate) trait Endpoint: Send {
     /// `chip[0]`, `sub[1]` (child processes: `chip_child[0]`).
