@@ -85,12 +85,12 @@ pub enum Overlap {
 /// The bytes a view touches, relative to the start of its buffer, in canonical form (module
 /// doc).
 ///
-/// Invariants: `rank ≤ MAX_AXES`; axes `0..rank` have `sizes[k] ≥ 2`, `strides[k] ≥ 1`, strides
-/// non-increasing, and no axis continues the run inside it (`strides[k] ≠ sizes[k+1] ·
-/// strides[k+1]`); entries from `rank` on are 0; `end = start + 1 + Σ (sizes[k] − 1) ·
-/// strides[k]`; `ordered` is as defined in the module doc. The empty view is [`Geometry::EMPTY`]
-/// (`start == end == 0`), so all empty views are equal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Invariants: `rank ≤ MAX_AXES`; axes `k < rank` are `(sizes[k] ≥ 2, strides[k] ≥ 1)` in
+/// bytes, **innermost first** (strides non-decreasing), none continuing the run inside it
+/// (`strides[k + 1] ≠ sizes[k] · strides[k]`); entries from `rank` on are 0; `end = start + 1 +
+/// Σ (sizes[k] − 1) · strides[k]`; `ordered` is as defined in the module doc. The empty view is
+/// [`Geometry::EMPTY`] (`start == end == 0`), so all empty views are equal.
+#[derive(Clone, Copy, Debug, Eq)]
 pub struct Geometry {
     start: u64,
     end: u64,
@@ -98,6 +98,17 @@ pub struct Geometry {
     ordered: bool,
     sizes: [u64; MAX_AXES],
     strides: [u64; MAX_AXES],
+}
+
+impl PartialEq for Geometry {
+    /// The same bytes in the same form. Entries from `rank` on are 0 and `ordered` follows from
+    /// the axes, so comparing the axes in use is comparing every field.
+    fn eq(&self, other: &Geometry) -> bool {
+        self.start == other.start
+            && self.end == other.end
+            && self.rank == other.rank
+            && self.inner_first().eq(other.inner_first())
+    }
 }
 
 impl Geometry {
@@ -128,6 +139,7 @@ impl Geometry {
     /// let whole = Geometry::new(1, 0, &[128], &[1]).unwrap();
     /// assert_eq!(whole.classify(&right), Overlap::Covered);
     /// ```
+    #[inline]
     pub fn new(
         elem_bytes: u64,
         byte_offset: u64,
@@ -140,55 +152,71 @@ impl Geometry {
         if shape.contains(&0) {
             return Some(Geometry::EMPTY);
         }
-        let mut axes = [(0u64, 0u64); MAX_AXES];
+        // Sizes and strides apart, each written and read as one `u64`: a 16-byte load of two
+        // 8-byte stores stalls store forwarding, and such copies cost a quarter of the time.
+        let mut sizes = [0u64; MAX_AXES];
+        let mut byte_strides = [0u64; MAX_AXES];
         let mut rank = 0;
+        if elem_bytes > 1 {
+            (sizes[0], byte_strides[0]) = (elem_bytes, 1);
+            rank = 1;
+        }
         for (&n, &s) in shape.iter().zip(strides) {
             let stride = s.checked_mul(elem_bytes)?;
             // One index, or a broadcast (stride 0), adds no byte to the set.
             if n > 1 && stride > 0 {
-                axes[rank] = (u64::from(n), stride);
+                insert_sorted(&mut sizes, &mut byte_strides, rank, u64::from(n), stride);
                 rank += 1;
             }
         }
-        if elem_bytes > 1 {
-            axes[rank] = (elem_bytes, 1);
-            rank += 1;
-        }
-        let axes = &mut axes[..rank];
-        axes.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
-        Geometry::from_sorted(byte_offset, axes)
+        let mut g = Geometry::EMPTY;
+        g.fill(byte_offset, &sizes[..rank], &byte_strides[..rank])
+            .then_some(g)
     }
 
-    /// The canonical form of the bytes `start + Σ c_k · s_k` of axes `(n_k ≥ 2, s_k ≥ 1)` sorted by
-    /// stride, largest first.
-    fn from_sorted(start: u64, axes: &[(u64, u64)]) -> Option<Geometry> {
-        // Innermost first: an axis continuing the run inside it lengthens that run.
-        let mut runs = [(0u64, 0u64); MAX_AXES];
-        let mut len = 0;
-        for &(n, s) in axes.iter().rev() {
-            if let Some(inner) = runs[..len].last_mut()
-                && inner.0.checked_mul(inner.1) == Some(s)
-            {
-                inner.0 = inner.0.checked_mul(n)?;
-                continue;
-            }
-            runs[len] = (n, s);
-            len += 1;
-        }
-        let mut g = Geometry {
-            start,
-            rank: len as u8,
-            ..Geometry::EMPTY
-        };
+    /// Makes `self` the canonical form of the bytes `start + Σ c_k · strides[k]` of axes of
+    /// `sizes[k] ≥ 2` and `strides[k] ≥ 1`, sorted by stride, innermost first; false when a byte
+    /// lies beyond `u64::MAX`.
+    #[inline]
+    fn fill(&mut self, start: u64, sizes: &[u64], strides: &[u64]) -> bool {
+        self.start = start;
+        let mut runs = 0;
         let mut inner_extent = 0u64;
-        for (k, &(n, s)) in runs[..len].iter().enumerate() {
-            g.ordered &= s > inner_extent;
-            inner_extent = inner_extent.checked_add((n - 1).checked_mul(s)?)?;
-            g.sizes[len - 1 - k] = n;
-            g.strides[len - 1 - k] = s;
+        for (&n, &s) in sizes.iter().zip(strides) {
+            let Some(extent) = (n - 1)
+                .checked_mul(s)
+                .and_then(|e| e.checked_add(inner_extent))
+            else {
+                return false;
+            };
+            // An axis continuing the run inside it lengthens that run.
+            if runs > 0 {
+                let (rn, rs) = (self.sizes[runs - 1], self.strides[runs - 1]);
+                if rn.checked_mul(rs) == Some(s) {
+                    let Some(len) = rn.checked_mul(n) else {
+                        return false;
+                    };
+                    self.sizes[runs - 1] = len;
+                    inner_extent = extent;
+                    continue;
+                }
+            }
+            self.ordered &= s > inner_extent;
+            inner_extent = extent;
+            (self.sizes[runs], self.strides[runs]) = (n, s);
+            runs += 1;
         }
-        g.end = start.checked_add(inner_extent)?.checked_add(1)?;
-        Some(g)
+        self.rank = runs as u8;
+        match start
+            .checked_add(inner_extent)
+            .and_then(|e| e.checked_add(1))
+        {
+            Some(end) => {
+                self.end = end;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The byte offsets `[first, last + 1)` spanned, relative to the buffer; `0..0` when empty.
@@ -203,11 +231,7 @@ impl Geometry {
 
     /// The canonical axes `(size, byte stride)`, outermost first (module doc).
     pub fn axes(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
-        let rank = usize::from(self.rank);
-        self.sizes[..rank]
-            .iter()
-            .copied()
-            .zip(self.strides[..rank].iter().copied())
+        self.inner_first().rev()
     }
 
     /// Every stride exceeds the extent of the axes inside it (module doc).
@@ -220,8 +244,17 @@ impl Geometry {
         !self.is_empty() && (self.rank == 0 || (self.rank == 1 && self.strides[0] == 1))
     }
 
-    fn strides(&self) -> &[u64] {
+    fn inner_strides(&self) -> &[u64] {
         &self.strides[..usize::from(self.rank)]
+    }
+
+    /// The axes `(size, byte stride)`, innermost first.
+    fn inner_first(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + ExactSizeIterator + '_ {
+        let rank = usize::from(self.rank);
+        self.sizes[..rank]
+            .iter()
+            .copied()
+            .zip(self.strides[..rank].iter().copied())
     }
 
     /// How `self` relates to `other`, a view of the same buffer: sound always, exact in the
@@ -257,7 +290,7 @@ impl Geometry {
             return 0;
         }
         let mut rest = x - self.start;
-        let mut block: u64 = self.axes().map(|(n, _)| n).product();
+        let mut block: u64 = self.sizes[..usize::from(self.rank)].iter().product();
         let mut below = 0;
         for (n, s) in self.axes() {
             block /= n;
@@ -272,40 +305,62 @@ impl Geometry {
         below + u64::from(rest > 0)
     }
 
-    /// This view's `(first digit, number of digits)` on every level of `radix`, or `None` when
-    /// it is not a box of that radix. `self` is ordered, so two of its axes never share a level
-    /// and an axis with an axis on the level above fits its own level.
-    fn digit_box(&self, radix: &Radix) -> Option<[(u64, u64); MAX_LEVELS]> {
-        let levels = radix.levels();
-        let mut digits = [(0u64, 1u64); MAX_LEVELS];
+    /// Writes this view's `(first digit, number of digits)` on every level of `radix` to
+    /// `digits`; false when it is not a box of that radix. `self` is ordered, so two of its axes
+    /// never share a level and an axis below an axis of its own fits its level.
+    fn digit_box(&self, radix: &Radix, digits: &mut [(u64, u64); MAX_LEVELS]) -> bool {
+        let top = radix.len - 1;
         let mut rest = self.start;
-        for (j, &level) in levels.iter().enumerate() {
-            digits[j].0 = rest / level;
-            rest %= level;
+        for j in (1..=top).rev() {
+            digits[j] = (rest / radix.levels[j], 1);
+            rest %= radix.levels[j];
         }
-        // Both lists are sorted, largest first, and the radix holds every stride.
+        digits[0] = (rest, 1);
+        // Both lists are sorted, innermost first, and the radix holds every stride.
         let mut j = 0;
-        for (n, s) in self.axes() {
-            while levels[j] != s {
+        for (n, s) in self.inner_first() {
+            while radix.levels[j] != s {
                 j += 1;
             }
             digits[j].1 = n;
         }
         // Innermost level out: a range must stay inside its level, unless it is a whole number
-        // of rows from a row boundary, which is a range of the level above.
-        for j in (1..levels.len()).rev() {
-            let row = levels[j - 1] / levels[j];
+        // of rows from a row boundary, which is a range of the level above. The top level is
+        // unbounded.
+        for j in 0..top {
+            let row = radix.rows[j];
             let (first, count) = digits[j];
             if first.saturating_add(count) <= row {
                 continue;
             }
-            if first != 0 || !count.is_multiple_of(row) || digits[j - 1].1 != 1 {
-                return None;
+            if first != 0 || !count.is_multiple_of(row) || digits[j + 1].1 != 1 {
+                return false;
             }
             digits[j] = (0, row);
-            digits[j - 1].1 = count / row;
+            digits[j + 1].1 = count / row;
         }
-        Some(digits)
+        true
+    }
+}
+
+/// Adds the axis `(n, s)` to the first `rank` axes, kept sorted by stride, smallest first (ties:
+/// smaller size first, so that equal sets of axes give equal forms).
+#[inline]
+fn insert_sorted(
+    sizes: &mut [u64; MAX_AXES],
+    strides: &mut [u64; MAX_AXES],
+    rank: usize,
+    n: u64,
+    s: u64,
+) {
+    let mut k = rank;
+    (sizes[k], strides[k]) = (n, s);
+    // Swaps, not a shift: LLVM turns a shifting loop into a call of `memmove`, which costs more
+    // than these few axes.
+    while k > 0 && (strides[k - 1], sizes[k - 1]) > (s, n) {
+        sizes.swap(k - 1, k);
+        strides.swap(k - 1, k);
+        k -= 1;
     }
 }
 
@@ -338,8 +393,12 @@ fn boxes_of_one_radix(a: &Geometry, b: &Geometry) -> Option<Overlap> {
     if !(a.is_ordered() && b.is_ordered()) {
         return None;
     }
-    let radix = Radix::common(a.strides(), b.strides())?;
-    let (da, db) = (a.digit_box(&radix)?, b.digit_box(&radix)?);
+    let radix = Radix::common(a.inner_strides(), b.inner_strides())?;
+    let mut da = [(0u64, 0u64); MAX_LEVELS];
+    let mut db = [(0u64, 0u64); MAX_LEVELS];
+    if !(a.digit_box(&radix, &mut da) && b.digit_box(&radix, &mut db)) {
+        return None;
+    }
     let mut covered = true;
     for (&(a_first, a_count), &(b_first, b_count)) in da.iter().zip(&db).take(radix.len) {
         let (a_end, b_end) = (a_first + a_count, b_first + b_count);
@@ -355,48 +414,44 @@ fn boxes_of_one_radix(a: &Geometry, b: &Geometry) -> Option<Overlap> {
     })
 }
 
-/// The levels of a mixed radix, largest first, ending with 1, each dividing the one before.
+/// The levels of a mixed radix, smallest (1) first, each a multiple of the one before, and the
+/// digits per row of each level below the top (`rows[j] = levels[j + 1] / levels[j]`).
 struct Radix {
     levels: [u64; MAX_LEVELS],
+    rows: [u64; MAX_LEVELS],
     len: usize,
 }
 
 impl Radix {
-    /// The radix of the strides of two forms (each sorted, largest first) and 1, or `None` when
-    /// some level does not divide the one before.
+    /// The radix of 1 and the strides of two forms (each innermost first), or `None` when a
+    /// level is not a multiple of the one before.
     fn common(a: &[u64], b: &[u64]) -> Option<Radix> {
         let mut radix = Radix {
             levels: [0; MAX_LEVELS],
-            len: 0,
+            rows: [0; MAX_LEVELS],
+            len: 1,
         };
+        radix.levels[0] = 1;
         let (mut i, mut j) = (0, 0);
         loop {
             let level = match (a.get(i), b.get(j)) {
-                (Some(&x), Some(&y)) => x.max(y),
+                (Some(&x), Some(&y)) => x.min(y),
                 (Some(&x), None) => x,
                 (None, Some(&y)) => y,
-                (None, None) => break,
+                (None, None) => return Some(radix),
             };
             i += usize::from(a.get(i) == Some(&level));
             j += usize::from(b.get(j) == Some(&level));
-            radix.push(level)?;
+            let last = radix.levels[radix.len - 1];
+            if level == last {
+                continue;
+            }
+            if !level.is_multiple_of(last) {
+                return None;
+            }
+            radix.rows[radix.len - 1] = level / last;
+            radix.levels[radix.len] = level;
+            radix.len += 1;
         }
-        radix.push(1)?;
-        Some(radix)
-    }
-
-    fn push(&mut self, level: u64) -> Option<()> {
-        match self.levels[..self.len].last() {
-            Some(&last) if last == level => return Some(()),
-            Some(&last) if !last.is_multiple_of(level) => return None,
-            _ => {}
-        }
-        self.levels[self.len] = level;
-        self.len += 1;
-        Some(())
-    }
-
-    fn levels(&self) -> &[u64] {
-        &self.levels[..self.len]
     }
 }
