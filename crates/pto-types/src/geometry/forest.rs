@@ -72,6 +72,12 @@ pub struct IntervalForest<S> {
     prio_state: u32,
 }
 
+impl<S: Summary> Default for IntervalForest<S> {
+    fn default() -> IntervalForest<S> {
+        IntervalForest::with_capacity(0)
+    }
+}
+
 impl<S: Summary> IntervalForest<S> {
     /// An empty forest with room for `capacity` nodes.
     pub fn with_capacity(capacity: usize) -> IntervalForest<S> {
