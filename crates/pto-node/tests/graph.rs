@@ -174,6 +174,34 @@ fn n28_track_war_orders_a_writer_after_readers(mode: Mode) {
     });
 }
 
+/// A task that reads one half and writes the other, then a writer of the whole: the writer
+/// depends on the read (NODE_RUNTIME.md §2.3: "writers depend on overlapping live readers").
+/// Before issue 14 the lookup subtracted every overlapping *writer* task from the readers, so
+/// a task that also wrote nearby lost its write-after-read edge.
+fn track_war_orders_a_writer_after_a_task_that_read_and_wrote(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2).track_war(true));
+        let copy = copier(&w);
+        let fill = filler(&w);
+        let (x_buf, x) = buf(&w, 8, 1.0);
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    let (low, high) = (view(&x_buf, 0, 4), view(&x_buf, 4, 4));
+                    orch.submit_sub(&copy, TaskArgs::new().input(&low).output_existing(&high))?;
+                    orch.submit_sub(&fill, TaskArgs::new().output_existing(&x).scalar(2.0f32))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert_eq!(producers(&report.tasks[1]), vec![0]);
+        let (first, second) = (&report.tasks[0], &report.tasks[1]);
+        assert!(second.dispatched.unwrap() >= first.finished.unwrap());
+    });
+}
+
 fn n35_runs_never_interleave(mode: Mode) {
     with_timeout(20, move || {
         let w = start(builder(mode, 0, 2));
@@ -313,6 +341,7 @@ both_modes!(
     n26_column_halves_are_independent_too,
     n27_distinct_buffers_never_alias,
     n28_track_war_orders_a_writer_after_readers,
+    track_war_orders_a_writer_after_a_task_that_read_and_wrote,
     n35_runs_never_interleave,
     n36_group_reserves_its_targets,
 );

@@ -10,9 +10,9 @@
 //! touches the bytes `offset + Σ c_i·(stride_i·e) + b`, `0 ≤ b < e`: a strided set of bytes with
 //! one more axis, `(e, 1)`. [`Geometry::new`] stores that set in a canonical form, so views of
 //! different dtypes compare byte for byte: axes of one index (and broadcast axes, stride 0) are
-//! dropped, the element axis `(e, 1)` is added, axes are sorted by byte stride (largest first),
-//! and an axis whose stride is the whole extent of the run inside it continues that run (`(n, m·s)`
-//! over `(m, s)` becomes `(n·m, s)`). The form is at most [`MAX_AXES`] axes in fixed arrays: no
+//! dropped, the element axis `(e, 1)` is added, axes are sorted by byte stride, and an axis
+//! whose stride is the whole extent of the run inside it continues that run (`(n, m·s)` over
+//! `(m, s)` becomes `(n·m, s)`). The form is at most [`MAX_AXES`] axes in fixed arrays: no
 //! allocation. A transposed or permuted view, a reshape and the view itself have one form.
 //!
 //! Two properties of a form decide what can be computed exactly:
@@ -32,26 +32,36 @@
 //! 2. both have the same canonical form and offset (the same bytes);
 //! 3. one of them is contiguous and the other ordered: the bytes of an ordered view below any
 //!    address are counted digit by digit, so the count inside the contiguous one's span decides;
-//! 4. both are ordered **boxes of one mixed radix**: the strides of both forms and 1, largest
-//!    first, must each divide the previous one (e.g. two views of one row-major array of any
-//!    dtypes, transposed or not), and written in that radix, each view's digit ranges must not
-//!    carry into the digit above (the outermost digit is unbounded, so no buffer capacity is
-//!    involved). An axis longer than its digit is first split into whole rows of the digit
-//!    above when it starts at a row boundary. The views are then products of digit intervals,
-//!    compared digit by digit: disjoint column halves and interleaved views (identical
-//!    strides, origins apart by less than the smallest stride) are `NoOverlap`, nested boxes
-//!    `Covered`.
+//! 4. both are ordered **boxes of one mixed radix**: the strides of both forms and 1, sorted,
+//!    must each divide the next larger one (so the levels `R_0 = 1 < R_1 < …` define digits, a
+//!    byte `x` having digit `(x / R_j) mod (R_{j+1} / R_j)` on level `j` and `x / R_top` on the
+//!    top level), and each view's bytes must be a box of that radix: one interval of digits per
+//!    level, all combinations taken. Written in the radix, that means no axis carries into the
+//!    level above — except an axis of whole rows from a row boundary, which is split into a
+//!    full level and an interval of the level above — and the top level is unbounded, so no
+//!    buffer capacity is involved. Boxes are compared level by level. Examples: sub-boxes of
+//!    one row-major array, transposed or not; disjoint column halves and interleaved views
+//!    (identical strides, origins apart by less than the smallest stride), both `NoOverlap`;
+//!    rows of a 16-wide matrix against columns of the same bytes seen 8 wide. Views of any
+//!    dtypes whose byte strides are all powers of two always share a radix; whether each is a
+//!    box then depends on its offset and extents.
 //!
 //! In addition, a `Covered` answer is exact whenever the first view is contiguous (its span
 //! contains the second's). Outside these classes — strides that are not multiples of each other
 //! (rows of 12 against rows of 8), views that alias — the answer may be `Other` for views that
-//! are in truth disjoint or covered.
+//! are in truth disjoint or covered. `geometry/tests.rs` checks soundness on random views
+//! against enumerated byte sets, and the answer against the truth wherever these classes,
+//! decided there independently (box-ness by enumeration), say it is exact.
 //!
 //! Both older algorithms are contained: the chip's per-dimension boxes of identical nested
-//! layouts (class 4 without its capacity rule, which only lost precision) and the node's
+//! layouts (class 4 without its buffer-capacity rule, which only lost precision) and the node's
 //! stride-sorted mixed radix (class 4) and dense cover (the remark above; the node's "dense"
 //! test also held for aliasing views whose element count happened to equal their extent, which
 //! was unsound).
+//!
+//! Cost: building a form sorts at most [`MAX_AXES`] axes; a classification is a few compares
+//! for disjoint spans, equal forms or a contiguous cover, and otherwise O(levels) with one
+//! division per level.
 
 mod forest;
 #[cfg(test)]
