@@ -978,6 +978,9 @@ mod tests {
         assert_eq!(classify_overlap(&wrap, &v(&[1, 1], &[1, 0])), Covered);
         assert_eq!(classify_overlap(&wrap, &v(&[1, 1], &[1, 2])), NoOverlap);
         assert_eq!(classify_overlap(&wrap, &v(&[1, 4], &[1, 0])), Other);
+        // A dimension of one element may have any stride (§1.4): it adds no byte.
+        let row1 = TensorDesc::new(m.buffer(), 8, &[1, 8], &[u64::MAX, 1], DType::F32).unwrap();
+        assert_eq!(classify_overlap(&row1, &v(&[1, 8], &[1, 0])), Covered);
         // Empty tensors overlap nothing.
         let empty = m.slice(0, 0, 0).unwrap();
         assert_eq!(classify_overlap(&empty, &m), NoOverlap);

@@ -468,9 +468,10 @@ fn constructor_limits_and_degenerate_axes() {
     assert!(empty.is_empty() && !empty.is_ordered() && !empty.is_contiguous());
     check(&empty, &f32_view(0, &[4], &[1]), Overlap::NoOverlap);
     check(&f32_view(0, &[4], &[1]), &empty, Overlap::NoOverlap);
-    // Axes of one index and broadcast axes add no byte.
+    // Axes of one index (of any stride) and broadcast axes add no byte.
     let row = f32_view(8, &[4], &[1]);
     assert_eq!(f32_view(8, &[1, 4, 3], &[100, 1, 0]), row);
+    assert_eq!(f32_view(8, &[1, 4], &[u64::MAX, 1]), row);
     assert_eq!(row.axes().collect::<Vec<_>>(), [(16, 1)]);
     assert!(row.is_contiguous());
 }
