@@ -8,11 +8,12 @@ use std::fmt;
 use std::ops::Range;
 
 use pto_types::DType;
+use pto_types::geometry::Geometry;
 
 use crate::task_id::TaskId;
 
-/// Maximum tensor rank.
-pub const MAX_DIMS: usize = 5;
+/// Maximum tensor rank (the contract's, so that every view has a [`Geometry`]).
+pub const MAX_DIMS: usize = pto_types::args::MAX_TENSOR_DIMS;
 
 /// Which side of the one 64-bit address space a buffer lives in (§1.3).
 ///
@@ -349,6 +350,19 @@ impl TensorDesc {
         let elems = self.element_range();
         let elem = self.elem_size();
         self.buffer.base + elems.start * elem..self.buffer.base + elems.end * elem
+    }
+
+    /// The bytes of the buffer the tensor touches, relative to its base: what the TensorMap
+    /// compares (§3.7).
+    #[inline]
+    pub fn geometry(&self) -> Geometry {
+        if self.is_empty() {
+            // An empty view's offset is unconstrained (it may lie past the buffer end).
+            return Geometry::EMPTY;
+        }
+        let elem = self.elem_size();
+        Geometry::new(elem, self.start_offset * elem, self.shape(), self.strides())
+            .expect("a validated tensor lies inside its buffer")
     }
 
     /// Offset in elements from the buffer base of the element at `index`, or `None` when the

@@ -4,28 +4,33 @@
 //! steps 6, 8 and 10 (§3.2). The map is orchestrator-private: one thread owns it, so it needs no
 //! synchronisation.
 //!
+//! # Classification
+//!
+//! Step 1 of §3.7 is chip semantics and stays here: a probe of a newer version than an entry
+//! depends on it whatever their bytes. The rest (steps 2–5) is the one tensor geometry of both
+//! levels, [`pto_types::geometry`]: sound always, and exact in the classes its module doc lists
+//! (which hold every case the tabled steps decide, and more: transposed views, other dtypes,
+//! interleaved views, no buffer-capacity rule).
+//!
 //! # Region index
 //!
-//! A lookup costs O(writers that overlap the probe), not O(live writers of the buffer): a
-//! stencil keeps thousands of disjoint writers of one grid live, and every new task probes the
-//! grid. So the entries of each buffer base form an interval treap, ordered by byte start, in
-//! which each node also carries the largest byte end and the oldest version of its subtree. A
-//! lookup descends only into subtrees that can hold a candidate: an entry whose bytes intersect
-//! the probe's, or whose version is older than the probe's (step 1 of the classification makes
-//! such an entry a hit whatever its bytes). Reaching `k` candidates costs `O(k · log n)`, and
-//! `O(k + log n)` when the entries are disjoint. Two simpler schemes fail common cases: a
-//! window of starts widened by the longest entry of the base degrades to a full scan as soon as
-//! one task writes the whole buffer, and block hashing needs one node per block an entry spans,
-//! which a fixed pool cannot bound.
+//! A lookup costs O(writers that overlap the probe), not O(live writers of the buffer): the
+//! entries of each buffer base form a tree of the shared region index
+//! ([`pto_types::geometry::IntervalForest`]), ordered by byte start, whose nodes also carry the
+//! largest byte end and the oldest version of their subtree ([`Oldest`]). A lookup descends only
+//! into subtrees that can hold a candidate: an entry whose bytes intersect the probe's, or whose
+//! version is older than the probe's (step 1 makes such an entry a hit whatever its bytes).
+//! Reaching `k` candidates costs `O(k · log n)`, and `O(k + log n)` when the entries are
+//! disjoint.
 //!
-//! Each entry's byte span is computed once, at insert ([`TensorDesc::byte_span`] loops over
-//! the rank); the index and the cheap disjointness test of the classification compare the
-//! cached spans. One record per buffer base with entries holds its treap's root; the records
-//! sit in the hash chains, so a lookup finds its treap in O(1) expected. Entries, nodes and
-//! records are pools sized at construction and reused by [`TensorMap::reset`]: an insert or a
-//! removal allocates nothing.
+//! Each entry's [`Geometry`] (and so its byte span) is computed once, at insert; a lookup
+//! computes the probe's once. One record per buffer base with entries holds its tree's root; the
+//! records sit in the hash chains, so a lookup finds its tree in O(1) expected. Entries, index
+//! nodes and records are pools sized at construction and reused by [`TensorMap::reset`]: an
+//! insert or a removal allocates nothing.
 
 use pto_types::RING_COUNT;
+use pto_types::geometry::{Geometry, IntervalForest, NIL, Overlap, Summary};
 
 use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
@@ -33,129 +38,23 @@ use crate::tensor::TensorDesc;
 /// Stale entries are cleaned once the watermark has moved this far since the last cleanup.
 pub(crate) const CLEANUP_BATCH: u64 = 64;
 
-/// How a probe relates to an entry with the same buffer base (§3.7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(clippy::enum_variant_names)] // the names of CHIP_RUNTIME.md §3.7
-pub(crate) enum Overlap {
-    /// No element is accessed by both.
-    NoOverlap,
-    /// The probe accesses every element of the entry (and maybe more).
-    Covered,
-    /// They may share elements; nothing more is known.
-    Other,
-}
-
-/// The absolute byte addresses `[start, end)` spanned by a tensor, as
-/// [`TensorDesc::byte_span`] gives them: `start == end` exactly when the tensor is empty
-/// (a non-empty tensor spans at least one element of at least one byte).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Span {
-    start: u64,
-    end: u64,
-}
-
-impl Span {
-    fn of(t: &TensorDesc) -> Span {
-        let r = t.byte_span();
-        Span {
-            start: r.start,
-            end: r.end,
-        }
-    }
-
-    fn is_empty(self) -> bool {
-        self.start == self.end
-    }
-
-    fn intersects(self, other: Span) -> bool {
-        self.start < other.end && other.start < self.end
-    }
-}
-
-/// [`classify`], computing both spans: the tests' entry point.
+/// [`classify`] of two descriptors: the tests' entry point.
 #[cfg(test)]
 pub(crate) fn classify_overlap(p: &TensorDesc, e: &TensorDesc) -> Overlap {
-    classify(p, Span::of(p), e, Span::of(e))
+    classify(p.version(), &p.geometry(), e.version(), &e.geometry())
 }
 
-/// Classifies probe `p` against entry `e` of the same buffer (§3.7, steps 1–5), given their
-/// byte spans `ps` and `es` (cached at insert for entries).
-///
-/// Sound by construction: `NoOverlap` only when the element sets are disjoint, `Covered` only
-/// when `p`'s element set contains `e`'s; anything unproven is `Other`. Two refinements of the
-/// tabled algorithm, both only more precise: an empty tensor (some dimension 0) overlaps
-/// nothing, and step 2 compares byte ranges so that differing dtypes are handled correctly.
-fn classify(p: &TensorDesc, ps: Span, e: &TensorDesc, es: Span) -> Overlap {
-    debug_assert!(ps == Span::of(p) && es == Span::of(e));
-    if ps.is_empty() || es.is_empty() {
+/// Classifies a probe (version `p_version`, bytes `p`) against an entry of the same buffer
+/// (§3.7): empty views overlap nothing, step 1 (a newer probe version is `Other`), then the
+/// shared geometry (steps 2–5).
+fn classify(p_version: i32, p: &Geometry, e_version: i32, e: &Geometry) -> Overlap {
+    if p.is_empty() || e.is_empty() {
         return Overlap::NoOverlap;
     }
-    // Step 1: a newer version of the buffer depends on everything recorded for it.
-    if p.version() > e.version() {
+    if p_version > e_version {
         return Overlap::Other;
     }
-    // Step 2: disjoint address ranges.
-    if !ps.intersects(es) {
-        return Overlap::NoOverlap;
-    }
-    // Step 3: only identical, nested row-major layouts are decomposed.
-    let ndims = p.ndims();
-    let same_layout = p.dtype() == e.dtype() && ndims == e.ndims() && p.strides() == e.strides();
-    if !same_layout {
-        return Overlap::Other;
-    }
-    let strides = p.strides();
-    let nested = strides[ndims - 1] == 1 && strides.windows(2).all(|w| w[0].is_multiple_of(w[1]));
-    if !nested {
-        return Overlap::Other;
-    }
-    // Step 4: both are boxes in the reference array of shape A.
-    let (Some(p_off), Some(e_off)) = (box_offsets(p), box_offsets(e)) else {
-        return Overlap::Other;
-    };
-    // Step 5: per-dimension intervals.
-    let mut covered = true;
-    for d in 0..ndims {
-        let (ps, pe) = (p_off[d], p_off[d] + u64::from(p.shape()[d]));
-        let (es, ee) = (e_off[d], e_off[d] + u64::from(e.shape()[d]));
-        if pe <= es || ee <= ps {
-            return Overlap::NoOverlap;
-        }
-        covered &= ps <= es && ee <= pe;
-    }
-    if covered {
-        Overlap::Covered
-    } else {
-        Overlap::Other
-    }
-}
-
-/// Step 4 for one tensor whose strides passed step 3: the offsets of its box in the reference
-/// shape `A[i] = stride[i−1]/stride[i]`, `A[0] = capacity/stride[0]`, or `None` when the
-/// tensor is not such a box.
-fn box_offsets(t: &TensorDesc) -> Option<[u64; crate::tensor::MAX_DIMS]> {
-    let strides = t.strides();
-    let capacity = t.capacity_elems();
-    if !capacity.is_multiple_of(strides[0]) {
-        return None;
-    }
-    let mut offsets = [0u64; crate::tensor::MAX_DIMS];
-    let mut rest = t.start_offset();
-    for (d, &stride) in strides.iter().enumerate() {
-        offsets[d] = rest / stride;
-        rest %= stride;
-        let reference = if d == 0 {
-            capacity / stride
-        } else {
-            strides[d - 1] / stride
-        };
-        if offsets[d] + u64::from(t.shape()[d]) > reference {
-            return None;
-        }
-    }
-    // The last stride is 1, so nothing is left over.
-    debug_assert_eq!(rest, 0);
-    Some(offsets)
+    p.classify(e)
 }
 
 /// The caller's decision for one lookup hit.
@@ -184,61 +83,51 @@ pub(crate) struct Hit {
 #[error("TensorMap pool is full")]
 pub(crate) struct Full;
 
-const NIL: u32 = u32::MAX;
 const GOLDEN_RATIO: u64 = 0x9E37_79B9_7F4A_7C15;
-/// First state of the priority generator: a fixed seed makes every run's trees, and so the
-/// order of lookup hits, reproducible.
-const PRIO_SEED: u32 = 0x2545_F491;
 
-/// One pool entry: a writer and its view.
+/// The index summary of a subtree: its oldest version (`i32::MAX` stands for an empty entry,
+/// which overlaps nothing, not even a newer probe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Oldest(i32);
+
+impl Summary for Oldest {
+    fn combine(self, other: Oldest) -> Oldest {
+        Oldest(self.0.min(other.0))
+    }
+}
+
+/// The index summary of one entry.
+fn index_version(e: &Entry) -> Oldest {
+    Oldest(if e.geometry.is_empty() {
+        i32::MAX
+    } else {
+        e.version
+    })
+}
+
+/// One pool entry: a writer and the bytes it writes.
 ///
 /// While `in_use`, the entry is in exactly one slot chain (`(producer.ring(),
 /// producer.slot(mask))`, `slot_prev`/`slot_next` consistent both ways, `NIL` ending it) and
-/// its node is in the treap of base record `record`. While free, it is on the free list, linked
-/// through `slot_next`, and the other fields are meaningless.
+/// its index node (same index) is in the tree of base record `record`, with the span of
+/// `geometry` and [`Oldest`]`(version)` (`i32::MAX` when the geometry is empty). While free, it
+/// is on the free list, linked through `slot_next`, and the other fields are meaningless.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     producer: TaskId,
-    tensor: TensorDesc,
+    geometry: Geometry,
+    version: i32,
     record: u32,
     slot_prev: u32,
     slot_next: u32,
     in_use: bool,
 }
 
-/// Entry `i`'s node in the treap of its base (`nodes[i]`). Apart from [`Entry`] so that a
-/// descent reads 48-byte nodes, not descriptors.
+/// A buffer base with entries: the root of its tree.
 ///
-/// Invariants while the entry is in use:
-/// - `span` is the entry's [`Span`]; `version` is its tensor's version, or `i32::MAX` when the
-///   span is empty (an empty entry overlaps nothing, not even a newer probe);
-/// - search order: keys `(span.start, index)` of the left subtree are smaller than the node's,
-///   those of the right subtree larger;
-/// - heap order: `prio` is at least the children's. Priorities are pseudo-random, so the
-///   expected depth is `O(log n)` whatever the insertion order;
-/// - `max_end` and `min_version` are the largest `span.end` and smallest `version` of the
-///   subtree rooted here: they are what a lookup prunes on;
-/// - `parent`/`left`/`right` agree both ways; `NIL` for none, and a root's parent is `NIL`.
-#[derive(Clone, Copy, Debug)]
-struct Node {
-    span: Span,
-    max_end: u64,
-    version: i32,
-    min_version: i32,
-    left: u32,
-    right: u32,
-    parent: u32,
-    prio: u32,
-}
-
-// The cache footprint of a descent, as documented above.
-const _: () = assert!(std::mem::size_of::<Node>() == 48);
-
-/// A buffer base with entries: the root of its treap.
-///
-/// While in use: `root` is not `NIL`, the treap holds exactly the in-use entries with
-/// `tensor.base() == base`, no other record has this `base`, and `prev`/`next` link the hash
-/// chain of the bucket of `base`. While free, it is on the record free list through `next`.
+/// While in use: `root` is not `NIL`, the tree holds exactly the in-use entries inserted with
+/// this `base`, no other record has this `base`, and `prev`/`next` link the hash chain of the
+/// bucket of `base`. While free, it is on the record free list through `next`.
 #[derive(Clone, Copy, Debug)]
 struct BaseRecord {
     base: u64,
@@ -251,7 +140,7 @@ struct BaseRecord {
 #[cfg(test)]
 #[derive(Clone, Copy, Debug, Default)]
 struct ProbeStats {
-    /// Treap nodes the descent entered.
+    /// Index nodes the descent entered.
     visited: usize,
     /// Live candidates handed to [`classify`].
     classified: usize,
@@ -260,7 +149,7 @@ struct ProbeStats {
 /// The TensorMap (§3.7).
 ///
 /// Invariants:
-/// - `entries.len() == nodes.len() ≤ capacity`; entries `0..entries.len()` have been handed out
+/// - `entries.len() == index.len() ≤ capacity`; entries `0..entries.len()` have been handed out
 ///   at least once (a bump allocator), and every one of them is either in use or on the free
 ///   list; `in_use + free_len == entries.len()`;
 /// - `bases.len() ≤ capacity` (a record exists only for a base with an entry in use), and every
@@ -279,7 +168,7 @@ struct ProbeStats {
 pub(crate) struct TensorMap {
     capacity: usize,
     entries: Vec<Entry>,
-    nodes: Vec<Node>,
+    index: IntervalForest<Oldest>,
     free_head: u32,
     free_len: usize,
     in_use: usize,
@@ -292,8 +181,6 @@ pub(crate) struct TensorMap {
     dirty_buckets: Option<Vec<u32>>,
     window_masks: [u64; RING_COUNT],
     cursors: [u64; RING_COUNT],
-    /// xorshift32 state for node priorities.
-    prio_state: u32,
     /// Scratch of [`TensorMap::lookup`], kept so that lookups reuse their allocations.
     stack: Vec<u32>,
     hits: Vec<Hit>,
@@ -321,7 +208,7 @@ impl TensorMap {
         let mut map = TensorMap {
             capacity,
             entries: Vec::with_capacity(capacity),
-            nodes: Vec::with_capacity(capacity),
+            index: IntervalForest::with_capacity(capacity),
             free_head: NIL,
             free_len: 0,
             in_use: 0,
@@ -334,7 +221,6 @@ impl TensorMap {
             dirty_buckets: None,
             window_masks: [0; RING_COUNT],
             cursors: [0; RING_COUNT],
-            prio_state: PRIO_SEED,
             stack: Vec::new(),
             hits: Vec::new(),
             #[cfg(test)]
@@ -350,7 +236,7 @@ impl TensorMap {
     /// their allocations.
     pub(crate) fn reset(&mut self, windows: [u64; RING_COUNT]) {
         self.entries.clear();
-        self.nodes.clear();
+        self.index.clear();
         self.free_head = NIL;
         self.free_len = 0;
         self.in_use = 0;
@@ -381,7 +267,6 @@ impl TensorMap {
             self.dirty_slots[r] = Some(dirty);
         }
         self.cursors = [0; RING_COUNT];
-        self.prio_state = PRIO_SEED;
     }
 
     /// Pool size.
@@ -429,10 +314,12 @@ impl TensorMap {
             usize::from(producer.ring()) < RING_COUNT,
             "TensorMap insert for {producer}"
         );
-        let idx = self.alloc_entry(producer, tensor)?;
+        let idx = self.alloc_entry(producer, &tensor)?;
         let record = self.base_record(tensor.base());
         self.entries[idx as usize].record = record;
-        self.tree_insert(record, idx);
+        let mut root = self.bases[record as usize].root;
+        self.index.insert(&mut root, idx);
+        self.bases[record as usize].root = root;
 
         let (ring, slot) = self.slot_of(producer);
         let old = self.slot_heads[ring][slot];
@@ -448,58 +335,34 @@ impl TensorMap {
     }
 
     /// Takes an entry from the free list or the unused tail of the pool and fills it and its
-    /// unlinked node.
-    fn alloc_entry(&mut self, producer: TaskId, tensor: TensorDesc) -> Result<u32, Full> {
+    /// unlinked index node.
+    fn alloc_entry(&mut self, producer: TaskId, tensor: &TensorDesc) -> Result<u32, Full> {
         if self.free_head == NIL && self.entries.len() == self.capacity {
             return Err(Full);
         }
-        let span = Span::of(&tensor);
-        let version = if span.is_empty() {
-            i32::MAX
-        } else {
-            tensor.version()
-        };
+        let geometry = tensor.geometry();
         let entry = Entry {
             producer,
-            tensor,
+            geometry,
+            version: tensor.version(),
             record: NIL,
             slot_prev: NIL,
             slot_next: NIL,
             in_use: true,
-        };
-        let node = Node {
-            span,
-            max_end: span.end,
-            version,
-            min_version: version,
-            left: NIL,
-            right: NIL,
-            parent: NIL,
-            prio: self.next_prio(),
         };
         let idx = if self.free_head != NIL {
             let idx = self.free_head;
             self.free_head = self.entries[idx as usize].slot_next;
             self.free_len -= 1;
             self.entries[idx as usize] = entry;
-            self.nodes[idx as usize] = node;
             idx
         } else {
             self.entries.push(entry);
-            self.nodes.push(node);
             (self.entries.len() - 1) as u32
         };
+        self.index.set(idx, geometry.span(), index_version(&entry));
         self.in_use += 1;
         Ok(idx)
-    }
-
-    fn next_prio(&mut self) -> u32 {
-        let mut x = self.prio_state;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.prio_state = x;
-        x
     }
 
     /// The record of `base`, if it has entries.
@@ -515,7 +378,7 @@ impl TensorMap {
         None
     }
 
-    /// The record of `base`, created (with an empty treap) when the base has no entries. Never
+    /// The record of `base`, created (with an empty tree) when the base has no entries. Never
     /// runs out: a new record comes with a new entry, and there are at most `capacity` of those.
     fn base_record(&mut self, base: u64) -> u32 {
         if let Some(rec) = self.find_base(base) {
@@ -567,14 +430,16 @@ impl TensorMap {
         self.free_base = rec;
     }
 
-    /// Frees an entry: takes it out of its treap and slot chain and pushes it on the free list.
+    /// Frees an entry: takes it out of its tree and slot chain and pushes it on the free list.
     pub(crate) fn remove(&mut self, id: EntryId) {
         let idx = id.0;
         let e = self.entries[idx as usize];
         assert!(e.in_use, "TensorMap remove of a free entry");
 
-        self.tree_remove(e.record, idx);
-        if self.bases[e.record as usize].root == NIL {
+        let mut root = self.bases[e.record as usize].root;
+        self.index.remove(&mut root, idx);
+        self.bases[e.record as usize].root = root;
+        if root == NIL {
             self.free_base_record(e.record);
         }
 
@@ -595,123 +460,6 @@ impl TensorMap {
         self.free_head = idx;
         self.free_len += 1;
         self.in_use -= 1;
-    }
-
-    // ----- the treap of one base -----
-
-    /// Recomputes the subtree summary of `x` from its own values and its children's; returns
-    /// whether it changed (when not, no ancestor's can have).
-    fn pull(&mut self, x: u32) -> bool {
-        let n = self.nodes[x as usize];
-        let (mut max_end, mut min_version) = (n.span.end, n.version);
-        for child in [n.left, n.right] {
-            if child != NIL {
-                let c = &self.nodes[child as usize];
-                max_end = max_end.max(c.max_end);
-                min_version = min_version.min(c.min_version);
-            }
-        }
-        let n = &mut self.nodes[x as usize];
-        let changed = (n.max_end, n.min_version) != (max_end, min_version);
-        (n.max_end, n.min_version) = (max_end, min_version);
-        changed
-    }
-
-    /// Makes `new` the child of `parent` in place of `old` (the root of `rec` when `parent` is
-    /// `NIL`).
-    fn replace_child(&mut self, rec: u32, parent: u32, old: u32, new: u32) {
-        if parent == NIL {
-            self.bases[rec as usize].root = new;
-        } else if self.nodes[parent as usize].left == old {
-            self.nodes[parent as usize].left = new;
-        } else {
-            debug_assert_eq!(self.nodes[parent as usize].right, old);
-            self.nodes[parent as usize].right = new;
-        }
-    }
-
-    /// Rotates `x` above its parent, keeping the search order and both summaries exact.
-    fn rotate_up(&mut self, rec: u32, x: u32) {
-        let p = self.nodes[x as usize].parent;
-        let g = self.nodes[p as usize].parent;
-        let mid = if self.nodes[p as usize].left == x {
-            let mid = self.nodes[x as usize].right;
-            self.nodes[p as usize].left = mid;
-            self.nodes[x as usize].right = p;
-            mid
-        } else {
-            let mid = self.nodes[x as usize].left;
-            self.nodes[p as usize].right = mid;
-            self.nodes[x as usize].left = p;
-            mid
-        };
-        if mid != NIL {
-            self.nodes[mid as usize].parent = p;
-        }
-        self.nodes[p as usize].parent = x;
-        self.nodes[x as usize].parent = g;
-        self.replace_child(rec, g, p, x);
-        self.pull(p);
-        self.pull(x);
-    }
-
-    /// Adds the unlinked node `x` to the treap of `rec`.
-    fn tree_insert(&mut self, rec: u32, x: u32) {
-        let n = self.nodes[x as usize];
-        let key = (n.span.start, x);
-        let (mut parent, mut cur, mut left) = (NIL, self.bases[rec as usize].root, false);
-        while cur != NIL {
-            // Every node on the way gets `x` in its subtree.
-            let c = &mut self.nodes[cur as usize];
-            c.max_end = c.max_end.max(n.span.end);
-            c.min_version = c.min_version.min(n.version);
-            left = key < (c.span.start, cur);
-            parent = cur;
-            cur = if left { c.left } else { c.right };
-        }
-        self.nodes[x as usize].parent = parent;
-        if parent == NIL {
-            self.bases[rec as usize].root = x;
-        } else if left {
-            self.nodes[parent as usize].left = x;
-        } else {
-            self.nodes[parent as usize].right = x;
-        }
-        loop {
-            let p = self.nodes[x as usize].parent;
-            if p == NIL || self.nodes[p as usize].prio >= n.prio {
-                break;
-            }
-            self.rotate_up(rec, x);
-        }
-    }
-
-    /// Takes node `x` out of the treap of `rec`: rotates it down below its higher-priority
-    /// child until it has at most one child, splices it out and repairs the summaries above.
-    fn tree_remove(&mut self, rec: u32, x: u32) {
-        loop {
-            let n = self.nodes[x as usize];
-            if n.left == NIL || n.right == NIL {
-                break;
-            }
-            let (l, r) = (n.left, n.right);
-            let up = if self.nodes[l as usize].prio > self.nodes[r as usize].prio {
-                l
-            } else {
-                r
-            };
-            self.rotate_up(rec, up);
-        }
-        let n = self.nodes[x as usize];
-        let child = if n.left != NIL { n.left } else { n.right };
-        if child != NIL {
-            self.nodes[child as usize].parent = n.parent;
-        }
-        self.replace_child(rec, n.parent, x, child);
-        let mut up = n.parent;
-        while up != NIL && self.pull(up) {
-            up = self.nodes[up as usize].parent;
-        }
     }
 
     // ----- lookup and cleanup -----
@@ -739,69 +487,60 @@ impl TensorMap {
         self.hits = hits;
     }
 
-    /// Appends the hits of `probe` to `hits`, descending only into subtrees that can hold a
-    /// candidate: an entry whose bytes intersect the probe's, or an older version. Every hit is
-    /// a candidate (`classify` says `NoOverlap` for the others), so none is missed.
+    /// Appends the hits of `probe` to `hits`: the index yields the entries whose bytes intersect
+    /// the probe's or that are older versions, and [`classify`] says `NoOverlap` for all others,
+    /// so none is missed.
     fn find_hits(
         &mut self,
         probe: &TensorDesc,
         last_alive: &[u64; RING_COUNT],
         hits: &mut Vec<Hit>,
     ) {
-        #[cfg(test)]
-        {
-            self.probe_stats = ProbeStats::default();
-        }
-        let span = Span::of(probe);
-        let Some(rec) = self.find_base(probe.base()).filter(|_| !span.is_empty()) else {
+        let geometry = probe.geometry();
+        let Some(rec) = self
+            .find_base(probe.base())
+            .filter(|_| !geometry.is_empty())
+        else {
+            self.note_probe(0, 0);
             return;
         };
         let version = probe.version();
-        // A subtree is worth entering if some entry in it ends after the probe starts (the
-        // caller checks that starts can be below the probe's end) or is an older version.
-        let worth =
-            |n: &Node, bytes: bool| (bytes && n.max_end > span.start) || n.min_version < version;
-        let mut stack = std::mem::take(&mut self.stack);
-        let root = self.bases[rec as usize].root;
-        if worth(&self.nodes[root as usize], true) {
-            stack.push(root);
-        }
-        while let Some(x) = stack.pop() {
-            let n = self.nodes[x as usize];
-            #[cfg(test)]
-            {
-                self.probe_stats.visited += 1;
-            }
-            if n.left != NIL && worth(&self.nodes[n.left as usize], true) {
-                stack.push(n.left);
-            }
-            // Right starts are ≥ this start: no byte intersection once it reaches the end.
-            let bytes = n.span.start < span.end;
-            if n.right != NIL && worth(&self.nodes[n.right as usize], bytes) {
-                stack.push(n.right);
-            }
-            if !(n.span.intersects(span) || n.version < version) {
-                continue;
-            }
-            let e = &self.entries[x as usize];
-            if e.producer.local() < last_alive[usize::from(e.producer.ring())] {
-                continue;
-            }
-            #[cfg(test)]
-            {
-                self.probe_stats.classified += 1;
-            }
-            let overlap = classify(probe, span, &e.tensor, n.span);
-            if overlap != Overlap::NoOverlap {
-                hits.push(Hit {
-                    entry: EntryId(x),
-                    producer: e.producer,
-                    overlap,
-                });
-            }
-        }
-        self.stack = stack;
+        let entries = &self.entries;
+        let mut classified = 0;
+        let visited = self.index.search(
+            self.bases[rec as usize].root,
+            geometry.span(),
+            |oldest| oldest.0 < version,
+            &mut self.stack,
+            |x| {
+                let e = &entries[x as usize];
+                if e.producer.local() < last_alive[usize::from(e.producer.ring())] {
+                    return;
+                }
+                classified += 1;
+                let overlap = classify(version, &geometry, e.version, &e.geometry);
+                if overlap != Overlap::NoOverlap {
+                    hits.push(Hit {
+                        entry: EntryId(x),
+                        producer: e.producer,
+                        overlap,
+                    });
+                }
+            },
+        );
+        self.note_probe(visited, classified);
     }
+
+    #[cfg(test)]
+    fn note_probe(&mut self, visited: usize, classified: usize) {
+        self.probe_stats = ProbeStats {
+            visited,
+            classified,
+        };
+    }
+
+    #[cfg(not(test))]
+    fn note_probe(&mut self, _visited: usize, _classified: usize) {}
 
     /// Frees the entries of the retired tasks `ring:from .. ring:to`, matching producer ids
     /// exactly (a reused slot may also hold newer entries). Advances the ring's cleanup cursor
@@ -966,9 +705,7 @@ mod tests {
                     assert_eq!(self.bucket_of(r.base), b);
                     assert!(seen_bases.insert(r.base), "two records of {:#x}", r.base);
                     assert_ne!(r.root, NIL);
-                    assert_eq!(self.nodes[r.root as usize].parent, NIL);
-                    let (size, _, _) = self.check_subtree(rec, r.root, None, None);
-                    seen_tree += size;
+                    seen_tree += self.check_tree(rec);
                     (prev, rec) = (rec, r.next);
                 }
             }
@@ -1006,52 +743,20 @@ mod tests {
             assert_eq!(seen_slot, self.in_use);
             assert_eq!(free, self.free_len);
             assert_eq!(self.in_use + self.free_len, self.entries.len());
-            assert_eq!(self.nodes.len(), self.entries.len());
+            assert_eq!(self.index.len(), self.entries.len());
             assert!(self.entries.len() <= self.capacity);
         }
 
-        /// Checks the subtree at `x` of record `rec`, whose keys must lie strictly between the
-        /// bounds; returns its size, largest end and smallest version.
-        fn check_subtree(
-            &self,
-            rec: u32,
-            x: u32,
-            lo: Option<(u64, u32)>,
-            hi: Option<(u64, u32)>,
-        ) -> (usize, u64, i32) {
-            let n = self.nodes[x as usize];
-            let e = &self.entries[x as usize];
-            assert!(e.in_use);
-            assert_eq!(e.record, rec);
-            assert_eq!(e.tensor.base(), self.bases[rec as usize].base);
-            assert_eq!(n.span, Span::of(&e.tensor));
-            let version = if n.span.is_empty() {
-                i32::MAX
-            } else {
-                e.tensor.version()
-            };
-            assert_eq!(n.version, version);
-            let key = (n.span.start, x);
-            assert!(lo.is_none_or(|lo| lo < key) && hi.is_none_or(|hi| key < hi));
-            let (mut size, mut max_end, mut min_version) = (1, n.span.end, n.version);
-            for (child, lo, hi) in [(n.left, lo, Some(key)), (n.right, Some(key), hi)] {
-                if child == NIL {
-                    continue;
-                }
-                let c = self.nodes[child as usize];
-                assert_eq!(c.parent, x);
-                assert!(c.prio <= n.prio, "heap order");
-                let (s, m, v) = self.check_subtree(rec, child, lo, hi);
-                size += s;
-                max_end = max_end.max(m);
-                min_version = min_version.min(v);
-            }
-            assert_eq!(
-                (n.max_end, n.min_version),
-                (max_end, min_version),
-                "summary of {x}"
-            );
-            (size, max_end, min_version)
+        /// Checks the tree of record `rec` (the index checks its own invariants) and that it
+        /// holds in-use entries of that record, each with its span and version; returns its
+        /// size.
+        fn check_tree(&self, rec: u32) -> usize {
+            self.index.check_tree(self.bases[rec as usize].root, |x| {
+                let e = &self.entries[x as usize];
+                assert!(e.in_use);
+                assert_eq!(e.record, rec);
+                assert_eq!(self.index.get(x), (e.geometry.span(), index_version(e)));
+            })
         }
     }
 
@@ -1227,18 +932,26 @@ mod tests {
         );
         // Step 1: an older probe version is classified normally.
         assert_eq!(classify_overlap(&m, &m.with_version(1)), Covered);
-        // Step 3: transposed views, other dtypes and reshaped views are conservative.
-        assert_eq!(classify_overlap(&m.transpose(0, 1).unwrap(), &m), Other);
-        assert_eq!(classify_overlap(&m.reshape(&[64]).unwrap(), &m), Other);
+        // Transposed, reshaped and other-dtype views of the same bytes: the tabled step 3 said
+        // Other, the shared geometry compares bytes (CHIP_RUNTIME.md §3.7 allows any sound
+        // answer; COVERED and OTHER both wait).
+        assert_eq!(classify_overlap(&m.transpose(0, 1).unwrap(), &m), Covered);
+        assert_eq!(classify_overlap(&m.reshape(&[64]).unwrap(), &m), Covered);
         let as_i32 = TensorDesc::contiguous(X, 256, &[8, 8], DType::I32).unwrap();
-        assert_eq!(classify_overlap(&as_i32, &m), Other);
+        assert_eq!(classify_overlap(&as_i32, &m), Covered);
+        let left = v(&[8, 4], &[0, 0]);
+        assert_eq!(
+            classify_overlap(&left.transpose(0, 1).unwrap(), &v(&[8, 4], &[0, 4])),
+            NoOverlap
+        );
         // Step 2 in bytes: a u8 view of bytes 0..4 against f32 element 1 (bytes 4..8).
         let bytes = TensorDesc::contiguous(X, 256, &[4], DType::U8).unwrap();
         assert_eq!(
             classify_overlap(&bytes, &m.view(&[1, 1], &[0, 1]).unwrap()),
             NoOverlap
         );
-        // Step 4: a capacity that the outer stride does not divide.
+        // Step 4's capacity rule is gone: the outermost dimension needs no bound, so a buffer
+        // that the outer stride does not divide changes nothing.
         let even = TensorDesc::new(m.buffer(), 0, &[2, 8], &[8, 1], DType::F32).unwrap();
         let odd_buf = TensorDesc::new(
             crate::tensor::BufferRef {
@@ -1252,10 +965,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(classify_overlap(&even, &even), Covered);
-        assert_eq!(classify_overlap(&odd_buf, &odd_buf), Other);
-        // Step 4: a box that wraps a row (offset 6, width 4 in rows of 8).
+        assert_eq!(classify_overlap(&odd_buf, &odd_buf), Covered);
+        let top = odd_buf.slice(0, 0, 1).unwrap();
+        assert_eq!(classify_overlap(&odd_buf, &top), Covered);
+        assert_eq!(
+            classify_overlap(&top, &odd_buf.slice(0, 1, 1).unwrap()),
+            NoOverlap
+        );
+        // A box that wraps a row (offset 6, width 4 in rows of 8) holds element 8 (row 1,
+        // column 0) but not element 10.
         let wrap = TensorDesc::new(m.buffer(), 6, &[2, 4], &[8, 1], DType::F32).unwrap();
-        assert_eq!(classify_overlap(&wrap, &v(&[1, 1], &[1, 0])), Other);
+        assert_eq!(classify_overlap(&wrap, &v(&[1, 1], &[1, 0])), Covered);
+        assert_eq!(classify_overlap(&wrap, &v(&[1, 1], &[1, 2])), NoOverlap);
+        assert_eq!(classify_overlap(&wrap, &v(&[1, 4], &[1, 0])), Other);
+        // A dimension of one element may have any stride (§1.4): it adds no byte.
+        let row1 = TensorDesc::new(m.buffer(), 8, &[1, 8], &[u64::MAX, 1], DType::F32).unwrap();
+        assert_eq!(classify_overlap(&row1, &v(&[1, 8], &[1, 0])), Covered);
         // Empty tensors overlap nothing.
         let empty = m.slice(0, 0, 0).unwrap();
         assert_eq!(classify_overlap(&empty, &m), NoOverlap);
@@ -1447,8 +1172,14 @@ mod tests {
     #[test]
     fn reset_keeps_the_pools() {
         let mut map = TensorMap::new(64, 4, [32; RING_COUNT]);
-        let pools =
-            |map: &TensorMap| (map.entries.as_ptr(), map.nodes.as_ptr(), map.bases.as_ptr());
+        // The index reallocates only to grow, so an unchanged capacity is an unmoved pool.
+        let pools = |map: &TensorMap| {
+            (
+                map.entries.as_ptr(),
+                map.index.capacity(),
+                map.bases.as_ptr(),
+            )
+        };
         let before = pools(&map);
         for round in 0..3 {
             // Distinct bases, so every insert also takes a base record.
@@ -1613,12 +1344,13 @@ mod tests {
             .map(|(&k, &(_, e))| (k, e))
             .collect();
         // What the index must examine: the live entries that intersect in bytes or are older.
-        let (ps, empty) = (Span::of(probe), probe.is_empty());
+        let (ps, empty) = (probe.byte_span(), probe.is_empty());
         let candidates = live
             .iter()
             .filter(|(_, e)| {
-                let es = Span::of(e);
-                !empty && !es.is_empty() && (ps.intersects(es) || e.version() < probe.version())
+                let es = e.byte_span();
+                let bytes = ps.start < es.end && es.start < ps.end;
+                !empty && !e.is_empty() && (bytes || e.version() < probe.version())
             })
             .count();
         let hits = live

@@ -47,10 +47,11 @@ fn access(n: usize, i: usize, one_buffer: bool) -> Access {
     Access::of(&t).expect("not empty")
 }
 
-/// The node TensorMap with `n` live writer entries: `insert_writer` (+ `erase`, to stay at
-/// `n`) of one more disjoint entry, and `lookup` (writers only) of a probe overlapping exactly
-/// one entry. On one buffer every entry is in one vector, which insert (its `retain` of covered
-/// entries), erase and lookup all scan; distinct buffers are separate hash-map keys.
+/// The node TensorMap with `n` live writer entries: `insert_writer` (+ `erase` through the
+/// returned entry, to stay at `n`) of one more disjoint entry, and `lookup` (writers only) of a
+/// probe overlapping exactly one entry. On one buffer all `n` entries share the buffer's tree
+/// of the region index, so insert (its search for covered entries) and lookup descend
+/// `O(log n)` nodes and erase unlinks one; distinct buffers are separate hash-map keys.
 fn node_tensormap(c: &mut Criterion) {
     for (layout, one_buffer) in [("one_buffer", true), ("distinct_buffers", false)] {
         let mut group = c.benchmark_group(format!("node_tensormap/{layout}"));
@@ -65,8 +66,8 @@ fn node_tensormap(c: &mut Criterion) {
             let task = n as u32;
             group.bench_with_input(BenchmarkId::new("insert_erase", n), &n, |b, _| {
                 b.iter(|| {
-                    map.insert_writer(black_box(&extra), task);
-                    map.erase(&extra, task);
+                    let entry = map.insert_writer(black_box(&extra), task);
+                    map.erase(entry, task);
                 });
             });
             let probe = access(n, n / 2, one_buffer);

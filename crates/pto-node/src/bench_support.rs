@@ -9,31 +9,40 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use pto_types::Tensor;
+use pto_types::geometry::Geometry;
 use pto_types::node_wire::mailbox::{FRAME_BYTES, MailboxState};
 
 use crate::engine::SlotId;
-use crate::engine::tensormap::{BufferKey, Footprint};
+use crate::engine::tensormap::{BufferKey, Entries, EntryHandle};
 use crate::shm::{Mailbox, Segment, SegmentKey};
 
-/// One tensor access as the engine records it: the buffer's full key and the footprint.
+/// One tensor access as the engine records it: the buffer's full key and the geometry.
 #[derive(Clone, Debug)]
 pub struct Access {
     key: BufferKey,
-    footprint: Footprint,
+    geometry: Geometry,
 }
 
 impl Access {
     /// The access of host tensor `t` (`None` for a zero-size tensor, which the map skips).
     pub fn of(t: &Tensor) -> Option<Access> {
+        let geometry = t.geometry();
+        if geometry.is_empty() {
+            return None;
+        }
         Some(Access {
             key: BufferKey {
                 buffer: t.buffer().id(),
                 device_worker: None,
             },
-            footprint: Footprint::of(t)?,
+            geometry,
         })
     }
 }
+
+/// An entry of the L3 TensorMap, as a task's slot keeps it.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry(EntryHandle);
 
 /// `engine::tensormap::TensorMap`: one run's L3 TensorMap (NODE_RUNTIME.md §2.3).
 #[derive(Default)]
@@ -47,25 +56,29 @@ impl TensorMap {
         TensorMap::default()
     }
 
-    /// `insert_writer(key, footprint.clone(), task)`, as submit does for an output.
-    pub fn insert_writer(&mut self, access: &Access, task: u32) {
-        self.map.insert_writer(
-            access.key,
-            access.footprint.clone(),
-            SlotId::for_bench(task),
-        );
+    /// `insert_writer(key, geometry, task)`, as submit does for an output.
+    pub fn insert_writer(&mut self, access: &Access, task: u32) -> Entry {
+        Entry(
+            self.map
+                .insert_writer(access.key, access.geometry, SlotId::for_bench(task)),
+        )
     }
 
-    /// `erase(key, task)`, as consumption does for each output key.
-    pub fn erase(&mut self, access: &Access, task: u32) {
-        self.map.erase(&access.key, SlotId::for_bench(task));
+    /// `erase(entry, task)`, as consumption does for each entry of the task.
+    pub fn erase(&mut self, entry: Entry, task: u32) {
+        self.map.erase(entry.0, SlotId::for_bench(task));
     }
 
-    /// `lookup(key, footprint, readers, out)` into a reused vector; returns the hits.
+    /// `lookup(key, geometry, writers or both, out)` into a reused vector; returns the hits.
     pub fn lookup(&mut self, access: &Access, readers: bool) -> usize {
+        let which = if readers {
+            Entries::Both
+        } else {
+            Entries::Writers
+        };
         self.out.clear();
         self.map
-            .lookup(&access.key, &access.footprint, readers, &mut self.out);
+            .lookup(&access.key, &access.geometry, which, &mut self.out);
         self.out.len()
     }
 

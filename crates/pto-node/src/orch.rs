@@ -16,12 +16,13 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
+use pto_types::geometry::Overlap;
 use pto_types::{BufferId, CallConfig, DType, TaskArgs, Tensor};
 
 use crate::buffer::{BufferInner, HostBuffer};
 use crate::callable::{CallableHandle, CallableKind};
 use crate::device::DeviceTensor;
-use crate::engine::tensormap::{BufferKey, Footprint, Overlap};
+use crate::engine::tensormap::BufferKey;
 use crate::engine::{Access, NewTask, Placement, SlotId};
 use crate::error::{AllocError, ControlError, OrchError, ScopeError, SubmitError};
 use crate::heap::HEAP_RINGS;
@@ -435,7 +436,8 @@ impl<'run> Orchestrator<'run> {
                 }
             }
             buffers.push(b);
-            if let Some(footprint) = Footprint::of(t) {
+            let geometry = t.geometry();
+            if !geometry.is_empty() {
                 accesses.push((
                     i,
                     Access {
@@ -444,7 +446,7 @@ impl<'run> Orchestrator<'run> {
                             buffer: t.buffer().id(),
                             device_worker,
                         },
-                        footprint,
+                        geometry,
                     },
                 ));
             }
@@ -453,7 +455,7 @@ impl<'run> Orchestrator<'run> {
             accesses.iter().filter(|(_, a)| a.tag.writes()).collect();
         for (k, (a, x)) in writes.iter().enumerate() {
             for (b, y) in &writes[k + 1..] {
-                if x.key == y.key && x.footprint.overlap(&y.footprint) != Overlap::None {
+                if x.key == y.key && x.geometry.classify(&y.geometry) != Overlap::NoOverlap {
                     return Err(SubmitError::WriteOverlap { a: *a, b: *b });
                 }
             }

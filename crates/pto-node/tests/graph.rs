@@ -1,5 +1,6 @@
 //! Dependency inference and scheduling order (NODE_RUNTIME.md §9 rows 25–28, 35, 36; §2.3,
-//! §3.2). Edges are checked through each task's `producers` in the run report.
+//! §3.2; issue 14's 100 000 writers of one buffer). Edges are checked through each task's
+//! `producers` in the run report.
 
 use std::time::Duration;
 
@@ -173,6 +174,34 @@ fn n28_track_war_orders_a_writer_after_readers(mode: Mode) {
     });
 }
 
+/// A task that reads one half and writes the other, then a writer of the whole: the writer
+/// depends on the read (NODE_RUNTIME.md §2.3: "writers depend on overlapping live readers").
+/// Before issue 14 the lookup subtracted every overlapping *writer* task from the readers, so
+/// a task that also wrote nearby lost its write-after-read edge.
+fn track_war_orders_a_writer_after_a_task_that_read_and_wrote(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 2).track_war(true));
+        let copy = copier(&w);
+        let fill = filler(&w);
+        let (x_buf, x) = buf(&w, 8, 1.0);
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    let (low, high) = (view(&x_buf, 0, 4), view(&x_buf, 4, 4));
+                    orch.submit_sub(&copy, TaskArgs::new().input(&low).output_existing(&high))?;
+                    orch.submit_sub(&fill, TaskArgs::new().output_existing(&x).scalar(2.0f32))?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert_eq!(producers(&report.tasks[1]), vec![0]);
+        let (first, second) = (&report.tasks[0], &report.tasks[1]);
+        assert!(second.dispatched.unwrap() >= first.finished.unwrap());
+    });
+}
+
 fn n35_runs_never_interleave(mode: Mode) {
     with_timeout(20, move || {
         let w = start(builder(mode, 0, 2));
@@ -245,12 +274,74 @@ fn n36_group_reserves_its_targets(mode: Mode) {
     });
 }
 
+/// Issue 14: 100 000 tasks on one buffer through the public API. Every writer fills its own
+/// disjoint two-element slice and stays live until the run ends (outer scope), so the buffer's
+/// TensorMap holds 100 000 entries; a scan of them per submit took minutes, the region index
+/// keeps each submit O(log n). Then readers of two neighbouring slices each wait for exactly
+/// those two writers and see their values.
+fn hundred_thousand_writers_of_one_buffer(mode: Mode) {
+    const WRITERS: u64 = 100_000;
+    const READERS: u64 = 1_000;
+    const SLICE: u64 = 2;
+    const SPACING: u64 = WRITERS / READERS;
+    with_timeout(100, move || {
+        let w = start(builder(mode, 0, 2));
+        let (fill, copy) = (filler(&w), copier(&w));
+        let (grid, _) = buf(&w, (WRITERS * SLICE) as usize, -1.0);
+        let (out, _) = buf(&w, (READERS * SLICE) as usize, -1.0);
+        let (g, o) = (grid.clone(), out.clone());
+        let report = w
+            .run(
+                move |orch, _, _| {
+                    for i in 0..WRITERS {
+                        let slice = view(&g, i * SLICE, SLICE as u32);
+                        let args = TaskArgs::new().output_existing(&slice).scalar(i as f32);
+                        orch.submit_sub(&fill, args)?;
+                    }
+                    for r in 0..READERS {
+                        // The second element of slice i and the first of slice i + 1.
+                        let straddle = view(&g, r * SPACING * SLICE + 1, SLICE as u32);
+                        let dst = view(&o, r * SLICE, SLICE as u32);
+                        orch.submit_sub(
+                            &copy,
+                            TaskArgs::new().input(&straddle).output_existing(&dst),
+                        )?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        assert_eq!(report.tasks.len() as u64, WRITERS + READERS);
+        let values = grid.read_vec::<f32>(0, (WRITERS * SLICE) as usize).unwrap();
+        for (i, slice) in values.chunks(SLICE as usize).enumerate() {
+            assert_eq!(slice, [i as f32; SLICE as usize], "slice {i}");
+        }
+        let copies = out.read_vec::<f32>(0, (READERS * SLICE) as usize).unwrap();
+        for r in 0..READERS {
+            let i = r * SPACING;
+            let reader = &report.tasks[(WRITERS + r) as usize];
+            assert_eq!(producers(reader), [i as u32, i as u32 + 1], "reader {r}");
+            let got = &copies[(r * SLICE) as usize..][..SLICE as usize];
+            assert_eq!(got, [i as f32, (i + 1) as f32], "reader {r}");
+        }
+        assert!(
+            report.tasks[..WRITERS as usize]
+                .iter()
+                .all(|t| t.producers.is_empty())
+        );
+    });
+}
+
 both_modes!(
+    hundred_thousand_writers_of_one_buffer,
     n25_inout_chain_runs_in_submit_order,
     n26_disjoint_halves_have_independent_readers,
     n26_column_halves_are_independent_too,
     n27_distinct_buffers_never_alias,
     n28_track_war_orders_a_writer_after_readers,
+    track_war_orders_a_writer_after_a_task_that_read_and_wrote,
     n35_runs_never_interleave,
     n36_group_reserves_its_targets,
 );

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::DType;
+use crate::geometry::Geometry;
 
 /// Most dimensions of a tensor.
 pub const MAX_TENSOR_DIMS: usize = 5;
@@ -303,6 +304,22 @@ impl Tensor {
     /// Number of elements.
     pub fn numel(&self) -> u64 {
         self.shape().iter().map(|&n| u64::from(n)).product()
+    }
+
+    /// The bytes of its buffer this view touches, for overlap tests.
+    pub fn geometry(&self) -> Geometry {
+        let mut strides = [0u64; MAX_TENSOR_DIMS];
+        for (wide, &s) in strides.iter_mut().zip(self.strides()) {
+            *wide = u64::from(s);
+        }
+        let ndims = usize::from(self.ndims);
+        Geometry::new(
+            self.dtype.size() as u64,
+            self.byte_offset,
+            self.shape(),
+            &strides[..ndims],
+        )
+        .expect("a validated tensor lies inside its buffer")
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! This crate is the bottom layer of the workspace (see `ARCHITECTURE.md`): the per-task ring
 //! configuration ([`CallConfig`], [`RuntimeEnv`]) with its validation, environment tier and
-//! resolver, the data types that describe tensors and task arguments, and the binary records
-//! that cross process boundaries.
+//! resolver, the data types that describe tensors and task arguments, the tensor geometry both
+//! levels' TensorMaps classify overlaps with ([`geometry`]), and the binary records that cross
+//! process boundaries.
 //!
 //! Architecture invariants:
 //! - no threads are started here and no process-wide state is read implicitly: the environment
@@ -14,6 +15,7 @@
 pub mod args;
 pub mod dtype;
 pub mod error_code;
+pub mod geometry;
 pub mod node_wire;
 pub mod ring_config;
 pub mod wait;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use pto_types::geometry::Overlap;
 use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::wait::{SpinPolicy, Waiter};
 use pto_types::{ErrorCode, RING_COUNT, Resource, TensorTag};
@@ -28,7 +29,7 @@ use crate::kernel::{BoundTensor, CoreId, Element, KernelCtx, KernelRef};
 use crate::ring::{AllocFailureKind, DepPool, TaskRing};
 use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
-use crate::tensormap::{Overlap, TensorMap, Visit};
+use crate::tensormap::{TensorMap, Visit};
 
 use super::graph::{Effects, NewTask, ProducerState, Signal};
 use super::heap::RunMemory;

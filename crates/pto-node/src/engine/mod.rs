@@ -43,7 +43,7 @@ use crate::report::{
     LaneStats, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport,
 };
 use crate::shm::doorbell::Doorbell;
-use tensormap::{BufferKey, Footprint, TensorMap};
+use tensormap::{BufferKey, Entries, EntryHandle, TensorMap};
 
 /// A task slot: index into the slab and the generation it was claimed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,7 +106,7 @@ pub(crate) enum Placement {
 pub(crate) struct Access {
     pub(crate) tag: TensorTag,
     pub(crate) key: BufferKey,
-    pub(crate) footprint: Footprint,
+    pub(crate) geometry: pto_types::geometry::Geometry,
 }
 
 /// A validated task, ready for the engine.
@@ -177,7 +177,7 @@ struct Slot {
     consumers: Vec<SlotId>,
     refs_total: u32,
     refs_released: u32,
-    output_keys: Vec<BufferKey>,
+    output_keys: Vec<EntryHandle>,
     /// Distinct buffers, each holding one task use until the task is terminal.
     buffers: Vec<Arc<BufferInner>>,
     failure: Option<TaskFailure>,
@@ -224,7 +224,7 @@ impl Slot {
         run_id: u64,
         task_index: u32,
         new: NewTask,
-        output_keys: Vec<BufferKey>,
+        output_keys: Vec<EntryHandle>,
         buffers: Vec<Arc<BufferInner>>,
         now: Instant,
     ) -> Slot {
@@ -707,7 +707,7 @@ impl EngineState {
         run.active += 1;
         run.reports.push(None);
         // Dependencies: look up producers before inserting this task's own entries.
-        let mut producers = lookup_producers(&run.tensormap, &new.accesses, track_war);
+        let mut producers = lookup_producers(&mut run.tensormap, &new.accesses, track_war);
         let output_keys = insert_accesses(&mut run.tensormap, &new.accesses, track_war, me);
         producers.sort_by_key(|p| (p.index, p.generation));
         producers.dedup();
@@ -856,8 +856,8 @@ impl EngineState {
         self.slots[id.index as usize].generation = slot.generation.wrapping_add(1);
         self.free.push(id.index);
         if let Some(run) = self.run_mut(slot.run_id) {
-            for key in &slot.output_keys {
-                run.tensormap.erase(key, id);
+            for &entry in &slot.output_keys {
+                run.tensormap.erase(entry, id);
             }
             run.active -= 1;
         }
@@ -1374,43 +1374,35 @@ fn release_buffers(buffers: &[Arc<BufferInner>]) {
 }
 
 /// The tasks `accesses` depend on, in lookup order with repeats.
-fn lookup_producers(map: &TensorMap, accesses: &[Access], track_war: bool) -> Vec<SlotId> {
+fn lookup_producers(map: &mut TensorMap, accesses: &[Access], track_war: bool) -> Vec<SlotId> {
     let mut producers: Vec<SlotId> = Vec::new();
     for a in accesses {
-        match a.tag {
-            TensorTag::Input => map.lookup(&a.key, &a.footprint, false, &mut producers),
-            TensorTag::InOut => map.lookup(&a.key, &a.footprint, track_war, &mut producers),
-            TensorTag::Output | TensorTag::OutputExisting => {
-                if track_war {
-                    // Write-after-read only: readers since the last covering write.
-                    let mut all = Vec::new();
-                    map.lookup(&a.key, &a.footprint, true, &mut all);
-                    let mut writers = Vec::new();
-                    map.lookup(&a.key, &a.footprint, false, &mut writers);
-                    producers.extend(all.into_iter().filter(|t| !writers.contains(t)));
-                }
-            }
-            TensorTag::NoDep => {}
-        }
+        let which = match a.tag {
+            TensorTag::Input => Entries::Writers,
+            TensorTag::InOut if track_war => Entries::Both,
+            TensorTag::InOut => Entries::Writers,
+            // Write-after-read only: the readers since the last covering write.
+            TensorTag::Output | TensorTag::OutputExisting if track_war => Entries::Readers,
+            TensorTag::Output | TensorTag::OutputExisting | TensorTag::NoDep => continue,
+        };
+        map.lookup(&a.key, &a.geometry, which, &mut producers);
     }
     producers
 }
 
-/// Records task `me`'s writes (and, tracking WAR, its reads); returns the keys it entered.
+/// Records task `me`'s writes (and, tracking WAR, its reads); returns the entries it made.
 fn insert_accesses(
     map: &mut TensorMap,
     accesses: &[Access],
     track_war: bool,
     me: SlotId,
-) -> Vec<BufferKey> {
+) -> Vec<EntryHandle> {
     let mut output_keys = Vec::new();
     for a in accesses {
         if a.tag.writes() {
-            map.insert_writer(a.key, a.footprint.clone(), me);
-            output_keys.push(a.key);
+            output_keys.push(map.insert_writer(a.key, a.geometry, me));
         } else if track_war && a.tag == TensorTag::Input {
-            map.insert_reader(a.key, a.footprint.clone(), me);
-            output_keys.push(a.key);
+            output_keys.push(map.insert_reader(a.key, a.geometry, me));
         }
     }
     output_keys
