@@ -48,6 +48,7 @@ use crate::launch::{ChildRuntime, launch};
 use crate::orch::Orchestrator;
 use crate::report::{CloseReport, RunReport, WorkerStats};
 use crate::scheduler::{PumpSlot, Scheduler};
+use crate::shm::doorbell::Epoch;
 use crate::shm::{Segment, SegmentKey};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -719,6 +720,9 @@ impl Worker {
         let handle = RunHandle {
             fence,
             spin: self.shared.waiter_spin(),
+            engine: Arc::clone(&self.shared.engine),
+            pump: (self.shared.options.mode == EndpointMode::ChildProcess)
+                .then(|| Arc::clone(&self.shared.pump)),
         };
         match failure {
             None => Ok(handle),
@@ -896,6 +900,12 @@ impl Drop for Worker {
 pub struct RunHandle {
     fence: Arc<RunFence>,
     spin: SpinPolicy,
+    /// In child-process mode a waiting thread helps: it makes a scheduler pass when the
+    /// doorbell moved and no pass runs, so the run's tasks dispatch and complete without a hop
+    /// to the scheduler thread. (In-process lanes make their own passes; measured, a helping
+    /// waiter there only contends with them.)
+    engine: Arc<Engine>,
+    pump: Option<PumpSlot>,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -919,10 +929,31 @@ impl RunHandle {
 
     /// Waits for the run; `Err(Timeout)` leaves it running. `None` waits without a limit
     /// (every run completes: tasks finish, fail, or are failed by `close`).
+    /// One scheduler pass if the doorbell moved since `seen` and no pass runs; true if made.
+    fn help(&self, seen: &mut Option<Epoch>) -> bool {
+        let Some(pump) = &self.pump else {
+            return false;
+        };
+        let epoch = self.engine.doorbell.epoch();
+        if *seen == Some(epoch) {
+            return false;
+        }
+        *seen = Some(epoch);
+        pump.get()
+            .and_then(Weak::upgrade)
+            .is_some_and(|p| p.try_pass())
+    }
+
     /// `wait(None)` for the only handle of a run (`Worker::run`): moves the result out
     /// instead of copying every task report.
     fn wait_taking(self) -> Result<RunReport, WaitError> {
+        let mut seen = None;
         match wait_until(&self.fence.done, self.spin, None, || {
+            // Never hold the result's lock while helping: a pass may complete this run.
+            let taken = self.fence.result.lock().take();
+            if taken.is_some() || !self.help(&mut seen) {
+                return taken;
+            }
             self.fence.result.lock().take()
         }) {
             Ok(Ok(report)) => Ok(report),
@@ -933,7 +964,13 @@ impl RunHandle {
 
     pub fn wait(&self, timeout: Option<Duration>) -> Result<RunReport, WaitError> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        let mut seen = None;
         match wait_until(&self.fence.done, self.spin, deadline, || {
+            // Never hold the result's lock while helping: a pass may complete this run.
+            let found = self.fence.result.lock().clone();
+            if found.is_some() || !self.help(&mut seen) {
+                return found;
+            }
             self.fence.result.lock().clone()
         }) {
             Ok(Ok(report)) => Ok(report),
