@@ -29,6 +29,13 @@ fn noop_sub(_: &SubContext, _: &MappedArgs) -> Result<(), TaskError> {
 }
 pto_node::register_sub!("bench.noop_sub", noop_sub);
 
+/// `bench.gate_sub`: sleeps `scalar(0)` ms; the tasks that read its output wait for it.
+fn gate_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
+    std::thread::sleep(std::time::Duration::from_millis(a.scalar(0)?));
+    Ok(())
+}
+pto_node::register_sub!("bench.gate_sub", gate_sub);
+
 fn empty_chip<'r>(_: &mut RootScope<'r>, _: &OrchArgs<'r>) -> OrchResult<()> {
     Ok(())
 }
@@ -227,19 +234,34 @@ fn one_task_run(
 
 /// Submit cost per task when `n` tasks each write their own 4-byte slice of one buffer (all
 /// live until the run ends: the L3 TensorMap holds `n` entries of one buffer): µs per task
-/// of the orchestration function alone.
-fn submit_on_one_buffer(w: &Worker, sub: CallableHandle, n: usize) -> anyhow::Result<f64> {
+/// of the orchestration function's loop. Every task also reads the output of a gate task that
+/// sleeps 5 µs per task submitted, so no task runs while the loop submits and the figure is
+/// the submit path alone (lookup of the gate, insert of the slice), not its contention with
+/// execution.
+fn submit_on_one_buffer(
+    w: &Worker,
+    gate: CallableHandle,
+    sub: CallableHandle,
+    n: usize,
+) -> anyhow::Result<f64> {
     let out = w.create_buffer(n * 4)?;
     let views = (0..n)
         .map(|i| out.view(i as u64 * 4, &[1], &[1], pto_types::DType::F32))
         .collect::<Result<Vec<_>, _>>()?;
+    let gate_buf = w.create_buffer(4)?;
+    let gate_view = gate_buf.view(0, &[1], &[1], pto_types::DType::F32)?;
+    let gate_ms = (n as u64 * 5 / 1000).max(20);
     let took = Arc::new(std::sync::Mutex::new(0.0));
     let t = Arc::clone(&took);
     w.run(
         move |orch, _, _| {
+            orch.submit_sub(
+                &gate,
+                TaskArgs::new().output_existing(&gate_view).scalar(gate_ms),
+            )?;
             let started = Instant::now();
             for v in &views {
-                orch.submit_sub(&sub, TaskArgs::new().output_existing(v))?;
+                orch.submit_sub(&sub, TaskArgs::new().input(&gate_view).output_existing(v))?;
             }
             *t.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = us_since(started);
             Ok(())
@@ -268,12 +290,13 @@ fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
     ] {
         let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
+        let gate = w.register(Callable::sub("bench.gate_sub"))?;
         // One run at the largest size first: slots, reports and the map's arenas then exist,
         // so each size measures steady-state submits, not first-touch page faults.
-        submit_on_one_buffer(&w, sub, sizes[sizes.len() - 1])?;
+        submit_on_one_buffer(&w, gate, sub, sizes[sizes.len() - 1])?;
         let mut per_task = Vec::new();
         for &n in sizes {
-            let us = sample(3, || submit_on_one_buffer(&w, sub, n))?.median;
+            let us = sample(3, || submit_on_one_buffer(&w, gate, sub, n))?.median;
             per_task.push(us);
             points.push(Point::new(
                 "dispatch",
