@@ -721,8 +721,8 @@ impl Worker {
             fence,
             spin: self.shared.waiter_spin(),
             engine: Arc::clone(&self.shared.engine),
-            pump: (self.shared.options.mode == EndpointMode::ChildProcess)
-                .then(|| Arc::clone(&self.shared.pump)),
+            pump: Arc::clone(&self.shared.pump),
+            help_once: self.shared.options.mode == EndpointMode::InProcess,
         };
         match failure {
             None => Ok(handle),
@@ -900,12 +900,14 @@ impl Drop for Worker {
 pub struct RunHandle {
     fence: Arc<RunFence>,
     spin: SpinPolicy,
-    /// In child-process mode a waiting thread helps: it makes a scheduler pass when the
-    /// doorbell moved and no pass runs, so the run's tasks dispatch and complete without a hop
-    /// to the scheduler thread. (In-process lanes make their own passes; measured, a helping
-    /// waiter there only contends with them.)
+    /// A waiting thread helps: it makes a scheduler pass when the doorbell moved and no pass
+    /// runs, so the run's tasks dispatch (and, from child processes, complete) without a hop
+    /// to the scheduler thread. In-process lanes make their own passes, and a waiter that kept
+    /// passing only contended with them (measured): there it helps once per wait, which
+    /// dispatches what the orchestration function left ready.
     engine: Arc<Engine>,
-    pump: Option<PumpSlot>,
+    pump: PumpSlot,
+    help_once: bool,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -931,15 +933,13 @@ impl RunHandle {
     /// (every run completes: tasks finish, fail, or are failed by `close`).
     /// One scheduler pass if the doorbell moved since `seen` and no pass runs; true if made.
     fn help(&self, seen: &mut Option<Epoch>) -> bool {
-        let Some(pump) = &self.pump else {
-            return false;
-        };
         let epoch = self.engine.doorbell.epoch();
-        if *seen == Some(epoch) {
+        if *seen == Some(epoch) || (self.help_once && seen.is_some()) {
             return false;
         }
         *seen = Some(epoch);
-        pump.get()
+        self.pump
+            .get()
             .and_then(Weak::upgrade)
             .is_some_and(|p| p.try_pass())
     }
