@@ -33,8 +33,9 @@
 //! - `buffer`, `sub` — host buffers, `MappedArgs` for sub functions (§1.3, §5);
 //! - [`error`], [`report`] — typed errors (§1.7) and run reports (§1.4).
 //!
-//! Architecture invariants: all graph state sits behind one engine mutex; only the scheduler
-//! thread calls endpoints; every wait spins briefly, then parks (a `pto_types::wait` event
+//! Architecture invariants: all graph state sits behind one engine mutex; endpoints are called
+//! only by the holder of the scheduler's mutex (`scheduler::Pump`; lock order scheduler →
+//! engine → lane queue); every wait spins briefly, then parks (a `pto_types::wait` event
 //! count, or the futex doorbell shared with child processes); the process environment is read
 //! only through `EnvSource::process()` and never written; every binary record that crosses a
 //! process boundary is defined in `pto_types::node_wire`.

@@ -1,10 +1,15 @@
-//! The scheduler thread: one per Worker, the only caller of the endpoints (NODE_RUNTIME.md §3).
+//! The scheduler (NODE_RUNTIME.md §3): the endpoints and what is known of each lane, behind one
+//! mutex ([`Pump`]); whoever holds it is the only caller of the endpoints. The scheduler
+//! thread (one per Worker) makes passes; so does an in-process lane that just finished a task,
+//! and a thread waiting for its run (`RunHandle`), whenever the mutex is free — a try-lock, so
+//! nobody waits for another's pass: every producer of work rings the doorbell, and the
+//! scheduler thread, which re-checks after every ring, is the backstop.
 //!
-//! Loop: poll lanes for replies, deaths and finished restarts, and time out tasks past
+//! A pass: poll lanes for replies, deaths and finished restarts, and time out tasks past
 //! `task_timeout` → under the engine lock, apply completions and deaths, start queued kills and
 //! control commands on idle lanes and run one dispatch pass (§3.2) → start restarts of lanes
-//! that died and hand the chosen requests to their lanes → if nothing happened, wait on the
-//! doorbell (spin for the scheduler's window, then park until the next task deadline or without
+//! that died and hand the chosen requests to their lanes. The scheduler thread, when nothing
+//! happened, waits on the doorbell (spin for the scheduler's window, then park until the next task deadline or without
 //! a timeout; `pto_types::wait`). Everything that creates work notifies the doorbell after
 //! publishing it under the engine lock — a READY task at submit or completion, run promotion,
 //! a lane reply, a child's death (the monitor), a finished restart, a control request, stop —

@@ -3,7 +3,8 @@
 //!
 //! Hand-off protocol, the mailbox's ring of frames as a queue of Rust values:
 //!
-//! 1. The scheduler (only caller of the [`Endpoint`] methods) pushes a request onto the lane's
+//! 1. The scheduler (the only caller of the [`Endpoint`] methods, whichever thread makes the
+//!    pass) pushes a request onto the lane's
 //!    queue under its mutex (at most the lane depth of tasks, or one control command on an idle
 //!    lane) and notifies the lane's event count (`wake`).
 //! 2. The lane thread waits on `wake` (spin, then park; `pto_types::wait`) until the queue

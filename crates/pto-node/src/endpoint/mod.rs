@@ -1,6 +1,7 @@
 //! Endpoints: the scheduler's connection to one child (NODE_RUNTIME.md §4.1).
 //!
-//! One trait for every transport, called only by the scheduler thread, never blocking:
+//! One trait for every transport, called only by the holder of the scheduler's mutex
+//! (`scheduler::Pump`), never blocking:
 //! `dispatch` hands over one task; a lane holds up to its **depth** of tasks (a bounded queue,
 //! `WorkerBuilder::lane_depth`; the mailbox's ring of frames) and runs them in order, so a busy
 //! lane goes from one task to the next without waiting for the scheduler. A control command
