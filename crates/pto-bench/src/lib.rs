@@ -9,7 +9,8 @@
 //!   loop as peer);
 //! - [`dispatch`] — B3, L3 dispatch cost, both endpoint modes (thread ping-pong floors);
 //! - [`idle`] — B4, CPU of the whole process tree per wall second while idle;
-//! - [`footprint`] — B5, device memory of the fan-out scene's three sizings;
+//! - B5 (device memory of the fan-out scene's three sizings) runs a scene, so it lives in
+//!   `pto_scene::footprint_bench`;
 //! - [`deadlock`] — B6, detection latency of each undersized-ring reproducer and a killed child.
 //!
 //! Benchmarks are not tests: nothing here asserts a speed. `quick` shrinks every workload so a
@@ -18,7 +19,6 @@
 
 pub mod deadlock;
 pub mod dispatch;
-pub mod footprint;
 pub mod idle;
 pub mod metg;
 pub mod submit;
@@ -195,37 +195,59 @@ pub fn us_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
-/// The benchmarks, by name.
-pub const BENCHES: [&str; 6] = [
-    "submit",
-    "metg",
-    "dispatch",
-    "idle",
-    "footprint",
-    "deadlock",
+/// One benchmark: its name on the command line and what runs it (`quick`: a smoke run).
+#[derive(Clone, Copy, Debug)]
+pub struct Bench {
+    pub name: &'static str,
+    pub run: fn(bool) -> anyhow::Result<Vec<Point>>,
+}
+
+/// The benchmarks of this crate, in the order `all` runs them. B5 (`footprint`) runs a scene,
+/// so it lives with the scenes (`pto_scene::footprint_bench`), which adds it to this list.
+pub const BENCHES: [Bench; 5] = [
+    Bench {
+        name: "submit",
+        run: submit::run,
+    },
+    Bench {
+        name: "metg",
+        run: metg::run,
+    },
+    Bench {
+        name: "dispatch",
+        run: dispatch::run,
+    },
+    Bench {
+        name: "idle",
+        run: idle::run,
+    },
+    Bench {
+        name: "deadlock",
+        run: deadlock::run,
+    },
 ];
 
-/// Runs benchmark `name` (`all`: every one in [`BENCHES`] order).
-pub fn run(name: &str, quick: bool) -> anyhow::Result<Vec<Point>> {
-    match name {
-        "submit" => submit::run(quick),
-        "metg" => metg::run(quick),
-        "dispatch" => dispatch::run(quick),
-        "idle" => idle::run(quick),
-        "footprint" => footprint::run(quick),
-        "deadlock" => deadlock::run(quick),
-        "all" => {
-            let mut all = Vec::new();
-            for b in BENCHES {
-                all.extend(run(b, quick)?);
-            }
-            Ok(all)
+/// Runs benchmark `name` of `benches` (`all`: every one, in order).
+pub fn run(benches: &[Bench], name: &str, quick: bool) -> anyhow::Result<Vec<Point>> {
+    if name == "all" {
+        let mut all = Vec::new();
+        for b in benches {
+            all.extend((b.run)(quick)?);
         }
-        other => anyhow::bail!(
-            "no benchmark named {other:?} (benchmarks: {}, all)",
-            BENCHES.join(", ")
+        return Ok(all);
+    }
+    match benches.iter().find(|b| b.name == name) {
+        Some(b) => (b.run)(quick),
+        None => anyhow::bail!(
+            "no benchmark named {name:?} (benchmarks: {}, all)",
+            names(benches)
         ),
     }
+}
+
+/// `submit, metg, …`: the names of `benches`.
+pub fn names(benches: &[Bench]) -> String {
+    benches.iter().map(|b| b.name).collect::<Vec<_>>().join(", ")
 }
 
 /// The readable table of `points`: one line per point, grouped by benchmark.

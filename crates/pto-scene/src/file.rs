@@ -18,6 +18,7 @@ use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
+use pto_types::ErrorCode;
 use toml::{Table, Value};
 
 use crate::config_block::{
@@ -34,7 +35,7 @@ pub const MAX_CASES: usize = 1024;
 /// Keys allowed at the top of a scene file.
 pub const TOP_KEYS: [&str; 3] = ["cases", "level", "scene"];
 /// Keys allowed in a case.
-pub const CASE_KEYS: [&str; 3] = ["config", "name", "params"];
+pub const CASE_KEYS: [&str; 5] = ["config", "expect_failure", "ignore", "name", "params"];
 
 /// One case of a scene file.
 #[derive(Clone, Debug)]
@@ -42,6 +43,13 @@ pub struct Case {
     pub name: String,
     pub config: CaseConfig,
     pub params: Params,
+    /// `expect_failure = "HEAP_RING_DEADLOCK"` (a code name or number): the case passes only
+    /// when a task fails with this code (the rows say `expected FAIL (…)`), and fails when
+    /// every task succeeds or one fails otherwise.
+    pub expect_failure: Option<ErrorCode>,
+    /// `ignore = true` or `ignore = "why"`: the test harness marks the case ignored (run it
+    /// with `--ignored`); `pto run` still runs it.
+    pub ignore: Option<String>,
 }
 
 /// A loaded scene file.
@@ -203,13 +211,7 @@ fn scene_of(table: &Table) -> Result<&'static dyn Scene, String> {
             return Err("scene: missing (the registered scene whose cases these are)".into());
         }
     };
-    let scene = find_scene(name).ok_or_else(|| {
-        format!(
-            "scene: no scene named {:?} is registered (known: {})",
-            cut(name),
-            crate::scene::scene_names().join(", ")
-        )
-    })?;
+    let scene = find_scene(name).map_err(|e| format!("scene: {e}"))?;
     let Some(level) = table.get("level") else {
         return Ok(scene);
     };
@@ -311,7 +313,45 @@ fn parse_case(
         name,
         config,
         params,
+        expect_failure: expect_failure(case).map_err(|e| format!("{at}: {e}"))?,
+        ignore: ignore(case).map_err(|e| format!("{at}: {e}"))?,
     })
+}
+
+/// The case's `expect_failure`: an error code by name (`"DEVICE_MEMORY_EXHAUSTED"`) or number.
+fn expect_failure(case: &Table) -> Result<Option<ErrorCode>, String> {
+    let code = match case.get("expect_failure") {
+        None => return Ok(None),
+        Some(Value::String(name)) => ErrorCode::all().find(|c| c.name() == name.as_str()),
+        Some(Value::Integer(n)) => u32::try_from(*n).ok().and_then(ErrorCode::from_code),
+        Some(other) => {
+            return Err(format!(
+                "expect_failure: must be an error code name or number, found {}",
+                other.type_str()
+            ));
+        }
+    };
+    match code {
+        Some(code) => Ok(Some(code)),
+        None => Err(format!(
+            "expect_failure: {} is not an error code (codes: {})",
+            crate::params::show_value(&case["expect_failure"]),
+            ErrorCode::all().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// The case's `ignore`: `true`, `false` or the reason as a string.
+fn ignore(case: &Table) -> Result<Option<String>, String> {
+    match case.get("ignore") {
+        None | Some(Value::Boolean(false)) => Ok(None),
+        Some(Value::Boolean(true)) => Ok(Some(String::new())),
+        Some(Value::String(why)) => Ok(Some(cut(why))),
+        Some(other) => Err(format!(
+            "ignore: must be a boolean or the reason as a string, found {}",
+            other.type_str()
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,16 @@
-//! Scene-test harness: scenes registered in Rust, their cases in TOML, and the runner behind
-//! `pto run` (RING_CONFIG.md §11).
+//! Scenes: workloads written in Rust (inputs, orchestration, golden, level) whose cases live in
+//! TOML files (RING_CONFIG.md §11), registered by name from any crate; the runner behind
+//! `pto run`, the cargo-test harness and the whole `pto` command line ([`main`]).
 //!
+//! A user's crate registers its scenes with [`register_scene!`] (a type implementing
+//! [`Scene`], or an [`L2Scene`] declared by its inputs and golden), runs their cases as cargo
+//! tests with [`harness`], and gets `pto run`/`tune`/`advise`/`config`/`bench`/`scenes` over
+//! them by calling [`main`] from its own binary (README, "Write your own workload").
+//!
+//! - [`scene`] — the [`Scene`] trait, the registry and [`CaseRun`], what a case sees.
+//! - [`l2`] — one L2 chip job for a scene ([`l2::run_l2`]) and [`L2Scene`].
+//! - [`l3`] — an L3 orchestration for a scene ([`l3::run_l3`]) and its rows.
+//! - [`harness`] — every case of every scene file in a directory as one cargo test.
 //! - [`advice`] — scope stats of many runs merged per `config.tasks` key, and the advised
 //!   case written back into a scene file (`pto advise --scene`, `pto tune`).
 //! - [`config_block`] — the strict loader of a case's `config` block (also used by
@@ -8,19 +18,24 @@
 //! - [`mod@file`] — scene files (`scene`, `level`, `[[cases]]`), checked when loaded.
 //! - [`labels`] — the task labels a scene requests and the family rule for `config.tasks`.
 //! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
-//! - [`scene`] — the [`Scene`] trait, the registry of shipped scenes and [`CaseRun`].
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
 //! - [`report_html`] — the self-contained HTML page of `pto run --report`.
 //! - [`sizing_report`] — the report behind `pto config resolve`.
 //! - [`tune`] — `pto tune`: run, advise, verify the advised case, repeat on capacity errors.
+//! - [`footprint_bench`] — B5 of `pto bench` (it runs a scene) and the list `pto bench` runs.
 //!
 //! Nothing here changes the process environment: chips see it through an `EnvSource`
 //! overlaid with the runner's `--ring-env` pairs.
 #![forbid(unsafe_code)]
 
 pub mod advice;
+mod cli;
 pub mod config_block;
 pub mod file;
+pub mod footprint_bench;
+pub mod harness;
+pub mod l2;
+pub mod l3;
 pub mod labels;
 pub mod params;
 pub mod report_html;
@@ -30,8 +45,13 @@ mod scenes;
 pub mod sizing_report;
 pub mod tune;
 
+pub use cli::main;
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
 pub use file::{LoadError, SceneFile};
+pub use l2::{EntryTensor, L2Scene, Tolerance};
 pub use labels::Label;
 pub use params::{Param, Params};
 pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};
+
+#[doc(hidden)]
+pub use inventory as __inventory;

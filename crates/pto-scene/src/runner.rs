@@ -182,6 +182,9 @@ pub fn run_file(
                 r
             }
         };
+        if let Some(code) = case.expect_failure {
+            expect_failure(&mut result, code);
+        }
         let unrequested = run.unrequested_labels();
         if result.check.is_ok() && !unrequested.is_empty() {
             result.check = Err(format!(
@@ -202,6 +205,36 @@ pub fn run_file(
         });
     }
     Ok(reports)
+}
+
+/// A case that expects `code` passes when a task failed with it, and only then (its rows are
+/// marked expected); it fails when every task succeeded or one failed otherwise.
+fn expect_failure(result: &mut CaseResult, code: pto_types::ErrorCode) {
+    let failed_so = result.expect_failures(code);
+    let others: Vec<String> = result
+        .rows
+        .iter()
+        .filter_map(|r| r.error.as_ref())
+        .filter(|e| !e.expected && !e.skipped)
+        .map(|e| format!("{}: {}", e.name, e.message))
+        .collect();
+    result.check = match (failed_so, others.first(), &result.check) {
+        (true, None, _) => Ok(()),
+        (true, Some(other), _) => Err(format!(
+            "expected {}, and a task also failed otherwise: {other}",
+            code.name()
+        )),
+        (false, _, Err(e)) => Err(format!("expected {}, but: {e}", code.name())),
+        (false, _, Ok(())) => Err(format!(
+            "expected {}, but every task succeeded",
+            code.name()
+        )),
+    };
+    if result.check.is_ok() {
+        result
+            .notes
+            .push(format!("failed as expected ({})", code.name()));
+    }
 }
 
 /// The base `CallConfig` of `case`: its sizing plus the command line's diagnostics, with

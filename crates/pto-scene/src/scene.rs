@@ -94,21 +94,92 @@ impl WorkerBounds {
     }
 }
 
-/// The built-in scenes.
-pub fn scenes() -> &'static [&'static dyn Scene] {
-    crate::scenes::ALL
+/// A scene registered by [`register_scene!`](crate::register_scene) (not used directly).
+#[doc(hidden)]
+pub struct __SceneRegistration(pub fn() -> &'static dyn Scene);
+
+inventory::collect!(__SceneRegistration);
+
+/// Registers a scene so that scene files, `pto_scene::main()` and the test harness find it by
+/// its name, from any crate linked into the binary (the same mechanism as
+/// `pto_chip::register_kernel!`). The argument is a constant expression of a type that
+/// implements [`Scene`]: a unit struct, or an [`L2Scene`](crate::L2Scene) built with its
+/// `const` builder.
+///
+/// ```ignore
+/// struct MyScene;
+/// impl pto_scene::Scene for MyScene { /* name, level, params, run, … */ }
+/// pto_scene::register_scene!(MyScene);
+/// ```
+#[macro_export]
+macro_rules! register_scene {
+    ($scene:expr $(,)?) => {
+        const _: () = {
+            static SCENE: &(dyn $crate::Scene) = &$scene;
+            fn get() -> &'static dyn $crate::Scene {
+                SCENE
+            }
+            $crate::__inventory::submit! { $crate::scene::__SceneRegistration(get) }
+        };
+    };
 }
 
-/// The scene registered as `name`.
-pub fn find_scene(name: &str) -> Option<&'static dyn Scene> {
-    scenes().iter().copied().find(|s| s.name() == name)
+/// The shipped scenes and every registered one, with the names registered more than once.
+struct Registry {
+    scenes: Vec<&'static dyn Scene>,
+    duplicates: BTreeSet<&'static str>,
+}
+
+fn registry() -> &'static Registry {
+    static REGISTRY: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let registered = inventory::iter::<__SceneRegistration>.into_iter().map(|r| (r.0)());
+        let mut scenes: Vec<&'static dyn Scene> = Vec::new();
+        let mut duplicates = BTreeSet::new();
+        for scene in crate::scenes::ALL.iter().copied().chain(registered) {
+            if scenes.iter().any(|s| s.name() == scene.name()) {
+                duplicates.insert(scene.name());
+            } else {
+                scenes.push(scene);
+            }
+        }
+        scenes.sort_by_key(|s| s.name());
+        Registry { scenes, duplicates }
+    })
+}
+
+/// Every scene this binary knows, sorted by name: the shipped ones and those registered with
+/// [`register_scene!`](crate::register_scene) by any linked crate.
+pub fn scenes() -> &'static [&'static dyn Scene] {
+    &registry().scenes
+}
+
+/// The scene registered as `name`. The error says why not: no such scene (listing the known
+/// ones), or two scenes registered under that name (which one a file means is then unknown).
+pub fn find_scene(name: &str) -> Result<&'static dyn Scene, String> {
+    let reg = registry();
+    if reg.duplicates.contains(name) {
+        return Err(format!(
+            "two scenes are registered as {:?} in this binary (rename one)",
+            crate::params::cut(name)
+        ));
+    }
+    reg.scenes
+        .iter()
+        .copied()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| {
+            format!(
+                "no scene named {:?} is registered (known: {})",
+                crate::params::cut(name),
+                scene_names().join(", ")
+            )
+        })
 }
 
 /// Registered scene names, sorted.
 pub fn scene_names() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = scenes().iter().map(|s| s.name()).collect();
-    names.sort_unstable();
-    names
+    scenes().iter().map(|s| s.name()).collect()
 }
 
 /// What the runner gives every case.

@@ -235,7 +235,7 @@ fn apply(doc: &mut Table, m: &Mutation) {
         }
         Mutation::DeclaredParam(c, key, value) => {
             let scene = doc.get("scene").and_then(Value::as_str).unwrap_or("");
-            let Some(scene) = pto_scene::scene::find_scene(scene) else {
+            let Ok(scene) = pto_scene::scene::find_scene(scene) else {
                 return;
             };
             let Some(spec) = (!scene.params().is_empty()).then(|| key.get(scene.params())) else {

@@ -3,14 +3,10 @@
 
 use anyhow::Context as _;
 use pto_chip::ChipSpec;
-use pto_node::{
-    Callable, CallableHandle, HostBuffer, MappedArgs, RunReport, SubContext, TaskError, Worker,
-    WorkerRunError,
-};
-use pto_types::ring_config::resolve::SizeSource;
-use pto_types::{CallConfig, DType, Resource, TaskArgs, Tensor};
+use pto_node::{Callable, CallableHandle, MappedArgs, SubContext, TaskError, Worker};
+use pto_types::{CallConfig, TaskArgs};
 
-use super::rows_of;
+use crate::l3::{check_task_sizing, f32_buffer, run_l3};
 use crate::config_block::SceneLevel;
 use crate::labels::Label;
 use crate::params::Param;
@@ -70,77 +66,6 @@ pub(crate) fn small_chip(device_memory_bytes: u64) -> ChipSpec {
         device_memory_bytes,
         ..ChipSpec::default()
     }
-}
-
-/// A worker buffer of `n` f32 set to `value`, and a 1-D tensor over it.
-pub(crate) fn f32_buffer(w: &Worker, n: usize, value: f32) -> anyhow::Result<(HostBuffer, Tensor)> {
-    let len = u32::try_from(n)?;
-    let buf = w.create_buffer(n * 4)?;
-    buf.write_from(0, &vec![value; n])?;
-    let t = buf.tensor(&[len], DType::F32)?;
-    Ok((buf, t))
-}
-
-/// Runs an L3 orchestration and turns its report (or failure) into a case result;
-/// `config_of(label)` is the config the orchestration gave the task labelled `label` (rows of
-/// tasks without a chip report show what it resolves to).
-pub(crate) fn run_l3(
-    w: &Worker,
-    case: &CaseRun<'_>,
-    config_of: &dyn Fn(&str) -> CallConfig,
-    f: impl FnOnce(
-        &mut pto_node::Orchestrator<'_>,
-        &TaskArgs,
-        &CallConfig,
-    ) -> Result<(), pto_node::OrchError>,
-) -> anyhow::Result<(CaseResult, Option<RunReport>)> {
-    match w.run(f, TaskArgs::new(), case.base.clone()) {
-        Ok(report) => Ok((
-            CaseResult::new(rows_of(&report, case, config_of)),
-            Some(report),
-        )),
-        Err(WorkerRunError::Failed(e)) => {
-            let mut result = CaseResult::new(rows_of(&e.report, case, config_of));
-            result.check = Err(e.to_string());
-            Ok((result, None))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Each overridden entry of `cfg` must be bound as asked, with source `call_config`.
-pub(crate) fn check_task_sizing(
-    report: &RunReport,
-    label: &str,
-    cfg: &CallConfig,
-) -> Result<(), String> {
-    let task = report
-        .task(label)
-        .ok_or_else(|| format!("no task labelled {label}"))?;
-    let chip = task
-        .chip_report()
-        .ok_or_else(|| format!("task {label} has no chip report"))?;
-    for resource in Resource::ALL {
-        let asked = cfg.runtime_env.get(resource);
-        for (ring, &want) in asked.iter().enumerate() {
-            let got = chip.sizing.at(resource, ring);
-            let ok = if want == 0 {
-                got.source != SizeSource::CallConfig
-            } else {
-                got.value == want && got.source == SizeSource::CallConfig
-            };
-            if !ok {
-                return Err(format!(
-                    "task {label}: {}[{ring}] bound {} ({}), its config asked for {}",
-                    resource.config_path(),
-                    got.value,
-                    got.source,
-                    want
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn register(w: &Worker, c: Callable) -> anyhow::Result<CallableHandle> {

@@ -4,11 +4,7 @@ mod fanout;
 mod l2;
 mod l3;
 
-use pto_chip::RunContext;
-use pto_node::{FailureKind, RunReport, TaskKind, TaskOutcome};
-use pto_types::CallConfig;
-
-use crate::scene::{CaseRun, Scene, TaskErrorInfo, TaskRow, TaskSizing};
+use crate::scene::Scene;
 
 /// Every built-in scene.
 pub(crate) static ALL: &[&dyn Scene] = &[
@@ -18,72 +14,6 @@ pub(crate) static ALL: &[&dyn Scene] = &[
     &l3::MultiChipDispatch,
     &fanout::HeterogeneousFanout,
 ];
-
-/// Rows for the chip tasks of an L3 run report (failed ones included). A task without a chip
-/// report shows the sizing its config (`config_of(label)`) resolves to against the case's chip
-/// environment, as the chip resolved it before failing.
-pub(crate) fn rows_of(
-    report: &RunReport,
-    case: &CaseRun<'_>,
-    config_of: &dyn Fn(&str) -> CallConfig,
-) -> Vec<TaskRow> {
-    let env = case.chip_env();
-    let problems: Vec<String> = env.problems.iter().map(|p| p.to_string()).collect();
-    let mut rows = Vec::new();
-    for task in report
-        .tasks
-        .iter()
-        .filter(|t| t.kind == TaskKind::NextLevel)
-    {
-        let label = task
-            .label
-            .clone()
-            .unwrap_or_else(|| format!("task{}", task.id.index));
-        let dir = |chip: u32| {
-            case.diagnostics_dir(&RunContext {
-                chip,
-                label: task.label.clone(),
-                l3: Some((task.id.run_id, u64::from(task.id.index))),
-            })
-        };
-        for member in &task.members {
-            if let Some(chip) = &member.chip {
-                let mut row = TaskRow::from_report(&label, chip);
-                row.diagnostics_dir = dir(chip.chip);
-                rows.push(row);
-            }
-        }
-        let TaskOutcome::Failed(f) = &task.outcome else {
-            continue;
-        };
-        if task.members.iter().any(|m| m.chip.is_some()) {
-            continue;
-        }
-        let mut error = TaskErrorInfo::new(f.code, f.message.clone());
-        error.skipped = f.kind == FailureKind::Skipped;
-        let chip = worker_index(&f.worker);
-        let sizing = TaskSizing::resolve(&config_of(&label), &env);
-        let mut row = TaskRow::failed(&label, chip, sizing, error);
-        row.wall = task
-            .members
-            .iter()
-            .find(|m| !m.worker.is_empty())
-            .map(|m| m.exec_time);
-        row.env_problems = problems.clone();
-        row.diagnostics_dir = dir(chip).filter(|_| f.kind != FailureKind::Skipped);
-        rows.push(row);
-    }
-    rows
-}
-
-/// `chip[2]` → 2.
-fn worker_index(worker: &str) -> u32 {
-    worker
-        .split(['[', ']'])
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests {

@@ -2,16 +2,16 @@
 //! in the chosen format, the per-ring tables on stderr.
 
 use pto_chip::advise::{AdviseFormat, Headroom};
-use pto_scene::SceneFile;
-use pto_scene::advice::{
+use crate::SceneFile;
+use crate::advice::{
     KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs, render_toml,
     write_case,
 };
-use pto_scene::params::cut;
+use crate::params::cut;
 use serde_json::json;
 
-use crate::cli::{AdviseArgs, AdviseFormatArg};
-use crate::{InputError, Outcome};
+use crate::cli::args::{AdviseArgs, AdviseFormatArg};
+use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
     let headroom =
@@ -35,7 +35,7 @@ pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
         (Some(file), Some(case)) => scene_case(file, case, &groups, args)?,
         _ => render(&groups, args.format)?,
     };
-    crate::print_out(&out);
+    crate::cli::print_out(&out);
     Ok(Outcome::Success)
 }
 
@@ -58,7 +58,7 @@ fn scene_case(
             cut(case)
         )));
     }
-    let text = pto_scene::file::read_text(&file.path, pto_scene::file::MAX_FILE_BYTES)
+    let text = crate::file::read_text(&file.path, crate::file::MAX_FILE_BYTES)
         .map_err(|e| InputError(format!("{}: {e}", file.path.display())))?;
     let advised = advised_case(file, &text, case, groups).map_err(InputError)?;
     if args.write {

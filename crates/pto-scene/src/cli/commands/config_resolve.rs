@@ -2,15 +2,15 @@
 
 use std::ffi::OsString;
 
-use pto_scene::SceneFile;
-use pto_scene::config_block::{SceneLevel, parse_config_block};
-use pto_scene::params::{cut, key_list};
-use pto_scene::sizing_report::{SizingReport, SizingReportError, SizingRequest};
+use crate::SceneFile;
+use crate::config_block::{SceneLevel, parse_config_block};
+use crate::params::{cut, key_list};
+use crate::sizing_report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
 
-use crate::cli::ResolveArgs;
-use crate::{InputError, Outcome};
+use crate::cli::args::ResolveArgs;
+use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
     let config = call_config(args)?;
@@ -31,9 +31,9 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
         | SizingReportError::Sizing(_) => InputError(e.to_string()),
     })?;
     if args.json {
-        crate::print_out(&format!("{}\n", report.to_json()));
+        crate::cli::print_out(&format!("{}\n", report.to_json()));
     } else {
-        crate::print_out(&report.render_table());
+        crate::cli::print_out(&report.render_table());
     }
     match report.device_memory {
         Some((_, false)) => Ok(Outcome::CheckFailed),
@@ -107,7 +107,7 @@ fn parse_env_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputE
 /// The base of a `--config` file, with `tasks.<label>` (or its family) applied.
 fn config_file_base(path: &std::path::Path, label: Option<&str>) -> Result<CallConfig, InputError> {
     // The same guard as scene files: a regular file of at most 16 MiB, never a FIFO.
-    let text = pto_scene::file::read_text(path, pto_scene::file::MAX_FILE_BYTES)
+    let text = crate::file::read_text(path, crate::file::MAX_FILE_BYTES)
         .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
     let table: toml::Table = toml::from_str(&text)
         .map_err(|e| InputError(format!("{}: {}", path.display(), e.message())))?;
@@ -132,7 +132,7 @@ fn scene_case_base(
         )));
     };
     if let Some(label) = label {
-        pto_scene::labels::check_key(file.scene.name(), label, file.scene.labels())
+        crate::labels::check_key(file.scene.name(), label, file.scene.labels())
             .map_err(|e| InputError(format!("{}: --label {}: {e}", path.display(), cut(label))))?;
     }
     with_label(c.config.clone(), label)
@@ -141,12 +141,12 @@ fn scene_case_base(
 
 /// `block`'s base config, derived with the `tasks` key that applies to `label` (none applies:
 /// the base itself, as for a task of that label in a run).
-fn with_label(block: pto_scene::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
+fn with_label(block: crate::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
     let base = block.base_call_config();
     let Some(label) = label else {
         return Ok(base);
     };
-    match pto_scene::labels::config_key(label, block.tasks.keys()) {
+    match crate::labels::config_key(label, block.tasks.keys()) {
         Some(key) => base
             .derive(&block.tasks[key])
             .map_err(|e| format!("tasks.{key}: {e}")),

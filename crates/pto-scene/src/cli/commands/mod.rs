@@ -7,8 +7,8 @@ mod run;
 mod scenes;
 mod tune;
 
-use crate::Outcome;
-use crate::cli::{Command, ConfigCommand};
+use crate::cli::Outcome;
+use crate::cli::args::{Command, ConfigCommand};
 
 pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
     match command {

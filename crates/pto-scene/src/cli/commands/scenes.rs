@@ -1,29 +1,29 @@
 //! `pto scenes [NAME]`: what each registered scene accepts in a scene file.
 
-use pto_scene::params::{cut, key_list};
-use pto_scene::scene::{find_scene, scene_names};
-use pto_scene::{Scene, SceneLevel};
+use crate::params::{cut, key_list};
+use crate::scene::{find_scene, scene_names};
+use crate::{Scene, SceneLevel};
 use serde_json::json;
 
-use crate::cli::ScenesArgs;
-use crate::{InputError, Outcome};
+use crate::cli::args::ScenesArgs;
+use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &ScenesArgs) -> anyhow::Result<Outcome> {
     let scenes: Vec<&'static dyn Scene> = match &args.name {
-        Some(name) => vec![find_scene(name).ok_or_else(|| {
+        Some(name) => vec![find_scene(name).map_err(|_| {
             InputError(format!(
                 "no scene named {:?} (scenes: {})",
                 cut(name),
                 key_list(scene_names().into_iter())
             ))
         })?],
-        None => scene_names().into_iter().filter_map(find_scene).collect(),
+        None => crate::scene::scenes().to_vec(),
     };
     for scene in scenes {
         if args.json {
-            crate::print_out(&format!("{}\n", describe_json(scene)));
+            crate::cli::print_out(&format!("{}\n", describe_json(scene)));
         } else {
-            crate::print_out(&describe(scene));
+            crate::cli::print_out(&describe(scene));
         }
     }
     Ok(Outcome::Success)
