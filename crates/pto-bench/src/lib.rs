@@ -247,7 +247,11 @@ pub fn run(benches: &[Bench], name: &str, quick: bool) -> anyhow::Result<Vec<Poi
 
 /// `submit, metg, …`: the names of `benches`.
 pub fn names(benches: &[Bench]) -> String {
-    benches.iter().map(|b| b.name).collect::<Vec<_>>().join(", ")
+    benches
+        .iter()
+        .map(|b| b.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The readable table of `points`: one line per point, grouped by benchmark.

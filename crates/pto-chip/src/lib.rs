@@ -30,6 +30,9 @@ pub(crate) mod tensormap;
 mod worker;
 
 pub use error::{BindError, ChipError, ChipRunError, Detector, Fatal, OrchResult, ResourceKind};
+/// What a chip user passes to `ChipWorker::new` and reads from a report, re-exported so that
+/// depending on `pto-chip` is enough to drive a chip.
+pub use pto_types::{EnvSnapshot, EnvSource, ResolvedSizing, SizeSource};
 pub use spec::ChipSpec;
 pub use task_id::TaskId;
 pub use worker::{

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use pto_chip::memory::HostBuffer;
-use pto_chip::{ChipSpec, ChipWorker, RunContext};
-use pto_types::ring_config::env::EnvSource;
+use pto_chip::{ChipSpec, ChipWorker, EnvSource, RunContext};
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
 
 /// A host buffer of `n` f32 set to `value`, and a tensor over it.

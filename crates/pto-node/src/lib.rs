@@ -79,6 +79,9 @@ pub use error::{
     WaitError, WorkerRunError,
 };
 pub use orch::{MAX_SCOPE_DEPTH, Orchestrator};
+/// What a Worker user passes to `WorkerBuilder::chip_env_source` and reads from chip reports,
+/// re-exported so that depending on `pto-node` is enough to drive a Worker.
+pub use pto_types::{EnvSource, ResolvedSizing, SizeSource};
 pub use report::{
     CloseReport, LaneStats, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport,
     WorkerStats,

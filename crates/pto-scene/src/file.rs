@@ -336,7 +336,10 @@ fn expect_failure(case: &Table) -> Result<Option<ErrorCode>, String> {
         None => Err(format!(
             "expect_failure: {} is not an error code (codes: {})",
             crate::params::show_value(&case["expect_failure"]),
-            ErrorCode::all().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+            ErrorCode::all()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }

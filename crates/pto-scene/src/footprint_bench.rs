@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use pto_node::EndpointMode;
 use pto_bench::{Bench, Point, Stats};
+use pto_node::EndpointMode;
 
 use crate::runner::{Diagnostics, RunOptions, run_file};
 use crate::{RunnerEnv, SceneFile, TaskRow};
@@ -21,7 +21,10 @@ const WAYS: [&str; 3] = ["global_max_sizing", "per_task_sizing", "per_task_tuned
 /// Every benchmark `pto bench` knows, in the order `all` runs them.
 pub fn benches() -> Vec<Bench> {
     let mut all = pto_bench::BENCHES.to_vec();
-    let at = all.iter().position(|b| b.name == "deadlock").unwrap_or(all.len());
+    let at = all
+        .iter()
+        .position(|b| b.name == "deadlock")
+        .unwrap_or(all.len());
     all.insert(
         at,
         Bench {

@@ -277,10 +277,7 @@ fn parse_flag(text: &str) -> Result<bool, String> {
     match text {
         "1" | "true" | "yes" => Ok(true),
         "0" | "false" | "no" | "" => Ok(false),
-        other => Err(format!(
-            "{:?} is not 1 or 0",
-            crate::params::cut(other)
-        )),
+        other => Err(format!("{:?} is not 1 or 0", crate::params::cut(other))),
     }
 }
 
@@ -340,8 +337,15 @@ mod tests {
     fn own_flags_are_taken_and_the_rest_left_for_libtest() {
         let (h, rest) = Harness::new("x")
             .configured(argv(&[
-                "bin", "--mode", "child-process", "--fast", "--list", "--json", "filter",
-                "--case-timeout", "2.5",
+                "bin",
+                "--mode",
+                "child-process",
+                "--fast",
+                "--list",
+                "--json",
+                "filter",
+                "--case-timeout",
+                "2.5",
             ]))
             .unwrap();
         assert_eq!(h.modes, [EndpointMode::ChildProcess]);

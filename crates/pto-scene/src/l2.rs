@@ -18,8 +18,8 @@ use pto_types::ring_config::env::EnvSnapshot;
 use pto_types::ring_config::resolve::SizeSource;
 use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor, TensorTag};
 
-use crate::l3::rows_of;
 use crate::config_block::{CaseConfig, SceneLevel};
+use crate::l3::rows_of;
 use crate::params::{Param, Params};
 use crate::scene::{CaseResult, CaseRun, Scene, TaskErrorInfo, TaskRow, TaskSizing};
 
@@ -74,12 +74,22 @@ impl EntryTensor {
 
     /// An f32 tensor.
     pub fn f32s(tag: TensorTag, values: &[f32], shape: &[u32]) -> EntryTensor {
-        Self::of(tag, DType::F32, shape, values.iter().flat_map(|v| v.to_le_bytes()))
+        Self::of(
+            tag,
+            DType::F32,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()),
+        )
     }
 
     /// An i32 tensor.
     pub fn i32s(tag: TensorTag, values: &[i32], shape: &[u32]) -> EntryTensor {
-        Self::of(tag, DType::I32, shape, values.iter().flat_map(|v| v.to_le_bytes()))
+        Self::of(
+            tag,
+            DType::I32,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()),
+        )
     }
 
     /// A bf16 tensor.
@@ -138,6 +148,43 @@ impl EntryTensor {
     }
 }
 
+/// The entry arguments of an L2 run: tensors, then scalars (as the chip callable reads them
+/// with `OrchArgs::tensor(i)` and `OrchArgs::scalar(j)`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EntryArgs {
+    pub tensors: Vec<EntryTensor>,
+    /// Each scalar's 64 bits (`ScalarArg::to_bits`).
+    pub scalars: Vec<u64>,
+}
+
+impl EntryArgs {
+    /// No arguments.
+    pub fn new() -> EntryArgs {
+        EntryArgs::default()
+    }
+
+    /// These arguments and tensor `t`.
+    pub fn tensor(mut self, t: EntryTensor) -> EntryArgs {
+        self.tensors.push(t);
+        self
+    }
+
+    /// These arguments and a scalar (`f32`, `i64`, `u32`, …).
+    pub fn scalar(mut self, value: impl pto_types::args::ScalarArg) -> EntryArgs {
+        self.scalars.push(value.to_bits());
+        self
+    }
+}
+
+impl From<Vec<EntryTensor>> for EntryArgs {
+    fn from(tensors: Vec<EntryTensor>) -> EntryArgs {
+        EntryArgs {
+            tensors,
+            scalars: Vec::new(),
+        }
+    }
+}
+
 /// The f32 values of some little-endian bytes.
 pub fn f32s_of(bytes: &[u8]) -> Vec<f32> {
     bytes
@@ -179,11 +226,11 @@ pub fn run_l2(
     case: &CaseRun<'_>,
     spec: ChipSpec,
     callable: &str,
-    tensors: &[EntryTensor],
+    args: &EntryArgs,
 ) -> anyhow::Result<L2Outcome> {
     match case.env.mode {
-        EndpointMode::InProcess => run_direct(case, spec, callable, tensors),
-        _ => run_on_worker(case, spec, callable, tensors),
+        EndpointMode::InProcess => run_direct(case, spec, callable, args),
+        _ => run_on_worker(case, spec, callable, args),
     }
 }
 
@@ -191,8 +238,9 @@ fn run_direct(
     case: &CaseRun<'_>,
     spec: ChipSpec,
     callable: &str,
-    tensors: &[EntryTensor],
+    entry: &EntryArgs,
 ) -> anyhow::Result<L2Outcome> {
+    let tensors = &entry.tensors;
     let mut buffers = Vec::with_capacity(tensors.len());
     let mut args = TaskArgs::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -206,6 +254,9 @@ fn run_direct(
         let tensor = Tensor::contiguous(buf.buffer_ref(id), &t.shape, t.dtype)?;
         args = args.tensor(t.tag, &tensor);
         buffers.push(buf);
+    }
+    for &bits in &entry.scalars {
+        args = args.scalar(bits);
     }
     let chip = case.chip(spec).context("starting the chip")?;
     let ctx = direct_context(callable);
@@ -240,8 +291,9 @@ fn run_on_worker(
     case: &CaseRun<'_>,
     spec: ChipSpec,
     callable: &str,
-    tensors: &[EntryTensor],
+    entry: &EntryArgs,
 ) -> anyhow::Result<L2Outcome> {
+    let tensors = &entry.tensors;
     let w = case.worker_builder(1, 0).chip_spec(0, spec).build()?;
     let handle = w.register(Callable::chip(callable))?;
     w.init().context("starting the worker")?;
@@ -253,6 +305,9 @@ fn run_on_worker(
         let tensor = buf.tensor(&t.shape, t.dtype)?;
         args = args.tensor(t.tag, &tensor);
         buffers.push(buf);
+    }
+    for &bits in &entry.scalars {
+        args = args.scalar(bits);
     }
     let base = case.base.clone();
     let config_of = |_: &str| case.base.clone();
@@ -345,9 +400,10 @@ impl Tolerance {
 }
 
 /// Builds a case's entry tensors (the reference system's `generate_args`).
-pub type InputsFn = fn(&CaseRun<'_>) -> anyhow::Result<Vec<EntryTensor>>;
-/// Writes the expected outputs into a copy of the entry tensors (`compute_golden`).
-pub type GoldenFn = fn(&CaseRun<'_>, &mut [EntryTensor]) -> anyhow::Result<()>;
+pub type InputsFn = fn(&CaseRun<'_>) -> anyhow::Result<EntryArgs>;
+/// Writes the expected outputs into a copy of the entry arguments (`compute_golden`): the
+/// output tensors' bytes become what the run must produce.
+pub type GoldenFn = fn(&CaseRun<'_>, &mut EntryArgs) -> anyhow::Result<()>;
 /// The chip a case runs on.
 pub type ChipFn = fn(&CaseRun<'_>) -> anyhow::Result<ChipSpec>;
 /// A cross-param check ([`Scene::validate`]).
@@ -446,17 +502,17 @@ impl Scene for L2Scene {
     }
 
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
-        let tensors = (self.inputs)(case).context("making the entry tensors")?;
-        let mut expected = tensors.clone();
+        let args = (self.inputs)(case).context("making the entry arguments")?;
+        let mut expected = args.clone();
         (self.golden)(case, &mut expected).context("computing the golden")?;
         let spec = match self.chip {
             Some(f) => f(case)?,
             None => ChipSpec::default(),
         };
-        let outcome = run_l2(case, spec, self.callable, &tensors)?;
+        let outcome = run_l2(case, spec, self.callable, &args)?;
         let tolerance = self.tolerance;
         Ok(verdict(case, outcome.row, || {
-            for (i, (want, got)) in expected.iter().zip(&outcome.tensors).enumerate() {
+            for (i, (want, got)) in expected.tensors.iter().zip(&outcome.tensors).enumerate() {
                 if want.is_output() {
                     compare(i, want, got, tolerance)?;
                 }
@@ -566,8 +622,9 @@ mod tests {
             clusters: 1,
             ..ChipSpec::default()
         };
-        let via_worker = run_on_worker(&case, spec.clone(), "vector_example", &tensors).unwrap();
-        let direct = run_direct(&case, spec, "vector_example", &tensors).unwrap();
+        let args = EntryArgs::from(tensors.to_vec());
+        let via_worker = run_on_worker(&case, spec.clone(), "vector_example", &args).unwrap();
+        let direct = run_direct(&case, spec, "vector_example", &args).unwrap();
         for outcome in [&via_worker, &direct] {
             assert!(outcome.row.error.is_none(), "{:?}", outcome.row.error);
             assert!(f32s_of(&outcome.tensors[2]).iter().all(|&v| v == 47.0));

@@ -3,14 +3,22 @@
 //! each task bound or tried to bind ([`run_l3`], [`rows_of`]), and the check that a task
 //! bound exactly what its config asked ([`check_task_sizing`]).
 
-use pto_chip::RunContext;
-use pto_node::{
-    FailureKind, HostBuffer, RunReport, TaskKind, TaskOutcome, Worker, WorkerRunError,
-};
+use pto_chip::{ChipSpec, RunContext};
+use pto_node::{FailureKind, HostBuffer, RunReport, TaskKind, TaskOutcome, Worker, WorkerRunError};
 use pto_types::ring_config::resolve::SizeSource;
 use pto_types::{CallConfig, DType, Resource, TaskArgs, Tensor};
 
 use crate::scene::{CaseResult, CaseRun, TaskErrorInfo, TaskRow, TaskSizing};
+
+/// A small chip (1 cluster, 1 scheduler) so L3 scenes stay light on a 2-core host.
+pub fn small_chip(device_memory_bytes: u64) -> ChipSpec {
+    ChipSpec {
+        clusters: 1,
+        max_aicpu_threads: 2,
+        device_memory_bytes,
+        ..ChipSpec::default()
+    }
+}
 
 /// A worker buffer of `n` f32 set to `value`, and a 1-D tensor over it.
 pub fn f32_buffer(w: &Worker, n: usize, value: f32) -> anyhow::Result<(HostBuffer, Tensor)> {
@@ -49,11 +57,7 @@ pub fn run_l3(
 }
 
 /// Each overridden entry of `cfg` must be bound as asked, with source `call_config`.
-pub fn check_task_sizing(
-    report: &RunReport,
-    label: &str,
-    cfg: &CallConfig,
-) -> Result<(), String> {
+pub fn check_task_sizing(report: &RunReport, label: &str, cfg: &CallConfig) -> Result<(), String> {
     let task = report
         .task(label)
         .ok_or_else(|| format!("no task labelled {label}"))?;
@@ -148,4 +152,3 @@ fn worker_index(worker: &str) -> u32 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
-

@@ -48,7 +48,7 @@ pub mod tune;
 pub use cli::main;
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
 pub use file::{LoadError, SceneFile};
-pub use l2::{EntryTensor, L2Scene, Tolerance};
+pub use l2::{EntryArgs, EntryTensor, L2Scene, Tolerance};
 pub use labels::Label;
 pub use params::{Param, Params};
 pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};

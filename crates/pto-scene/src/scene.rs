@@ -133,7 +133,9 @@ struct Registry {
 fn registry() -> &'static Registry {
     static REGISTRY: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let registered = inventory::iter::<__SceneRegistration>.into_iter().map(|r| (r.0)());
+        let registered = inventory::iter::<__SceneRegistration>
+            .into_iter()
+            .map(|r| (r.0)());
         let mut scenes: Vec<&'static dyn Scene> = Vec::new();
         let mut duplicates = BTreeSet::new();
         for scene in crate::scenes::ALL.iter().copied().chain(registered) {

@@ -24,6 +24,8 @@ pub mod wire;
 pub use args::{BufferId, BufferMemory, BufferRef, TaskArgs, Tensor, TensorTag};
 pub use dtype::DType;
 pub use error_code::ErrorCode;
+pub use ring_config::env::{EnvError, EnvProblem, EnvSnapshot, EnvSource};
+pub use ring_config::resolve::{Resolved, ResolvedSizing, SizeSource};
 pub use ring_config::{
     CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,
 };

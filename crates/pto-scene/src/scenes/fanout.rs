@@ -8,9 +8,9 @@ use pto_kernels::paged_attention::{PA_SMALL, check, golden, make_inputs};
 use pto_node::{Callable, HostBuffer, RunReport, SubmitError, Worker};
 use pto_types::{CallConfig, DType, ErrorCode, TaskArgs, Tensor};
 
-use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS, small_chip};
-use crate::l3::{check_task_sizing, f32_buffer, run_l3};
+use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS};
 use crate::config_block::SceneLevel;
+use crate::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::labels::Label;
 use crate::params::Param;
 use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};

@@ -6,7 +6,7 @@ use pto_kernels::paged_attention::{PA_SMALL, PaCase, check, golden, make_inputs}
 use pto_types::TensorTag;
 
 use crate::config_block::{CaseConfig, SceneLevel};
-use crate::l2::{EntryTensor, f32s_of, run_l2, verdict};
+use crate::l2::{EntryArgs, EntryTensor, f32s_of, run_l2, verdict};
 use crate::params::{Param, ParamError, Params};
 use crate::scene::{CaseResult, CaseRun, Scene};
 
@@ -39,7 +39,12 @@ impl Scene for VectorExample {
             clusters: case.param("clusters")?,
             ..ChipSpec::default()
         };
-        let outcome = run_l2(case, spec, "vector_example", &tensors)?;
+        let outcome = run_l2(
+            case,
+            spec,
+            "vector_example",
+            &EntryArgs::from(Vec::from(tensors)),
+        )?;
         let out = f32s_of(&outcome.tensors[2]);
         Ok(verdict(case, outcome.row, || {
             match out.iter().position(|&v| (v - 47.0).abs() > 1e-5) {
@@ -132,7 +137,12 @@ impl Scene for PagedAttention {
             clusters: case.param("clusters")?,
             ..ChipSpec::default()
         };
-        let outcome = run_l2(case, spec, "paged_attention", &tensors)?;
+        let outcome = run_l2(
+            case,
+            spec,
+            "paged_attention",
+            &EntryArgs::from(Vec::from(tensors)),
+        )?;
         let actual = f32s_of(&outcome.tensors[5]);
         Ok(verdict(case, outcome.row, || {
             check(&actual, &golden(&pa, &inputs), 1e-3, 1e-3).map_err(|m| m.to_string())

@@ -2,12 +2,11 @@
 //! configs come from `CaseRun::for_label` (the case's `config.tasks.<label>` overrides).
 
 use anyhow::Context as _;
-use pto_chip::ChipSpec;
 use pto_node::{Callable, CallableHandle, MappedArgs, SubContext, TaskError, Worker};
 use pto_types::{CallConfig, TaskArgs};
 
-use crate::l3::{check_task_sizing, f32_buffer, run_l3};
 use crate::config_block::SceneLevel;
+use crate::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::labels::Label;
 use crate::params::Param;
 use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};
@@ -57,16 +56,6 @@ static DISPATCH_PARAMS: &[Param] = &[
         "each chip task waits this long before its add (the sum task is PENDING meanwhile)",
     ),
 ];
-
-/// A small chip (1 cluster, 1 scheduler) so L3 scenes stay light on a 2-core host.
-pub(crate) fn small_chip(device_memory_bytes: u64) -> ChipSpec {
-    ChipSpec {
-        clusters: 1,
-        max_aicpu_threads: 2,
-        device_memory_bytes,
-        ..ChipSpec::default()
-    }
-}
 
 fn register(w: &Worker, c: Callable) -> anyhow::Result<CallableHandle> {
     Ok(w.register(c)?)

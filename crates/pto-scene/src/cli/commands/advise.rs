@@ -1,13 +1,13 @@
 //! `pto advise` (CHIP_RUNTIME.md §7, RING_CONFIG.md §8, issue 11): the recommendation on stdout
 //! in the chosen format, the per-ring tables on stderr.
 
-use pto_chip::advise::{AdviseFormat, Headroom};
 use crate::SceneFile;
 use crate::advice::{
     KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs, render_toml,
     write_case,
 };
 use crate::params::cut;
+use pto_chip::advise::{AdviseFormat, Headroom};
 use serde_json::json;
 
 use crate::cli::args::{AdviseArgs, AdviseFormatArg};

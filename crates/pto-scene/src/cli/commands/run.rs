@@ -4,14 +4,14 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::Path;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use pto_node::EndpointMode;
 use crate::params::{cut, key_list};
 use crate::report_html::{HtmlPage, render_html};
 use crate::runner::{
     Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
 };
 use crate::{RunnerEnv, SceneFile};
+use indicatif::{ProgressBar, ProgressStyle};
+use pto_node::EndpointMode;
 
 use crate::cli::args::{Mode, RunArgs};
 use crate::cli::{InputError, Outcome};
