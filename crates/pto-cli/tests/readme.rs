@@ -1,25 +1,37 @@
-//! The README's Rust snippets are the example programs CI builds (`--all-targets`), byte for
-//! byte, so a snippet cannot rot without this test failing.
+//! The README's Rust snippets are cut from programs CI builds and runs (the two README example
+//! programs, run by `.ci/run`, and the template crate `examples/custom-workload`, whose tests
+//! `.ci/run` runs), so a snippet cannot rot without this test failing.
 
 use std::path::Path;
 
+/// Files a README snippet may be cut from, and whether a snippet must be the file's tail (a
+/// whole program) rather than any part of it.
+const SOURCES: [(&str, bool); 5] = [
+    ("crates/pto-kernels/examples/readme_l2.rs", true),
+    ("crates/pto-node/examples/readme_l3.rs", true),
+    ("examples/custom-workload/src/lib.rs", false),
+    ("examples/custom-workload/src/main.rs", true),
+    ("examples/custom-workload/tests/scenes.rs", true),
+];
+
 #[test]
-fn every_rust_snippet_of_the_readme_is_a_built_example() {
+fn every_rust_snippet_of_the_readme_is_cut_from_a_built_program() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let examples = [
-        "crates/pto-kernels/examples/readme_l2.rs",
-        "crates/pto-node/examples/readme_l3.rs",
-    ]
-    .map(|p| std::fs::read_to_string(root.join(p)).unwrap());
-    let mut snippets = 0;
+    let sources = SOURCES.map(|(p, tail)| (std::fs::read_to_string(root.join(p)).unwrap(), tail));
+    let mut used = [false; SOURCES.len()];
     for block in readme.split("```rust\n").skip(1) {
         let code = &block[..block.find("```").unwrap()];
-        snippets += 1;
-        assert!(
-            examples.iter().any(|e| e.ends_with(code)),
-            "a README snippet is not the tail of an example file:\n{code}"
-        );
+        let from = sources.iter().position(|(text, tail)| match tail {
+            true => text.ends_with(code),
+            false => text.contains(code),
+        });
+        let Some(i) = from else {
+            panic!("a README snippet is not cut from a built program:\n{code}");
+        };
+        used[i] = true;
     }
-    assert_eq!(snippets, examples.len(), "one snippet per example");
+    for (i, (path, _)) in SOURCES.iter().enumerate() {
+        assert!(used[i], "no README snippet comes from {path}");
+    }
 }

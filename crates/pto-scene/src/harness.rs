@@ -49,6 +49,11 @@ use crate::file::SceneFile;
 use crate::runner::{CaseReport, Diagnostics, RunOptions, render_json_lines, render_table};
 use crate::scene::RunnerEnv;
 
+/// `Harness::new(dir).run()`: every scene file under `dir`, with the defaults.
+pub fn main(dir: impl Into<PathBuf>) -> ExitCode {
+    Harness::new(dir).run()
+}
+
 /// The default time one case may take in one mode.
 pub const DEFAULT_CASE_TIMEOUT: Duration = Duration::from_secs(600);
 

@@ -6,7 +6,7 @@
 //! In-process mode the chip is a `ChipWorker` driven directly. In child-process mode the same
 //! callable runs on a one-chip Worker whose chip is an OS process, with the inputs in shared
 //! buffers. Diagnostics go to `<output>/<case>/chip0/run1_task0_<callable>/` in both modes: the
-//! direct run passes the run context the Worker would ([`direct_context`]).
+//! direct run passes the run context the Worker would (`direct_context`).
 
 use std::time::Instant;
 

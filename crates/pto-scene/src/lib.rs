@@ -53,5 +53,9 @@ pub use labels::Label;
 pub use params::{Param, Params};
 pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};
 
+/// The crates a scene is written against, so that depending on `pto-scene` alone is enough
+/// (`pto_scene::pto_chip::register_kernel!` works like `pto_chip::register_kernel!`).
+pub use {pto_chip, pto_node, pto_types};
+
 #[doc(hidden)]
 pub use inventory as __inventory;

@@ -84,7 +84,13 @@ pto_chip::register_chip!("cw.axpy", axpy, expected_args = 4);
 
 static AXPY_PARAMS: &[Param] = &[
     Param::new("n", 1, 1 << 22, 4096, "elements of each f32 vector"),
-    Param::new("alpha_x10", 0, 1000, 25, "alpha times ten (alpha = 2.5 by default)"),
+    Param::new(
+        "alpha_x10",
+        0,
+        1000,
+        25,
+        "alpha times ten (alpha = 2.5 by default)",
+    ),
 ];
 
 fn axpy_inputs(case: &CaseRun<'_>) -> anyhow::Result<EntryArgs> {
@@ -118,8 +124,20 @@ pto_scene::register_scene!(
 pub struct CwFanout;
 
 static FANOUT_PARAMS: &[Param] = &[
-    Param::new("big_n", 1, 1 << 22, 1 << 16, "elements of the big job's vectors"),
-    Param::new("small_n", 1, 1 << 20, 1024, "elements of each small job's vectors"),
+    Param::new(
+        "big_n",
+        1,
+        1 << 22,
+        1 << 16,
+        "elements of the big job's vectors",
+    ),
+    Param::new(
+        "small_n",
+        1,
+        1 << 20,
+        1024,
+        "elements of each small job's vectors",
+    ),
     Param::new("smalls", 1, 8, 2, "small jobs, labelled small0, small1, …"),
 ];
 
@@ -237,7 +255,11 @@ impl JobBuffers {
 
     /// `out = ALPHA · x + y` exactly (small integers and halves are exact in f32).
     fn check(&self, label: &str) -> Result<(), String> {
-        let out = self.out.0.read_vec::<f32>(0, self.n).map_err(|e| e.to_string())?;
+        let out = self
+            .out
+            .0
+            .read_vec::<f32>(0, self.n)
+            .map_err(|e| e.to_string())?;
         match (0..self.n).find(|&i| out[i] != ALPHA * (i % 5) as f32 + 1.0) {
             None => Ok(()),
             Some(i) => Err(format!("{label}: out[{i}] = {}", out[i])),
