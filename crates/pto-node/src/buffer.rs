@@ -49,6 +49,29 @@ macro_rules! element {
 element!(f32 => F32, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
     u32 => U32, u64 => U64);
 
+/// The bytes of `src` in memory order (a remote buffer's `WriteBuffer` payload), copied
+/// through a staging mapping's bounds-checked accessors (no `unsafe` here).
+pub(crate) fn to_bytes<T: Element>(src: &[T]) -> Result<Vec<u8>, BufferError> {
+    let n = std::mem::size_of_val(src);
+    let staging = Mapping::new(n.max(1)).map_err(|e| BufferError::Create {
+        bytes: n,
+        reason: e.to_string(),
+    })?;
+    staging.write::<T>(0, src);
+    Ok(staging.read::<u8>(0, n))
+}
+
+/// The elements of `bytes` (a remote buffer's `ReadBuffer` payload, whole elements).
+pub(crate) fn from_bytes<T: Element>(bytes: &[u8]) -> Result<Vec<T>, BufferError> {
+    let count = bytes.len() / std::mem::size_of::<T>();
+    let staging = Mapping::new(bytes.len().max(1)).map_err(|e| BufferError::Create {
+        bytes: bytes.len(),
+        reason: e.to_string(),
+    })?;
+    staging.write::<u8>(0, bytes);
+    Ok(staging.read::<T>(0, count))
+}
+
 /// The bytes behind buffers: a private anonymous mapping (in-process mode) or a shared
 /// `memfd` segment (child-process mode, and every buffer a child maps).
 #[derive(Clone, Debug)]
@@ -62,6 +85,13 @@ pub(crate) enum Memory {
         alloc: u64,
         bytes: usize,
     },
+    /// A buffer of a remote worker's session (`Worker::create_remote_buffer`): no host bytes
+    /// in this process; tasks for that worker name it by `handle`, the server's buffer id.
+    Remote {
+        worker: u32,
+        handle: u64,
+        bytes: usize,
+    },
 }
 
 impl Memory {
@@ -69,7 +99,7 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.as_ptr(),
             Memory::Shared(s) => s.as_ptr(),
-            Memory::Device { .. } => std::ptr::null_mut(),
+            Memory::Device { .. } | Memory::Remote { .. } => std::ptr::null_mut(),
         }
     }
 
@@ -77,7 +107,7 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.len(),
             Memory::Shared(s) => s.len(),
-            Memory::Device { bytes, .. } => *bytes,
+            Memory::Device { bytes, .. } | Memory::Remote { bytes, .. } => *bytes,
         }
     }
 
@@ -86,8 +116,8 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.read::<T>(at, count),
             Memory::Shared(s) => s.read_elems::<T>(at, count),
-            // `check_elems` refuses device buffers before any read.
-            Memory::Device { .. } => Vec::new(),
+            // `check_elems` refuses device and remote buffers before any read.
+            Memory::Device { .. } | Memory::Remote { .. } => Vec::new(),
         }
     }
 
@@ -95,13 +125,13 @@ impl Memory {
         match self {
             Memory::Anon(m) => m.write::<T>(at, src),
             Memory::Shared(s) => s.write_elems::<T>(at, src),
-            Memory::Device { .. } => {}
+            Memory::Device { .. } | Memory::Remote { .. } => {}
         }
     }
 
     pub(crate) fn segment(&self) -> Option<&Arc<Segment>> {
         match self {
-            Memory::Anon(_) | Memory::Device { .. } => None,
+            Memory::Anon(_) | Memory::Device { .. } | Memory::Remote { .. } => None,
             Memory::Shared(s) => Some(s),
         }
     }
@@ -233,6 +263,33 @@ impl BufferInner {
         BufferInner::new_window(id, Memory::Device { chip, alloc, bytes }, 0, bytes)
     }
 
+    /// A remote worker's buffer (`Worker::create_remote_buffer`).
+    pub(crate) fn new_remote(
+        id: BufferId,
+        worker: u32,
+        handle: u64,
+        bytes: usize,
+    ) -> Arc<BufferInner> {
+        BufferInner::new_window(
+            id,
+            Memory::Remote {
+                worker,
+                handle,
+                bytes,
+            },
+            0,
+            bytes,
+        )
+    }
+
+    /// `(remote worker, server buffer handle)` of a remote buffer.
+    pub(crate) fn remote(&self) -> Option<(u32, u64)> {
+        match self.memory {
+            Memory::Remote { worker, handle, .. } => Some((worker, handle)),
+            _ => None,
+        }
+    }
+
     /// `(chip, allocation id)` of a device buffer.
     pub(crate) fn device(&self) -> Option<(u32, u64)> {
         match self.memory {
@@ -350,7 +407,7 @@ impl BufferInner {
 
     fn check_elems<T>(&self, offset: usize, count: usize) -> Result<usize, BufferError> {
         let size = std::mem::size_of::<T>();
-        let len = if self.device().is_some() {
+        let len = if self.device().is_some() || self.remote().is_some() {
             0 // device memory has no host bytes here (use Worker::copy_from)
         } else {
             self.len / size

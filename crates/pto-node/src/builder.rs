@@ -17,6 +17,7 @@ use pto_types::ring_config::env::EnvSource;
 use pto_types::wait::DEFAULT_SPIN;
 
 use crate::error::BuildError;
+use crate::remote::RemoteWorker;
 use crate::worker::Worker;
 
 /// How children are run.
@@ -68,6 +69,8 @@ pub(crate) struct WorkerOptions {
     pub(crate) task_timeout: Option<Duration>,
     pub(crate) restart_children: bool,
     pub(crate) lane_depth: usize,
+    /// Remote L3 workers (level 4): next-level workers `0..n`, before `add_worker` children.
+    pub(crate) remote_workers: Vec<RemoteWorker>,
 }
 
 /// Builds a [`Worker`]; see NODE_RUNTIME.md §1.1 for every option.
@@ -97,6 +100,7 @@ pub struct WorkerBuilder {
     task_timeout: Option<Duration>,
     restart_children: bool,
     lane_depth: usize,
+    remote_workers: Vec<RemoteWorker>,
 }
 
 /// The default of `lane_depth` (chosen by `pto bench dispatch`; BENCHMARKS.md B3).
@@ -137,6 +141,7 @@ impl WorkerBuilder {
             task_timeout: None,
             restart_children: true,
             lane_depth: DEFAULT_LANE_DEPTH,
+            remote_workers: Vec::new(),
         }
     }
 
@@ -281,6 +286,7 @@ impl WorkerBuilder {
     /// Checks every option; the Worker is NEW (no threads yet).
     pub fn build(mut self) -> Result<Worker, BuildError> {
         self.check_level()?;
+        self.check_remote()?;
         let chip_specs = checked_chip_specs(self.chips, std::mem::take(&mut self.chip_specs))?;
         self.check_limits()?;
         Ok(Worker::new(WorkerOptions {
@@ -308,7 +314,43 @@ impl WorkerBuilder {
             task_timeout: self.task_timeout,
             restart_children: self.restart_children,
             lane_depth: self.lane_depth,
+            remote_workers: self.remote_workers,
         }))
+    }
+
+    /// Adds a remote L3 worker at `address` (`http://HOST:PORT`, a `pto serve` daemon) to a
+    /// level-4 Worker: it becomes the next-level worker with the next index (remote workers
+    /// come first, in the order given, then `add_worker` children). Each task submitted to it
+    /// runs a node callable of the server's image as a whole L3 run there.
+    pub fn remote_worker(self, address: &str) -> Self {
+        self.remote(RemoteWorker::new(address))
+    }
+
+    /// [`WorkerBuilder::remote_worker`] with a token, TLS or timeouts ([`RemoteWorker`]).
+    pub fn remote(mut self, worker: RemoteWorker) -> Self {
+        self.remote_workers.push(worker);
+        self
+    }
+
+    fn check_remote(&self) -> Result<(), BuildError> {
+        if self.remote_workers.is_empty() {
+            return Ok(());
+        }
+        if self.level < 4 {
+            return invalid(
+                "remote_worker",
+                format!(
+                    "remote workers are L3 Workers: only a level-4 Worker has them, this one is level {}",
+                    self.level
+                ),
+            );
+        }
+        for (i, w) in self.remote_workers.iter().enumerate() {
+            if let Err(reason) = w.check() {
+                return invalid("remote_worker", format!("remote worker {i}: {reason}"));
+            }
+        }
+        Ok(())
     }
 
     /// The level against the mode and the kind of children.

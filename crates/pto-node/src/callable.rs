@@ -195,6 +195,13 @@ macro_rules! register_node {
     };
 }
 
+/// The names of every sub function registered in this image, sorted.
+pub fn sub_callable_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = sub_index().keys().copied().collect();
+    names.sort_unstable();
+    names
+}
+
 /// The node function registered under `name`.
 pub fn find_node_callable(name: &str) -> Option<NodeFn> {
     inventory::iter::<__NodeRegistration>

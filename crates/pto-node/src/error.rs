@@ -111,6 +111,10 @@ pub enum SubmitError {
         index: Option<usize>,
         reason: String,
     },
+    /// A tensor's buffer cannot be reached by the worker the task is for: a host buffer of
+    /// this process aimed at a remote worker, or a remote buffer aimed at another worker.
+    #[error("tensor {index}: {reason}")]
+    BufferNotReachable { index: usize, reason: String },
     /// Two write-tagged tensors of one task overlap.
     #[error("write-tagged tensors {a} and {b} of one task overlap")]
     WriteOverlap { a: usize, b: usize },
@@ -235,6 +239,12 @@ pub enum BufferError {
     Create { bytes: usize, reason: String },
     #[error("the buffer was released")]
     Released,
+    /// A remote buffer's transfer failed (the message names the worker and why).
+    #[error("{reason}")]
+    Remote { reason: String },
+    /// `create_remote_buffer` named no remote worker, or the Worker is not initialised.
+    #[error("{0}")]
+    NoRemote(String),
 }
 
 /// Why a control request (outside runs) failed.

@@ -58,6 +58,7 @@ mod heap;
 mod launch;
 mod monitor;
 mod orch;
+pub mod remote;
 pub mod report;
 mod scheduler;
 mod shm;

@@ -419,6 +419,12 @@ impl<'run> Orchestrator<'run> {
                     )),
                 });
             };
+            if let Some(reason) = self.shared.reachability(b.remote(), worker) {
+                return Err(SubmitError::BufferNotReachable {
+                    index: i,
+                    reason: in_member(reason),
+                });
+            }
             let device_worker = b.device().map(|(chip, _)| chip);
             if let Some(chip) = device_worker {
                 let reason = match worker {

@@ -79,6 +79,8 @@ pub(crate) struct WorkerShared {
     pub(crate) pump: PumpSlot,
     /// Level ≥ 4: the Worker children, NEW until `init` sends their specs to their processes.
     node_children: Mutex<Vec<Worker>>,
+    /// The sessions of the remote workers (level 4), opened at `init`, in index order.
+    pub(crate) remotes: Mutex<Vec<Arc<crate::remote::Connection>>>,
     /// Child-process mode: the monitor thread and the control segment.
     children: Mutex<Option<ChildRuntime>>,
     /// Every shared segment this Worker created; their descriptors close at `close`.
@@ -164,6 +166,38 @@ impl WorkerShared {
     }
 
     /// Next-level workers: chips at L3, Worker children at L4.
+    /// Why a tensor whose buffer is `remote` (`(worker, handle)` of a remote buffer, or `None`
+    /// for a buffer of this process) cannot be used by a task for next-level worker `target`
+    /// (`None`: a sub task), if it cannot.
+    pub(crate) fn reachability(
+        &self,
+        remote: Option<(u32, u64)>,
+        target: Option<usize>,
+    ) -> Option<String> {
+        let remotes = &self.options.remote_workers;
+        let at = |w: usize| {
+            remotes.get(w).map_or_else(
+                || format!("remote worker {w}"),
+                |r| format!("remote worker {w} ({r})"),
+            )
+        };
+        match (remote, target) {
+            (Some((w, _)), None) => Some(format!(
+                "a buffer of {} cannot be used by a sub task of this process",
+                at(w as usize)
+            )),
+            (Some((w, _)), Some(t)) if w as usize != t => Some(format!(
+                "a buffer of {} cannot be used by a task for worker {t}",
+                at(w as usize)
+            )),
+            (None, Some(t)) if t < remotes.len() => Some(format!(
+                "a host buffer of this process is not reachable from {}; create the buffer there with Worker::create_remote_buffer({t}, ..)",
+                at(t)
+            )),
+            _ => None,
+        }
+    }
+
     pub(crate) fn next_level_workers(&self) -> usize {
         self.engine.state.lock().next_level_lanes()
     }
@@ -228,7 +262,16 @@ impl Worker {
 
     pub(crate) fn new(options: WorkerOptions) -> Worker {
         let uid = new_uid();
-        let chip_names: Vec<String> = (0..options.chips).map(|i| format!("chip[{i}]")).collect();
+        let mut chip_names: Vec<String> =
+            (0..options.chips).map(|i| format!("chip[{i}]")).collect();
+        // A level-4 Worker's remote workers are its first next-level workers.
+        chip_names.extend(
+            options
+                .remote_workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| crate::remote::endpoint::lane_name(i, &w.to_string())),
+        );
         let sub_names: Vec<String> = (0..options.sub_workers)
             .map(|i| format!("sub[{i}]"))
             .collect();
@@ -259,6 +302,7 @@ impl Worker {
                 node_children: Mutex::new(Vec::new()),
                 children: Mutex::new(None),
                 segments: Mutex::new(Vec::new()),
+                remotes: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -593,9 +637,11 @@ impl Worker {
             .iter()
             .map(|w| w.spec().encode())
             .collect();
-        if options.level >= 4 && node_specs.is_empty() && options.sub_workers == 0 {
+        let no_remote = options.remote_workers.is_empty();
+        if options.level >= 4 && node_specs.is_empty() && no_remote && options.sub_workers == 0 {
             return Err(InitError::NoWorkers);
         }
+        let remote = self.open_remotes()?;
         let launched = launch(
             options,
             uid,
@@ -604,17 +650,97 @@ impl Worker {
             &heap_seg,
             &node_specs,
         )?;
+        let mut chip_names: Vec<String> = remote.iter().map(|ep| ep.name().to_string()).collect();
+        chip_names.extend(launched.chip_names);
         self.shared
             .engine
             .state
             .lock()
-            .set_lane_names(launched.chip_names, launched.sub_names);
+            .set_lane_names(chip_names, launched.sub_names);
         self.shared
             .segments
             .lock()
             .push(Arc::downgrade(&launched.runtime.control));
         *self.shared.children.lock() = Some(launched.runtime);
-        Ok((launched.chips, launched.subs))
+        let mut chips = remote;
+        chips.extend(launched.chips);
+        Ok((chips, launched.subs))
+    }
+
+    /// Opens a session on every remote worker (in parallel: each starts an L3 Worker there)
+    /// and returns their lanes, in index order.
+    fn open_remotes(&self) -> Result<Vec<Box<dyn Endpoint>>, InitError> {
+        let remotes = &self.shared.options.remote_workers;
+        let bell = Arc::clone(&self.shared.engine.doorbell);
+        let on_lost: Arc<dyn Fn() + Send + Sync> = Arc::new(move || bell.notify_one());
+        let opened: Vec<Result<crate::remote::Connection, String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = remotes
+                .iter()
+                .map(|w| {
+                    let on_lost = Arc::clone(&on_lost);
+                    s.spawn(move || crate::remote::Connection::open(w, on_lost))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("the opening thread panicked".into()))
+                })
+                .collect()
+        });
+        let mut lanes: Vec<Box<dyn Endpoint>> = Vec::with_capacity(opened.len());
+        let mut conns = Vec::with_capacity(opened.len());
+        for (i, conn) in opened.into_iter().enumerate() {
+            let conn = Arc::new(conn.map_err(|message| InitError::ChildFailed {
+                child: format!("remote[{i}]"),
+                pid: None,
+                message,
+            })?);
+            conns.push(Arc::clone(&conn));
+            let doorbell = Arc::clone(&self.shared.engine.doorbell);
+            lanes.push(Box::new(crate::remote::endpoint::RemoteEndpoint::new(
+                i, conn, doorbell,
+            )));
+        }
+        *self.shared.remotes.lock() = conns;
+        Ok(lanes)
+    }
+
+    /// A buffer of `nbytes` zero bytes in the session of remote worker `worker` (level 4,
+    /// after `init`): name its tensor in tasks for that worker; fill and read it with
+    /// `write_from` / `read_vec` (gRPC streams).
+    pub fn create_remote_buffer(
+        &self,
+        worker: usize,
+        nbytes: usize,
+    ) -> Result<crate::remote::RemoteBuffer, BufferError> {
+        let conn = {
+            let remotes = self.shared.remotes.lock();
+            match remotes.get(worker) {
+                Some(c) => Arc::clone(c),
+                None if remotes.is_empty() => {
+                    return Err(BufferError::NoRemote(
+                        "this Worker has no open remote worker (remote workers open at init)"
+                            .to_string(),
+                    ));
+                }
+                None => {
+                    return Err(BufferError::NoRemote(format!(
+                        "no remote worker {worker} (this Worker has {})",
+                        remotes.len()
+                    )));
+                }
+            }
+        };
+        let id = BufferId {
+            owner_uid: self.shared.uid,
+            buffer_id: self.shared.next_buffer_id(),
+            generation: 0,
+        };
+        let buffer = crate::remote::RemoteBuffer::create(conn, worker, id, nbytes)?;
+        self.shared.buffers.insert(buffer.inner());
+        Ok(buffer)
     }
 
     /// A host buffer of `nbytes` zero bytes that this Worker's tasks can use.

@@ -14,14 +14,25 @@ use toml::{Table, Value};
 
 use crate::params::{cut, key_list};
 
-/// Whether a scene runs chip callables directly (level 2) or an L3 orchestration (level 3).
+/// Whether a scene runs chip callables directly (level 2), an L3 orchestration (level 3) or an
+/// L4 orchestration over L3 workers, e.g. remote ones (level 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SceneLevel {
     L2,
     L3,
+    L4,
 }
 
 impl SceneLevel {
+    /// 2, 3 or 4: the `level` of a scene file.
+    pub fn number(self) -> u32 {
+        match self {
+            SceneLevel::L2 => 2,
+            SceneLevel::L3 => 3,
+            SceneLevel::L4 => 4,
+        }
+    }
+
     /// Keys allowed directly in `config` at this level, sorted.
     pub fn allowed_config_keys(self) -> &'static [&'static str] {
         match self {
@@ -31,7 +42,7 @@ impl SceneLevel {
                 "num_sub_workers",
                 "runtime_env",
             ],
-            SceneLevel::L3 => &[
+            SceneLevel::L3 | SceneLevel::L4 => &[
                 "aicpu_thread_num",
                 "device_count",
                 "num_sub_workers",

@@ -22,7 +22,7 @@ use pto_types::ErrorCode;
 use toml::{Table, Value};
 
 use crate::config_block::{
-    CaseConfig, LABEL_RULE, SceneLevel, is_valid_label, parse_config_block, unknown_keys_message,
+    CaseConfig, LABEL_RULE, is_valid_label, parse_config_block, unknown_keys_message,
 };
 use crate::params::{Params, cut};
 use crate::scene::{Scene, find_scene};
@@ -215,10 +215,7 @@ fn scene_of(table: &Table) -> Result<&'static dyn Scene, String> {
     let Some(level) = table.get("level") else {
         return Ok(scene);
     };
-    let expected = match scene.level() {
-        SceneLevel::L2 => 2,
-        SceneLevel::L3 => 3,
-    };
+    let expected = i64::from(scene.level().number());
     match level {
         Value::Integer(l) if *l == expected => Ok(scene),
         Value::Integer(l) => Err(format!(

@@ -53,6 +53,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
                 fast: quick,
                 task_timeout: None,
                 liveness_timeout: None,
+                remote: Vec::new(),
             },
         };
         let reports = run_file(&file, &options, |_| {})?;

@@ -209,6 +209,7 @@ impl Harness {
                     fast: self.fast,
                     task_timeout: None,
                     liveness_timeout: None,
+                    remote: Vec::new(),
                 },
             };
             let reports = self.run_bounded(Arc::clone(file), options)?;

@@ -609,6 +609,7 @@ mod tests {
             fast: true,
             task_timeout: None,
             liveness_timeout: None,
+            remote: Vec::new(),
         };
         let base = config.base_call_config();
         let case = CaseRun::new("c", &params, &config, base, &env);

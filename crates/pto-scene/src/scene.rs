@@ -198,6 +198,9 @@ pub struct RunnerEnv {
     /// `WorkerBuilder::liveness_timeout` of every L3 Worker (`--liveness-timeout`; `None`:
     /// the default).
     pub liveness_timeout: Option<Duration>,
+    /// Remote L3 workers (`pto serve` addresses) for level-4 scenes (`--remote`); empty: such
+    /// a scene starts its own servers on loopback ports in this process.
+    pub remote: Vec<String>,
 }
 
 /// One case being run.

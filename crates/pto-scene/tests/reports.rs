@@ -34,6 +34,7 @@ fn options(output: &Path, case: Option<&str>, scope_stats: bool) -> RunOptions {
             fast: true,
             task_timeout: None,
             liveness_timeout: None,
+            remote: Vec::new(),
         },
     }
 }

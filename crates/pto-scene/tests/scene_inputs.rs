@@ -451,6 +451,7 @@ fn run_with_timeout(file: SceneFile, case: String, out: PathBuf, how: RunHow, se
                 fast: true,
                 task_timeout: None,
                 liveness_timeout: None,
+                remote: Vec::new(),
             },
         };
         let _ = tx.send(run_file(&file, &options, |_| {}).map(|r| r.len()));

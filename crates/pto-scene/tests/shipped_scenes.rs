@@ -28,6 +28,7 @@ fn options(output: &Path) -> RunOptions {
             fast: true,
             task_timeout: None,
             liveness_timeout: None,
+            remote: Vec::new(),
         },
     }
 }

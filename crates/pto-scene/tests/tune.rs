@@ -24,6 +24,7 @@ fn env(mode: EndpointMode) -> RunnerEnv {
         fast: true,
         task_timeout: None,
         liveness_timeout: None,
+        remote: Vec::new(),
     }
 }
 

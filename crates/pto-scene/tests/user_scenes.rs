@@ -54,6 +54,7 @@ fn run(text: &str, mode: EndpointMode) -> Vec<CaseReport> {
             fast: true,
             task_timeout: Some(Duration::from_secs(60)),
             liveness_timeout: None,
+            remote: Vec::new(),
         },
     };
     run_file(&file, &options, |_| {}).unwrap()

@@ -2,8 +2,8 @@
 //!
 //! Chip runtime codes (1–199) keep the reference implementation's numbers and names
 //! (CHIP_RUNTIME.md §5.1); reply codes (1001–1009) are what a child reports over the mailbox
-//! (NODE_RUNTIME.md §4.8); 1010–1012 are decided by the parent about a child (task timeout,
-//! death, unresponsiveness) and never travel on the wire. Reserved numbers (6, 10, 101–104) are never reused. pto adds 12
+//! (NODE_RUNTIME.md §4.8); 1010–1013 are decided by the parent about a child (task timeout,
+//! death, unresponsiveness, a lost remote worker) and never travel on the wire. Reserved numbers (6, 10, 101–104) are never reused. pto adds 12
 //! ORCH_PANIC, 110 KERNEL_PANIC (CHIP_RUNTIME.md §3.9) and 120 INTERNAL_ERROR (a caught panic in a
 //! scheduler thread: the run fails, the chip survives).
 
@@ -37,6 +37,7 @@ pub enum ErrorCode {
     TaskTimeout,
     ChildDied,
     ChildUnresponsive,
+    WorkerLost,
 }
 
 /// One row of the table.
@@ -47,7 +48,7 @@ struct Row {
     hint: &'static str,
 }
 
-const TABLE: [Row; 25] = [
+const TABLE: [Row; 26] = [
     Row {
         code: ErrorCode::ScopeDeadlock,
         number: 1,
@@ -197,6 +198,12 @@ const TABLE: [Row; 25] = [
         number: 1012,
         name: "CHILD_UNRESPONSIVE",
         hint: "the child stopped answering liveness probes (stopped, or stuck outside any callable) and was killed; raise WorkerBuilder::liveness_timeout (pto run --liveness-timeout) if it is only slow",
+    },
+    Row {
+        code: ErrorCode::WorkerLost,
+        number: 1013,
+        name: "WORKER_LOST",
+        hint: "the connection to a remote worker failed or stopped answering HTTP/2 keepalive pings; check that `pto serve` still runs at that address (the worker stays unavailable to this Worker)",
     },
 ];
 

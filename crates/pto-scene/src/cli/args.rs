@@ -39,6 +39,38 @@ pub(crate) enum Command {
     /// List the scenes this binary knows: level, params (range, default), task labels and
     /// worker counts; with NAME, only that scene.
     Scenes(ScenesArgs),
+    /// Serve remote L3 Workers over gRPC: each client session gets an L3 Worker with these
+    /// chips and sub workers, runs the node callables of this binary on it, and is closed when
+    /// the client goes away. Binds 127.0.0.1 unless told otherwise.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Chips of each session's L3 Worker.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) chips: usize,
+    /// Sub workers of each session's L3 Worker.
+    #[arg(long, value_name = "M", default_value_t = 0)]
+    pub(crate) sub_workers: usize,
+    /// Clusters of each chip (default: the chip's default).
+    #[arg(long, value_name = "N")]
+    pub(crate) clusters: Option<u32>,
+    /// Where each session runs its chips and sub workers.
+    #[arg(long, value_enum, default_value_t = Mode::ChildProcess)]
+    pub(crate) mode: Mode,
+    /// Refuse calls without this token (the file's first line); the token is never logged.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Serve TLS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +192,10 @@ pub(crate) struct RunArgs {
     /// (default 5).
     #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
     pub(crate) liveness_timeout: Option<String>,
+    /// A remote L3 worker (`pto serve` address, e.g. http://127.0.0.1:7070) for level-4 scenes
+    /// (repeatable; without it such a scene starts its own servers on loopback ports).
+    #[arg(long = "remote", value_name = "ADDR")]
+    pub(crate) remote: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

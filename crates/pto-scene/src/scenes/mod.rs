@@ -3,6 +3,7 @@
 mod fanout;
 mod l2;
 mod l3;
+mod remote;
 
 use crate::scene::Scene;
 
@@ -13,6 +14,7 @@ pub(crate) static ALL: &[&dyn Scene] = &[
     &l3::PerTaskRuntimeEnv,
     &l3::MultiChipDispatch,
     &fanout::HeterogeneousFanout,
+    &remote::RemoteFanout,
 ];
 
 #[cfg(test)]

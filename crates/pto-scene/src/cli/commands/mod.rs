@@ -5,6 +5,7 @@ mod bench;
 mod config_resolve;
 mod run;
 mod scenes;
+mod serve;
 mod tune;
 
 use crate::cli::Outcome;
@@ -18,5 +19,6 @@ pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Scenes(args) => scenes::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Tune(args) => tune::run(&args),
+        Command::Serve(args) => serve::run(&args),
     }
 }

@@ -1,8 +1,8 @@
 //! `pto scenes [NAME]`: what each registered scene accepts in a scene file.
 
+use crate::Scene;
 use crate::params::{cut, key_list};
 use crate::scene::{find_scene, scene_names};
-use crate::{Scene, SceneLevel};
 use serde_json::json;
 
 use crate::cli::args::ScenesArgs;
@@ -30,10 +30,7 @@ pub(crate) fn run(args: &ScenesArgs) -> anyhow::Result<Outcome> {
 }
 
 fn level(scene: &dyn Scene) -> u32 {
-    match scene.level() {
-        SceneLevel::L2 => 2,
-        SceneLevel::L3 => 3,
-    }
+    scene.level().number()
 }
 
 /// The text block of one scene.

@@ -113,6 +113,7 @@ fn runner_env(args: &TuneArgs) -> anyhow::Result<RunnerEnv> {
         fast: args.fast,
         task_timeout: None,
         liveness_timeout: None,
+        remote: Vec::new(),
     })
 }
 
