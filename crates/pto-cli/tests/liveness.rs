@@ -1,14 +1,11 @@
 //! Issue 10 through the real binary: `pto run` never hangs on a killed or stopped child, and a
 //! `PTO_CHILD=1` left in the user's environment is refused clearly.
 
-use std::io::Read;
-use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-use crate::util::{pto, stderr};
+use crate::util::{children_of, pto, spawn_pto, stderr, wait_exit};
 
 /// A multi-chip dispatch whose chip tasks take 2 s, so the sum task on the sub worker is
 /// PENDING for that long.
@@ -22,63 +19,6 @@ params = { chip_delay_ms = 2000 }
 device_count = 2
 num_sub_workers = 1
 "#;
-
-/// The children of `pid` (of any of its threads: the monitor thread spawns them).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut out: Vec<u32> = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
-        .flat_map(|s| {
-            s.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect();
-    out.sort_unstable();
-    out
-}
-
-fn spawn_pto(dir: &Path, args: &[&str]) -> Child {
-    #[allow(clippy::disallowed_methods)]
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("pto"))
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pto starts")
-}
-
-/// Waits for `child` to exit within `limit`; kills it and fails the test otherwise.
-fn wait_exit(child: &mut Child, limit: Duration) -> (i32, String, String) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let (mut out, mut err) = (String::new(), String::new());
-            child
-                .stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut out)
-                .unwrap();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            return (status.code().unwrap_or(-1), out, err);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("pto run did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// Runs the slow dispatch in child-process mode and hits the sub child (the last one
 /// started) with `sig` while the sum task waits for the chip tasks.

@@ -7,6 +7,7 @@ mod config_resolve;
 mod inputs;
 mod liveness;
 mod readme;
+mod remote;
 mod reports;
 mod run;
 mod scenes;

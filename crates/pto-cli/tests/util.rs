@@ -1,7 +1,9 @@
 //! Helpers for running the `pto` binary in isolation.
 
+use std::io::Read;
 use std::path::Path;
-use std::process::Output;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 
@@ -34,4 +36,61 @@ pub(crate) fn json(out: &Output) -> serde_json::Value {
         "one JSON line expected: {text}"
     );
     serde_json::from_str(text.trim()).expect("stdout is JSON")
+}
+
+/// The children of `pid` (of any of its threads: the monitor thread spawns them).
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+pub(crate) fn spawn_pto(dir: &Path, args: &[&str]) -> Child {
+    #[allow(clippy::disallowed_methods)]
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("pto"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pto starts")
+}
+
+/// Waits for `child` to exit within `limit`; kills it and fails the test otherwise.
+pub(crate) fn wait_exit(child: &mut Child, limit: Duration) -> (i32, String, String) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let (mut out, mut err) = (String::new(), String::new());
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.code().unwrap_or(-1), out, err);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("pto run did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -346,7 +346,7 @@ impl WorkerBuilder {
             );
         }
         for (i, w) in self.remote_workers.iter().enumerate() {
-            if let Err(reason) = w.check() {
+            if let Err(reason) = w.validate() {
                 return invalid("remote_worker", format!("remote worker {i}: {reason}"));
             }
         }

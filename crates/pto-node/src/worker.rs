@@ -368,7 +368,8 @@ impl Worker {
     }
 
     /// Adds an L3 Worker (NEW, named registrations only) as a child of this level-4 Worker;
-    /// returns its worker index for `submit_next_level`. The child's options and registrations
+    /// returns its worker index for `submit_next_level` (after the builder's remote workers;
+    /// its lane is named `node_child[j]`, `j` counting local children only). The child's options and registrations
     /// travel to its process in the boot block at `init` (NODE_RUNTIME.md §6.1).
     pub fn add_worker(&self, child: Worker) -> Result<usize, AddWorkerError> {
         let level = self.shared.options.level;
@@ -391,7 +392,8 @@ impl Worker {
             return Err(AddWorkerError::Closures);
         }
         let mut children = self.shared.node_children.lock();
-        let index = children.len();
+        // Remote workers (from the builder) are next-level workers 0..R; children follow.
+        let index = self.shared.options.remote_workers.len() + children.len();
         children.push(child);
         let name = format!("node[{index}]");
         self.shared.engine.state.lock().add_next_level_lane(name);

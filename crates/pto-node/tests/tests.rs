@@ -25,5 +25,6 @@ mod l4;
 mod liveness;
 mod memory;
 mod pipeline;
+mod remote;
 
 pto_node::test_child_entry!();

@@ -200,7 +200,7 @@ pub struct RunnerEnv {
     pub liveness_timeout: Option<Duration>,
     /// Remote L3 workers (`pto serve` addresses) for level-4 scenes (`--remote`); empty: such
     /// a scene starts its own servers on loopback ports in this process.
-    pub remote: Vec<String>,
+    pub remote: Vec<pto_node::remote::RemoteWorker>,
 }
 
 /// One case being run.

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
+use pto_types::ErrorCode;
 use pto_types::node_wire::args_blob::{TensorLocation, TensorSpace, encode_args};
 use pto_types::node_wire::run_report::WireRunReport;
 use pto_types::wire::call_config_record::encode_call_config;
-use pto_types::ErrorCode;
 
 use super::client::{describe, is_transport};
 use super::proto::{Completion as WireCompletion, SubmitRequest};

@@ -129,7 +129,7 @@ impl RemoteWorker {
     }
 
     /// Checks the address and TLS settings without connecting.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), String> {
         let endpoint = tonic::transport::Endpoint::from_shared(self.address.clone())
             .map_err(|e| format!("{:?} is not a valid address: {e}", self.address))?;
         let https = self.address.starts_with("https://");

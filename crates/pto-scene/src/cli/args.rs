@@ -196,6 +196,12 @@ pub(crate) struct RunArgs {
     /// (repeatable; without it such a scene starts its own servers on loopback ports).
     #[arg(long = "remote", value_name = "ADDR")]
     pub(crate) remote: Vec<String>,
+    /// The token the --remote servers require (the file's first line).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub(crate) remote_token_file: Option<PathBuf>,
+    /// The PEM certificate (or CA) of https:// --remote servers.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub(crate) remote_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

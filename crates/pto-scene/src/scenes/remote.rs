@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use anyhow::Context as _;
-use pto_node::remote::{RemoteBuffer, ServeOptions, Server, serve};
+use pto_node::remote::{RemoteBuffer, RemoteWorker, ServeOptions, Server, serve};
 use pto_node::{
     Callable, CallableKind, EndpointMode, FailureKind, OrchError, Orchestrator, RunReport,
     TaskOutcome, Worker, WorkerRunError,
@@ -105,18 +105,18 @@ impl Scene for RemoteFanout {
         let n: usize = case.param("n")?;
         let chips: usize = case.param("chips_per_worker")?;
         let delay: u64 = case.param("chip_delay_ms")?;
-        let (addresses, _servers) = remote_workers(case, chips)?;
+        let (remotes, _servers) = remote_workers(case, chips)?;
         let mut builder = Worker::builder(4)
             .endpoint_mode(EndpointMode::ChildProcess)
             .heap_ring_size(1 << 20)
             .task_timeout(case.env.task_timeout);
-        for a in &addresses {
-            builder = builder.remote_worker(a);
+        for r in &remotes {
+            builder = builder.remote(r.clone());
         }
         let w = builder.build()?;
         let h = w.register(Callable::node("remote_fanout.l3"))?;
         w.init().context("opening the remote workers' sessions")?;
-        let jobs = (0..addresses.len())
+        let jobs = (0..remotes.len())
             .map(|i| Job::new(&w, i, n, chips, case))
             .collect::<anyhow::Result<Vec<Job>>>()?;
         let outcome = w.run(
@@ -147,9 +147,10 @@ impl Scene for RemoteFanout {
             }
             Err(e) => return Err(e.into()),
         };
+        let at: Vec<String> = remotes.iter().map(|r| r.to_string()).collect();
         result
             .notes
-            .push(format!("remote workers: {}", addresses.join(", ")));
+            .push(format!("remote workers: {}", at.join(", ")));
         w.close();
         Ok(result)
     }
@@ -157,7 +158,10 @@ impl Scene for RemoteFanout {
 
 /// The remote workers' addresses: the runner's, or those of servers started here (returned
 /// with them, so they live as long as the case).
-fn remote_workers(case: &CaseRun<'_>, chips: usize) -> anyhow::Result<(Vec<String>, Vec<Server>)> {
+fn remote_workers(
+    case: &CaseRun<'_>,
+    chips: usize,
+) -> anyhow::Result<(Vec<RemoteWorker>, Vec<Server>)> {
     if !case.env.remote.is_empty() {
         return Ok((case.env.remote.clone(), Vec::new()));
     }
@@ -176,11 +180,11 @@ fn remote_workers(case: &CaseRun<'_>, chips: usize) -> anyhow::Result<(Vec<Strin
         };
         servers.push(serve(options).context("starting a loopback server")?);
     }
-    let addresses = servers
+    let remotes = servers
         .iter()
-        .map(|s| format!("http://{}", s.local_addr()))
+        .map(|s| RemoteWorker::new(&format!("http://{}", s.local_addr())))
         .collect();
-    Ok((addresses, servers))
+    Ok((remotes, servers))
 }
 
 /// One remote worker's L3 task: its label, config and buffers there.

@@ -12,6 +12,7 @@ use crate::runner::{
 use crate::{RunnerEnv, SceneFile};
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::EndpointMode;
+use pto_node::remote::RemoteWorker;
 
 use crate::cli::args::{Mode, RunArgs};
 use crate::cli::{InputError, Outcome};
@@ -116,9 +117,38 @@ fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
             fast: args.fast,
             task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
             liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
-            remote: args.remote.clone(),
+            remote: remote_workers(args)?,
         },
     })
+}
+
+/// The `--remote` workers with the token and CA certificate the flags name.
+fn remote_workers(args: &RunArgs) -> Result<Vec<RemoteWorker>, InputError> {
+    let token = match &args.remote_token_file {
+        Some(path) => Some(pto_node::remote::read_token_file(path).map_err(InputError)?),
+        None => None,
+    };
+    let ca = match &args.remote_ca {
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            InputError(format!("--remote-ca {}: cannot read: {e}", path.display()))
+        })?),
+        None => None,
+    };
+    args.remote
+        .iter()
+        .map(|address| {
+            let mut w = RemoteWorker::new(address);
+            if let Some(t) = &token {
+                w = w.token(t);
+            }
+            if let Some(pem) = &ca {
+                w = w.ca_certificate(pem);
+            }
+            w.validate()
+                .map_err(|e| InputError(format!("--remote {address}: {e}")))?;
+            Ok(w)
+        })
+        .collect()
 }
 
 /// `--report FILE: cannot write: OS ERROR` (exit status 2).
