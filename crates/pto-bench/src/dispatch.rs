@@ -36,6 +36,16 @@ fn gate_sub(_: &SubContext, a: &MappedArgs) -> Result<(), TaskError> {
 }
 pto_node::register_sub!("bench.gate_sub", gate_sub);
 
+/// `bench.noop_node`: an L3 run that submits nothing (the remote row's task).
+fn noop_node(
+    _: &mut pto_node::Orchestrator<'_>,
+    _: &TaskArgs,
+    _: &CallConfig,
+) -> Result<(), pto_node::OrchError> {
+    Ok(())
+}
+pto_node::register_node!("bench.noop_node", noop_node);
+
 fn empty_chip<'r>(_: &mut RootScope<'r>, _: &OrchArgs<'r>) -> OrchResult<()> {
     Ok(())
 }
@@ -448,7 +458,45 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     }
     points.extend(depth_rows(ks, runs)?);
     points.extend(submit_scaling(quick)?);
+    points.extend(remote_rows(ks, runs, process)?);
     Ok(points)
+}
+
+/// An L4 Worker whose one remote worker is a server in this process on a loopback port
+/// (its session's chip on threads): each task is a `Submit` call over HTTP/2 running an empty
+/// L3 run there, so the marginal is the loopback gRPC round trip plus that run.
+fn remote_rows(ks: &[usize], runs: usize, process_floor: f64) -> anyhow::Result<Vec<Point>> {
+    let server = pto_node::remote::serve(pto_node::remote::ServeOptions {
+        listen: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
+        chips: 1,
+        mode: EndpointMode::InProcess,
+        chip_spec: chip_spec(),
+        heap_ring_size: 1 << 20,
+        ..Default::default()
+    })?;
+    let w = Worker::builder(4)
+        .remote_worker(&format!("http://{}", server.local_addr()))
+        .heap_ring_size(1 << 20)
+        .build()?;
+    let node = w.register(Callable::node("bench.noop_node"))?;
+    w.init()?;
+    let (fixed, marginal) = measure_kind(&w, node, true, ks, runs)?;
+    w.close();
+    Ok(vec![
+        Point::new(
+            "dispatch",
+            "remote L3 task fixed per run, loopback gRPC",
+            "us",
+            fixed,
+        ),
+        Point::new(
+            "dispatch",
+            "remote L3 task marginal, loopback gRPC (Submit round trip + an empty L3 run)",
+            "us/task",
+            marginal,
+        )
+        .with_peer("process round trip, spinning", process_floor),
+    ])
 }
 
 /// Chip tasks spread round robin over 4 chip workers (BENCHMARKS.md B3: 1-4 chips).

@@ -702,7 +702,10 @@ impl Worker {
             conns.push(Arc::clone(&conn));
             let doorbell = Arc::clone(&self.shared.engine.doorbell);
             lanes.push(Box::new(crate::remote::endpoint::RemoteEndpoint::new(
-                i, conn, doorbell,
+                i,
+                conn,
+                doorbell,
+                self.shared.options.lane_depth,
             )));
         }
         *self.shared.remotes.lock() = conns;

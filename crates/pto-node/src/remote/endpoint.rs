@@ -1,12 +1,16 @@
 //! The scheduler's lane to a remote worker (an `Endpoint`, NODE_RUNTIME.md §4.1, §6.2).
 //!
-//! One task in flight (v1): `dispatch` encodes the task (its `CallConfig` record whole, the
-//! args blob with every tensor in space = remote) and spawns its `Submit` call on the client
-//! runtime; the call's outcome comes back on a channel and rings the scheduler's doorbell.
+//! Up to the lane depth of tasks in flight, each its own `Submit` call on the session's HTTP/2
+//! connection: `dispatch` encodes the task (its `CallConfig` record whole, the args blob with
+//! every tensor in space = remote) and spawns the call on the client runtime; outcomes come
+//! back on a channel, ring the scheduler's doorbell, and are handed on in dispatch order (the
+//! server may finish independent runs in another order; dependent tasks are never in flight
+//! together, the L4 engine dispatches a task only after its producers completed).
 //! A call that fails in transport, or the end of the session's `Open` stream, makes the lane
 //! dead: `health` reports it (code `WORKER_LOST`, naming the address and the task in flight),
 //! and the scheduler fails the task and everything aimed at the lane. Nothing here blocks.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
@@ -44,7 +48,11 @@ pub(crate) struct RemoteEndpoint {
     index: u32,
     conn: Arc<Connection>,
     doorbell: Arc<Doorbell>,
-    in_flight: Option<InFlight>,
+    /// Oldest first.
+    in_flight: VecDeque<InFlight>,
+    /// Outcomes that arrived before an older task's.
+    arrived: HashMap<u64, Result<WireCompletion, tonic::Status>>,
+    depth: usize,
     next_seq: u64,
     tx: Sender<(u64, Result<WireCompletion, tonic::Status>)>,
     rx: Receiver<(u64, Result<WireCompletion, tonic::Status>)>,
@@ -54,14 +62,21 @@ pub(crate) struct RemoteEndpoint {
 
 impl RemoteEndpoint {
     /// The lane of remote worker `index` over an open session.
-    pub(crate) fn new(index: usize, conn: Arc<Connection>, doorbell: Arc<Doorbell>) -> Self {
+    pub(crate) fn new(
+        index: usize,
+        conn: Arc<Connection>,
+        doorbell: Arc<Doorbell>,
+        depth: usize,
+    ) -> Self {
         let (tx, rx) = channel();
         RemoteEndpoint {
             name: lane_name(index, &conn.remote.to_string()),
             index: index as u32,
             conn,
             doorbell,
-            in_flight: None,
+            in_flight: VecDeque::new(),
+            arrived: HashMap::new(),
+            depth: depth.max(1),
             next_seq: 1,
             tx,
             rx,
@@ -151,18 +166,21 @@ impl Endpoint for RemoteEndpoint {
     }
 
     fn is_idle(&self) -> bool {
-        self.in_flight.is_none()
+        self.in_flight.is_empty()
     }
 
     fn room(&self) -> usize {
-        usize::from(self.in_flight.is_none() && self.lost().is_none())
+        match self.lost() {
+            Some(_) => 0,
+            None => self.depth.saturating_sub(self.in_flight.len()),
+        }
     }
 
     fn dispatch(&mut self, req: TaskRequest) -> Result<(), EndpointError> {
         if let Some(why) = self.lost() {
             return Err(EndpointError::Dead(why));
         }
-        if self.in_flight.is_some() {
+        if self.in_flight.len() >= self.depth {
             return Err(EndpointError::Busy);
         }
         let seq = self.next_seq;
@@ -179,7 +197,7 @@ impl Endpoint for RemoteEndpoint {
             .label
             .as_deref()
             .map_or_else(String::new, |l| format!(" ('{l}')"));
-        self.in_flight = Some(InFlight {
+        self.in_flight.push_back(InFlight {
             seq,
             slot: req.slot,
             member: req.member,
@@ -195,17 +213,25 @@ impl Endpoint for RemoteEndpoint {
 
     fn poll(&mut self, out: &mut Vec<Completion>) {
         while let Ok((seq, result)) = self.rx.try_recv() {
-            let Some(t) = self.in_flight.take_if(|t| t.seq == seq) else {
-                continue;
+            self.arrived.insert(seq, result);
+        }
+        while let Some(front) = self.in_flight.front() {
+            let Some(result) = self.arrived.remove(&front.seq) else {
+                break;
+            };
+            if let Err(status) = &result
+                && is_transport(status)
+            {
+                // The death (health) fails the tasks in flight and names the lane.
+                self.conn.mark_lost(describe(status));
+                return;
+            }
+            let Some(t) = self.in_flight.pop_front() else {
+                break;
             };
             match result {
                 Ok(reply) if !t.abandoned => out.push(Self::completion(&t, reply)),
                 Ok(_) => {}
-                Err(status) if is_transport(&status) => {
-                    // The death (health) fails the task and names the lane; keep it in flight.
-                    self.conn.mark_lost(describe(&status));
-                    self.in_flight = Some(t);
-                }
                 Err(status) if !t.abandoned => out.push(Completion {
                     slot: t.slot,
                     member: t.member,
@@ -240,7 +266,7 @@ impl Endpoint for RemoteEndpoint {
             fate: format!("lost: {why}"),
             during: self
                 .in_flight
-                .as_ref()
+                .front()
                 .filter(|t| !t.abandoned)
                 .map_or_else(String::new, |t| t.during.clone()),
             code: ErrorCode::WorkerLost,
@@ -248,7 +274,7 @@ impl Endpoint for RemoteEndpoint {
     }
 
     fn time_out(&mut self, elapsed: Duration, limit: Duration) -> Option<Failure> {
-        let t = self.in_flight.as_mut()?;
+        let t = self.in_flight.front_mut()?;
         t.abandoned = true;
         Some(Failure {
             kind: FailureKind::Endpoint,

@@ -328,7 +328,16 @@ pub fn serve(options: ServeOptions) -> Result<Server, ServeError> {
         server::check_token(token.as_deref(), req)
     });
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Small HTTP/2 frames must leave at once: Nagle's algorithm against the peer's delayed ACK
+    // stalls pipelined calls for 40 ms (measured: 4 tasks in 43.8 ms).
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |conn| {
+            conn.inspect(|c| {
+                let _ = c.set_nodelay(true);
+            })
+        },
+    );
     let task = runtime.spawn(builder.add_service(svc).serve_with_incoming_shutdown(
         incoming,
         async move {
