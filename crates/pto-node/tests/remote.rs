@@ -271,6 +271,37 @@ fn tls_with_a_trusted_certificate() {
     });
 }
 
+/// A server that goes away between runs leaves its worker unavailable: the next submit to it
+/// fails at once, naming the worker and `WORKER_LOST`'s cause; nothing hangs.
+#[test]
+fn a_lost_remote_worker_is_unavailable_to_later_submits() {
+    with_timeout(60, || {
+        let s = server(None, None);
+        let l4 = Worker::builder(4).remote_worker(&at(&s)).build().unwrap();
+        let h = l4.register(Callable::node("l3_pipeline")).unwrap();
+        l4.init().unwrap();
+        s.shutdown();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            let r = l4.run(
+                |orch, _, cfg| {
+                    orch.submit_next_level(&h, TaskArgs::new(), cfg, 0)?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            );
+            match r {
+                Err(e) if e.to_string().contains("unavailable") => break e.to_string(),
+                _ if std::time::Instant::now() > deadline => panic!("still available: {r:?}"),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        assert!(err.contains("remote[0]") && err.contains("lost"), "{err}");
+        l4.close();
+    });
+}
+
 #[test]
 fn remote_workers_are_checked_when_the_worker_is_built() {
     let e: BuildError = Worker::builder(3)

@@ -29,6 +29,8 @@ use super::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, PROTOCOL_VERSION, RemoteWorke
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// How long a TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a refused connection is retried (the server may be starting).
+const CONNECT_RETRY: Duration = Duration::from_secs(3);
 /// How long `Close` may take at shutdown.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -76,11 +78,7 @@ impl Connection {
         remote: RemoteWorker,
         on_lost: Arc<dyn Fn() + Send + Sync>,
     ) -> Result<Connection, String> {
-        let endpoint = channel_of(&remote)?;
-        let channel = tokio::time::timeout(remote.open_timeout, endpoint.connect())
-            .await
-            .map_err(|_| format!("no connection within {:?}", remote.open_timeout))?
-            .map_err(|e| format!("cannot connect: {}", chain(&e)))?;
+        let channel = connect(&remote).await?;
         let token = match &remote.token {
             Some(t) => Some(
                 format!("Bearer {t}")
@@ -269,6 +267,29 @@ impl Drop for Connection {
         if let Some(w) = self.watcher.lock().take() {
             w.abort();
         }
+    }
+}
+
+/// Connects, retrying a refused connection for up to [`CONNECT_RETRY`] (a server that is
+/// still starting), within the open deadline.
+async fn connect(remote: &RemoteWorker) -> Result<Channel, String> {
+    let endpoint = channel_of(remote)?;
+    let started = tokio::time::Instant::now();
+    let retry_until = started + CONNECT_RETRY.min(remote.open_timeout);
+    loop {
+        let left = remote.open_timeout.saturating_sub(started.elapsed());
+        let err = match tokio::time::timeout(left, endpoint.connect()).await {
+            Ok(Ok(channel)) => return Ok(channel),
+            Ok(Err(e)) => chain(&e),
+            Err(_) => return Err(format!("no connection within {:?}", remote.open_timeout)),
+        };
+        if tokio::time::Instant::now() >= retry_until {
+            return Err(format!(
+                "cannot connect (tried for {:.1} s): {err}",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

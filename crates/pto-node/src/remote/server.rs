@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pto_types::node_wire::args_blob::{TensorSpace, decode_args};
@@ -33,6 +33,11 @@ use super::proto::{
 use super::{PROTOCOL_VERSION, ServeOptions};
 use crate::report::wire::run_to_wire;
 use crate::{Callable, HostBuffer, Worker, WorkerRunError};
+
+/// How long closing a session waits for its unfinished runs.
+const SESSION_CLOSE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a closing session's child processes get to exit before they are killed.
+const SESSION_SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes per `ReadBuffer` chunk (gRPC's default message limit is 4 MiB).
 pub(crate) const CHUNK_BYTES: usize = 1 << 20;
@@ -81,7 +86,11 @@ impl Service {
             .chips(options.chips)
             .sub_workers(options.sub_workers)
             .endpoint_mode(options.mode)
-            .heap_ring_size(options.heap_ring_size);
+            .heap_ring_size(options.heap_ring_size)
+            // A session closes when its client is gone: nobody waits for its unfinished runs,
+            // so they are abandoned at once and its children get a short grace.
+            .close_timeout(SESSION_CLOSE_TIMEOUT)
+            .shutdown_grace(SESSION_SHUTDOWN_GRACE);
         for i in 0..options.chips {
             builder = builder.chip_spec(i, options.chip_spec.clone());
         }

@@ -25,7 +25,8 @@ use crate::params::Param;
 use crate::scene::{CaseResult, CaseRun, Scene, TaskErrorInfo, TaskRow, TaskSizing, WorkerBounds};
 
 /// Node callable `remote_fanout.l3`: tensors `a`, `out0`…`out{k-1}`, scalar 0 = delay (ms);
-/// chip `c` computes `out_c = a + a` (after the delay) with the config of this L3 task.
+/// job `c` computes `out_c = a + a` (after the delay) on chip `c mod chips` with the config of
+/// this L3 task, so a server with fewer chips than outputs still runs every job.
 fn l3_job(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<(), OrchError> {
     let add = orch.callable(CallableKind::Chip, "elementwise_add_after")?;
     let t = args.tensors();
@@ -37,6 +38,7 @@ fn l3_job(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Res
             "remote_fanout.l3 takes a and at least one output",
         ));
     }
+    let chips = orch.next_level_workers().max(1);
     for c in 0..t.len() - 1 {
         let job = TaskArgs::new()
             .input(&t[0].1)
@@ -44,7 +46,7 @@ fn l3_job(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Res
             .output_existing(&t[1 + c].1)
             .scalar(delay)
             .label(&format!("add{c}"));
-        orch.submit_next_level(&add, job, cfg, c)?;
+        orch.submit_next_level(&add, job, cfg, c % chips)?;
     }
     Ok(())
 }
