@@ -40,6 +40,13 @@ pub enum ChildExe {
     CurrentExe,
     /// A worker binary with the same registrations that calls `pto_node::child_main()` first.
     Path(PathBuf),
+    /// A program started with these arguments whose process enters `pto_node::child_main()`
+    /// first, e.g. an interpreter that loads the same registrations
+    /// (`python3 -c "import pto._native as n; n._child_main()"`).
+    Command {
+        program: PathBuf,
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 /// The checked options of a Worker.
@@ -71,6 +78,8 @@ pub(crate) struct WorkerOptions {
     pub(crate) lane_depth: usize,
     /// Remote L3 workers (level 4): next-level workers `0..n`, before `add_worker` children.
     pub(crate) remote_workers: Vec<RemoteWorker>,
+    /// Child-process mode: sub workers are threads of this process (closures allowed).
+    pub(crate) subs_in_process: bool,
 }
 
 /// Builds a [`Worker`]; see NODE_RUNTIME.md §1.1 for every option.
@@ -101,6 +110,7 @@ pub struct WorkerBuilder {
     restart_children: bool,
     lane_depth: usize,
     remote_workers: Vec<RemoteWorker>,
+    subs_in_process: bool,
 }
 
 /// The default of `lane_depth` (chosen by `pto bench dispatch`; BENCHMARKS.md B3).
@@ -142,6 +152,7 @@ impl WorkerBuilder {
             restart_children: true,
             lane_depth: DEFAULT_LANE_DEPTH,
             remote_workers: Vec::new(),
+            subs_in_process: false,
         }
     }
 
@@ -315,7 +326,16 @@ impl WorkerBuilder {
             restart_children: self.restart_children,
             lane_depth: self.lane_depth,
             remote_workers: self.remote_workers,
+            subs_in_process: self.subs_in_process,
         }))
+    }
+
+    /// In child-process mode, runs the sub workers as threads of this process (chips stay child
+    /// processes), so sub callables may be closures: for sub functions that only exist in this
+    /// process, such as a Python function. In-process mode: no effect.
+    pub fn subs_in_process(mut self, yes: bool) -> Self {
+        self.subs_in_process = yes;
+        self
     }
 
     /// Adds a remote L3 worker at `address` (`http://HOST:PORT`, a `pto serve` daemon) to a

@@ -98,7 +98,8 @@ impl Callable {
         }
     }
 
-    /// A sub callable given as a closure; only for `EndpointMode::InProcess`.
+    /// A sub callable given as a closure; for sub workers that are threads of this process
+    /// (`EndpointMode::InProcess`, or `WorkerBuilder::subs_in_process`).
     pub fn sub_closure(
         name: &str,
         f: impl Fn(&SubContext, &MappedArgs) -> Result<(), TaskError> + Send + Sync + 'static,

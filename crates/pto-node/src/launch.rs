@@ -400,6 +400,7 @@ pub(crate) fn launch(
             TEST_ENTRY_ARGS.iter().map(OsString::from).collect(),
         ),
         ChildExe::Path(p) => (p.clone(), Vec::new()),
+        ChildExe::Command { program, args } => (program.clone(), args.clone()),
     };
     let factory = Arc::new(ChildFactory {
         options: options.clone(),

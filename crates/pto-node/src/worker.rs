@@ -349,7 +349,9 @@ impl Worker {
         if *self.shared.lifecycle.lock() == Lifecycle::Closed {
             return Err(RegisterError::Closed);
         }
-        if c.is_closure() && self.shared.options.mode != EndpointMode::InProcess {
+        let o = &self.shared.options;
+        let closures_run_here = o.mode == EndpointMode::InProcess || o.subs_in_process;
+        if c.is_closure() && !closures_run_here {
             return Err(RegisterError::ClosureRequiresInProcess);
         }
         let level = self.shared.options.level;
@@ -587,6 +589,13 @@ impl Worker {
             .map_err(|e| InitError::Thread(e.to_string()))?;
             chips.push(Box::new(ep));
         }
+        Ok((chips, self.in_process_subs()?))
+    }
+
+    /// Sub workers as threads of this process (`sub[i]`): in-process mode, and child-process
+    /// mode with `subs_in_process`.
+    fn in_process_subs(&self) -> Result<Vec<Box<dyn Endpoint>>, InitError> {
+        let options = &self.shared.options;
         let mut subs: Vec<Box<dyn Endpoint>> = Vec::with_capacity(options.sub_workers);
         for i in 0..options.sub_workers {
             let work = LaneWork::Sub {
@@ -596,15 +605,15 @@ impl Worker {
             let ep = InProcessEndpoint::start(
                 format!("sub[{i}]"),
                 work,
-                Arc::clone(&doorbell),
-                lane_spin,
+                Arc::clone(&self.shared.engine.doorbell),
+                SpinPolicy::new(options.lane_spin),
                 options.lane_depth,
                 Arc::clone(&self.shared.pump),
             )
             .map_err(|e| InitError::Thread(e.to_string()))?;
             subs.push(Box::new(ep));
         }
-        Ok((chips, subs))
+        Ok(subs)
     }
 
     /// Lanes as child processes (§4): the heap-ring segment, then `launch`.
@@ -644,8 +653,16 @@ impl Worker {
             return Err(InitError::NoWorkers);
         }
         let remote = self.open_remotes()?;
+        // With subs_in_process the children are the chips (and L3 nodes) only.
+        let child_options = match options.subs_in_process {
+            true => WorkerOptions {
+                sub_workers: 0,
+                ..options.clone()
+            },
+            false => options.clone(),
+        };
         let launched = launch(
-            options,
+            &child_options,
             uid,
             &self.shared.callables,
             &self.shared.engine.doorbell,
@@ -654,11 +671,19 @@ impl Worker {
         )?;
         let mut chip_names: Vec<String> = remote.iter().map(|ep| ep.name().to_string()).collect();
         chip_names.extend(launched.chip_names);
+        let (subs, sub_names) = match options.subs_in_process {
+            true => {
+                let subs = self.in_process_subs()?;
+                let names = subs.iter().map(|ep| ep.name().to_string()).collect();
+                (subs, names)
+            }
+            false => (launched.subs, launched.sub_names),
+        };
         self.shared
             .engine
             .state
             .lock()
-            .set_lane_names(chip_names, launched.sub_names);
+            .set_lane_names(chip_names, sub_names);
         self.shared
             .segments
             .lock()
@@ -666,7 +691,7 @@ impl Worker {
         *self.shared.children.lock() = Some(launched.runtime);
         let mut chips = remote;
         chips.extend(launched.chips);
-        Ok((chips, launched.subs))
+        Ok((chips, subs))
     }
 
     /// Opens a session on every remote worker (in parallel: each starts an L3 Worker there)

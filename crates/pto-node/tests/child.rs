@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use pto_node::{Callable, EndpointMode, FailureKind, SubmitError, TaskOutcome, WaitError, Worker};
+use pto_node::{
+    Callable, ChildExe, EndpointMode, FailureKind, SubmitError, TaskOutcome, WaitError, Worker,
+};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::ring_config::resolve::{ResolvedSizing, SizeSource};
 use pto_types::{CallConfig, Resource, RuntimeEnv, TaskArgs, TaskOverrides};
@@ -490,4 +492,91 @@ fn n05_closures_are_refused_in_child_process_mode() {
         w.register(Callable::sub_closure("c", |_, _| Ok(()))),
         Err(pto_node::RegisterError::ClosureRequiresInProcess)
     );
+}
+
+/// Child-process mode with `subs_in_process`: the chip is a child process, the sub worker a
+/// thread of this process running a closure (what a Python sub function needs), and a sub
+/// task consumes a chip task's output across the two.
+#[test]
+fn subs_in_process_run_closures_next_to_child_chips() {
+    with_timeout(60, || {
+        pto_kernels::link();
+        let w = Worker::builder(3)
+            .chips(1)
+            .chip_spec(0, small_chip(4 << 30))
+            .sub_workers(1)
+            .endpoint_mode(EndpointMode::ChildProcess)
+            .subs_in_process(true)
+            .heap_ring_size(1 << 20)
+            .build()
+            .unwrap();
+        let add = w.register(Callable::chip("elementwise_add")).unwrap();
+        let double = w
+            .register(Callable::sub_closure("double", |_, args| {
+                let x = args.read::<f32>(0)?;
+                let y: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
+                args.write(1, &y)
+            }))
+            .unwrap();
+        w.init().unwrap();
+        assert!(w.chip_name(0).unwrap().starts_with("chip_child[0] pid="));
+        assert_eq!(w.sub_name(0).unwrap(), "sub[0]");
+        assert_eq!(w.child_pids().len(), 1, "only the chip is a process");
+        const N: usize = 128;
+        let (_a, a) = buf(&w, N, 1.5);
+        let (_s, sum) = buf(&w, N, 0.0);
+        let (out_buf, out) = buf(&w, N, 0.0);
+        w.run(
+            move |orch, _, cfg| {
+                let args = TaskArgs::new().input(&a).input(&a).output_existing(&sum);
+                orch.submit_next_level(&add, args, cfg, 0)?;
+                orch.submit_sub(&double, TaskArgs::new().input(&sum).output_existing(&out))?;
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(out_buf.read_vec::<f32>(0, N).unwrap(), vec![6.0; N]);
+        w.close();
+    });
+}
+
+/// `ChildExe::Command`: children run a program with arguments (here this test binary with the
+/// arguments that select its child entry, as `CurrentExe` does).
+#[test]
+fn child_exe_command_runs_a_program_with_its_arguments() {
+    with_timeout(60, || {
+        pto_kernels::link();
+        let w = Worker::builder(3)
+            .chips(1)
+            .chip_spec(0, small_chip(4 << 30))
+            .endpoint_mode(EndpointMode::ChildProcess)
+            .child_exe(ChildExe::Command {
+                program: std::env::current_exe().unwrap(),
+                args: ["--exact", "__pto_child", "--nocapture"]
+                    .map(std::ffi::OsString::from)
+                    .to_vec(),
+            })
+            .heap_ring_size(1 << 20)
+            .build()
+            .unwrap();
+        let add = w.register(Callable::chip("elementwise_add")).unwrap();
+        w.init().unwrap();
+        const N: usize = 64;
+        let (_a, a) = buf(&w, N, 2.0);
+        let (out_buf, out) = buf(&w, N, 0.0);
+        w.run(
+            move |orch, _, cfg| {
+                let args = TaskArgs::new().input(&a).input(&a).output_existing(&out);
+                orch.submit_next_level(&add, args, cfg, 0)?;
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(out_buf.read_vec::<f32>(0, N).unwrap(), vec![4.0; N]);
+        w.close();
+    });
 }
