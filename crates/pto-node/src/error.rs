@@ -292,6 +292,8 @@ pub enum FailureKind {
     Skipped,
     /// The orchestration function failed; not a task.
     Orchestration,
+    /// The caller cancelled the run (`RunHandle::cancel`); not a task.
+    Cancelled,
 }
 
 /// One task's failure with its message chain.

@@ -248,6 +248,7 @@ pub(crate) mod wire {
             FailureKind::Endpoint => 2,
             FailureKind::Skipped => 3,
             FailureKind::Orchestration => 4,
+            FailureKind::Cancelled => 5,
         }
     }
 
@@ -257,6 +258,7 @@ pub(crate) mod wire {
             2 => FailureKind::Endpoint,
             3 => FailureKind::Skipped,
             4 => FailureKind::Orchestration,
+            5 => FailureKind::Cancelled,
             _ => FailureKind::Task,
         }
     }

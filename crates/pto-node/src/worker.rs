@@ -1080,6 +1080,21 @@ impl RunHandle {
         self.fence.run_id
     }
 
+    /// Cancels the run: its tasks that have not started fail as skipped (`cancelled:
+    /// <reason>`), tasks already running finish, and `wait` then returns the run's failure
+    /// (kind `Cancelled`). A run that already completed is unchanged. For a caller that stops
+    /// waiting (Ctrl-C in a host language) without leaving work behind.
+    pub fn cancel(&self, reason: &str) {
+        if self.is_finished() {
+            return;
+        }
+        self.engine
+            .state
+            .lock()
+            .cancel_by_caller(self.fence.run_id, reason);
+        self.engine.doorbell.notify_one();
+    }
+
     /// Whether the run has completed (successfully or not).
     pub fn is_finished(&self) -> bool {
         self.fence.result.lock().is_some()

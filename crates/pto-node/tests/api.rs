@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use pto_node::{
-    BufferError, BuildError, Callable, CallableKind, EndpointMode, InitError, OrchError,
-    RegisterError, SubmitError, SubmitRunError, WaitError, Worker,
+    BufferError, BuildError, Callable, CallableKind, EndpointMode, FailureKind, InitError,
+    OrchError, RegisterError, SubmitError, SubmitRunError, WaitError, Worker,
 };
 use pto_types::{CallConfig, DType, TaskArgs};
 
@@ -420,7 +420,71 @@ fn reentrant_submit_is_refused(mode: Mode) {
     });
 }
 
+/// `RunHandle::cancel`: the running task finishes, the tasks behind it are skipped as
+/// cancelled, and `wait` returns the run's `Cancelled` failure long before they could have
+/// run; cancelling a finished run changes nothing.
+fn cancel_skips_unstarted_tasks_and_ends_the_run(mode: Mode) {
+    with_timeout(60, move || {
+        let w = start(builder(mode, 0, 1));
+        let sleep = sleeper(&w);
+        let (_b, t) = buf(&w, 16, 0.0);
+        let handle = w
+            .submit(
+                move |orch, _, _| {
+                    // A chain: each task waits for the one before (INOUT on one buffer).
+                    for _ in 0..5 {
+                        orch.submit_sub(&sleep, TaskArgs::new().inout(&t).scalar(300u64))?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        handle.cancel("the user pressed Ctrl-C");
+        let Err(pto_node::WaitError::Failed(e)) = handle.wait(Some(Duration::from_secs(10))) else {
+            panic!("a cancelled run must fail");
+        };
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.first.kind, FailureKind::Cancelled);
+        assert_eq!(e.first.message, "cancelled: the user pressed Ctrl-C");
+        assert_eq!(e.skipped, 4, "{e}");
+        let first = &e.report.tasks[0];
+        assert_eq!(
+            first.outcome,
+            pto_node::TaskOutcome::Success,
+            "the running task finished"
+        );
+        // The first task behind the running one is cancelled; those behind it are skipped
+        // because their producer was (the chain's usual rule).
+        let skipped = |i: usize| match &e.report.tasks[i].outcome {
+            pto_node::TaskOutcome::Failed(f) if f.kind == FailureKind::Skipped => f.message.clone(),
+            other => panic!("task {i}: {other:?}"),
+        };
+        assert_eq!(skipped(1), "cancelled: the user pressed Ctrl-C");
+        assert!(
+            skipped(4).starts_with("skipped: producer task"),
+            "{}",
+            skipped(4)
+        );
+        // A finished run stays as it was.
+        handle.cancel("again");
+        assert!(matches!(
+            handle.wait(None),
+            Err(pto_node::WaitError::Failed(e)) if e.first.message.ends_with("Ctrl-C")
+        ));
+        w.close();
+    });
+}
+
 both_modes!(
+    cancel_skips_unstarted_tasks_and_ends_the_run,
     n03_init_twice_and_after_close,
     n04_unknown_callable,
     n14_to_n19_synchronous_rejections,

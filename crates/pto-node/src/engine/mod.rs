@@ -586,11 +586,28 @@ impl EngineState {
     /// failed as skipped ("cancelled"); running tasks finish. Submission stays open until
     /// `close_submission`.
     pub(crate) fn cancel_run(&mut self, run_id: u64, message: &str) {
+        self.cancel_unstarted(
+            run_id,
+            FailureKind::Orchestration,
+            message,
+            "cancelled: the orchestration function failed",
+        );
+    }
+
+    /// `RunHandle::cancel`: the run's unstarted tasks are failed as skipped, running tasks
+    /// finish, and the run completes with a `Cancelled` failure.
+    pub(crate) fn cancel_by_caller(&mut self, run_id: u64, reason: &str) {
+        let message = format!("cancelled: {reason}");
+        self.cancel_unstarted(run_id, FailureKind::Cancelled, &message, &message);
+        self.complete_runs();
+    }
+
+    fn cancel_unstarted(&mut self, run_id: u64, kind: FailureKind, message: &str, skip: &str) {
         let failure = TaskFailure {
             task: None,
             label: None,
             worker: String::new(),
-            kind: FailureKind::Orchestration,
+            kind,
             code: None,
             message: message.to_string(),
         };
@@ -613,10 +630,7 @@ impl EngineState {
             if !matches!(s.state, State::Pending | State::Ready) {
                 continue; // poisoned by an earlier victim
             }
-            let f = skipped(
-                s,
-                "cancelled: the orchestration function failed".to_string(),
-            );
+            let f = skipped(s, skip.to_string());
             self.finish(id, Some(f));
         }
     }
