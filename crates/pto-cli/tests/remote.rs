@@ -49,6 +49,18 @@ impl Serve {
         self.child.id()
     }
 
+    /// Waits (up to 20 s) until a session has started its two chips: a task runs there.
+    fn wait_for_session(&self) {
+        let started = Instant::now();
+        while children_of(self.pid()).len() < 2 {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no session started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn signal(&self, sig: Signal) {
         let pid = Pid::from_raw(self.pid() as i32).unwrap();
         rustix::process::kill_process(pid, sig).unwrap();
@@ -150,15 +162,7 @@ fn a_server_killed_or_stopped_mid_task_fails_the_task_naming_it() {
         let server = Serve::start(dir.path(), &[]);
         let url = server.url();
         let mut run = spawn_pto(dir.path(), &["run", "slow.toml", "--remote", &url]);
-        // The session has started its chips: the task is running there.
-        let started = Instant::now();
-        while children_of(server.pid()).len() < 2 {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "no session started"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        server.wait_for_session();
         std::thread::sleep(Duration::from_millis(300));
         server.signal(sig);
         let hit = Instant::now();
@@ -189,14 +193,7 @@ fn the_server_survives_a_client_that_disappears() {
     let server = Serve::start(dir.path(), &[]);
     let url = server.url();
     let mut run = spawn_pto(dir.path(), &["run", "slow.toml", "--remote", &url]);
-    let started = Instant::now();
-    while children_of(server.pid()).len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no session started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    server.wait_for_session();
     run.kill().unwrap();
     let _ = run.wait();
     assert!(

@@ -46,15 +46,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             case: Some(way.to_string()),
             output: out.clone(),
             diagnostics: Diagnostics::default(),
-            env: RunnerEnv {
-                mode: EndpointMode::InProcess,
-                ring_env: Vec::new(),
-                strict_env: false,
-                fast: quick,
-                task_timeout: None,
-                liveness_timeout: None,
-                remote: Vec::new(),
-            },
+            env: RunnerEnv::new(EndpointMode::InProcess, quick),
         };
         let reports = run_file(&file, &options, |_| {})?;
         let Some(report) = reports.first() else {

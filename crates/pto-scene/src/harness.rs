@@ -202,15 +202,7 @@ impl Harness {
                 case: Some(case.to_string()),
                 output: out.path().to_path_buf(),
                 diagnostics: Diagnostics::default(),
-                env: RunnerEnv {
-                    mode,
-                    ring_env: Vec::new(),
-                    strict_env: false,
-                    fast: self.fast,
-                    task_timeout: None,
-                    liveness_timeout: None,
-                    remote: Vec::new(),
-                },
+                env: RunnerEnv::new(mode, self.fast),
             };
             let reports = self.run_bounded(Arc::clone(file), options)?;
             if reports.iter().all(|r| r.result.passed()) {
@@ -309,26 +301,10 @@ fn mode_name(mode: EndpointMode) -> &'static str {
 
 /// The `*.toml` files under `dir`, recursively, sorted by path; symlinks are not followed.
 fn scene_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&at) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_dir() {
-                pending.push(path);
-            } else if kind.is_file() && path.extension().is_some_and(|e| e == "toml") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
+    crate::runner::regular_files_under(dir, usize::MAX)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -602,15 +602,7 @@ mod tests {
             runtime_env: pto_types::RuntimeEnv::default().with_task_window([0, 8, 0, 0]),
             ..CaseConfig::default()
         };
-        let env = RunnerEnv {
-            mode: EndpointMode::InProcess,
-            ring_env: Vec::new(),
-            strict_env: false,
-            fast: true,
-            task_timeout: None,
-            liveness_timeout: None,
-            remote: Vec::new(),
-        };
+        let env = RunnerEnv::new(EndpointMode::InProcess, true);
         let base = config.base_call_config();
         let case = CaseRun::new("c", &params, &config, base, &env);
         let n = 1024;

@@ -68,25 +68,10 @@ impl DiagnosticsFiles {
     /// Lists the regular files below `dir` (symlinks are not followed; a directory that
     /// cannot be read lists nothing).
     pub fn scan(dir: &Path) -> DiagnosticsFiles {
-        let mut files = Vec::new();
-        let mut pending = vec![dir.to_path_buf()];
-        while let Some(at) = pending.pop() {
-            let Ok(entries) = std::fs::read_dir(&at) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let path = entry.path();
-                if kind.is_dir() {
-                    pending.push(path);
-                } else if kind.is_file() && files.len() < MAX_LISTED_FILES {
-                    files.push(path.strip_prefix(dir).unwrap_or(&path).to_path_buf());
-                }
-            }
-        }
-        files.sort();
+        let files = regular_files_under(dir, MAX_LISTED_FILES)
+            .into_iter()
+            .map(|p| p.strip_prefix(dir).map(Path::to_path_buf).unwrap_or(p))
+            .collect();
         DiagnosticsFiles {
             dir: dir.to_path_buf(),
             files,
@@ -118,6 +103,30 @@ impl DiagnosticsFiles {
             kinds.into_iter().collect::<Vec<_>>().join(", ")
         )
     }
+}
+
+/// The regular files below `dir` (at most `limit`), recursively, sorted by path; symlinks are
+/// not followed and a directory that cannot be read lists nothing.
+pub(crate) fn regular_files_under(dir: &Path, limit: usize) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() && files.len() < limit {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    files
 }
 
 /// Distinct problems of the rows, or of `snapshot` when there are no rows.

@@ -203,6 +203,22 @@ pub struct RunnerEnv {
     pub remote: Vec<pto_node::remote::RemoteWorker>,
 }
 
+impl RunnerEnv {
+    /// Cases in `mode` (`fast`: the scenes' fast params) with nothing else set: the process
+    /// environment as it is, no timeouts beyond the defaults, no remote workers.
+    pub fn new(mode: EndpointMode, fast: bool) -> RunnerEnv {
+        RunnerEnv {
+            mode,
+            ring_env: Vec::new(),
+            strict_env: false,
+            fast,
+            task_timeout: None,
+            liveness_timeout: None,
+            remote: Vec::new(),
+        }
+    }
+}
+
 /// One case being run.
 pub struct CaseRun<'a> {
     pub name: &'a str,

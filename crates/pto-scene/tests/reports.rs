@@ -27,15 +27,7 @@ fn options(output: &Path, case: Option<&str>, scope_stats: bool) -> RunOptions {
             scope_stats,
             ..Diagnostics::default()
         },
-        env: RunnerEnv {
-            mode: EndpointMode::InProcess,
-            ring_env: Vec::new(),
-            strict_env: false,
-            fast: true,
-            task_timeout: None,
-            liveness_timeout: None,
-            remote: Vec::new(),
-        },
+        env: RunnerEnv::new(EndpointMode::InProcess, true),
     }
 }
 

@@ -444,15 +444,7 @@ fn run_with_timeout(file: SceneFile, case: String, out: PathBuf, how: RunHow, se
                 scope_stats: how.diagnostics,
                 ..Diagnostics::default()
             },
-            env: RunnerEnv {
-                mode: how.mode,
-                ring_env: Vec::new(),
-                strict_env: false,
-                fast: true,
-                task_timeout: None,
-                liveness_timeout: None,
-                remote: Vec::new(),
-            },
+            env: RunnerEnv::new(how.mode, true),
         };
         let _ = tx.send(run_file(&file, &options, |_| {}).map(|r| r.len()));
     });

@@ -21,15 +21,7 @@ fn options(output: &Path) -> RunOptions {
         case: None,
         output: output.to_path_buf(),
         diagnostics: Diagnostics::default(),
-        env: RunnerEnv {
-            mode: EndpointMode::InProcess,
-            ring_env: Vec::new(),
-            strict_env: false,
-            fast: true,
-            task_timeout: None,
-            liveness_timeout: None,
-            remote: Vec::new(),
-        },
+        env: RunnerEnv::new(EndpointMode::InProcess, true),
     }
 }
 

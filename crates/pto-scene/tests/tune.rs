@@ -17,15 +17,7 @@ fn scenes_dir() -> PathBuf {
 }
 
 fn env(mode: EndpointMode) -> RunnerEnv {
-    RunnerEnv {
-        mode,
-        ring_env: Vec::new(),
-        strict_env: false,
-        fast: true,
-        task_timeout: None,
-        liveness_timeout: None,
-        remote: Vec::new(),
-    }
+    RunnerEnv::new(mode, true)
 }
 
 /// Runs `f` on a thread and fails if it does not finish in `secs` seconds.

@@ -48,13 +48,8 @@ fn run(text: &str, mode: EndpointMode) -> Vec<CaseReport> {
         output: out.path().to_path_buf(),
         diagnostics: Diagnostics::default(),
         env: RunnerEnv {
-            mode,
-            ring_env: Vec::new(),
-            strict_env: false,
-            fast: true,
             task_timeout: Some(Duration::from_secs(60)),
-            liveness_timeout: None,
-            remote: Vec::new(),
+            ..RunnerEnv::new(mode, true)
         },
     };
     run_file(&file, &options, |_| {}).unwrap()

@@ -336,8 +336,23 @@ pub(crate) fn is_transport(status: &Status) -> bool {
 
 /// A status as one line: its message and the chain of causes below it.
 pub(crate) fn describe(status: &Status) -> String {
-    let mut text = status.message().to_string();
-    let mut source = std::error::Error::source(status);
+    let text = with_causes(
+        status.message().to_string(),
+        std::error::Error::source(status),
+    );
+    match text.is_empty() {
+        true => format!("{:?}", status.code()),
+        false => text,
+    }
+}
+
+/// An error and its causes as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    with_causes(e.to_string(), e.source())
+}
+
+/// `text: cause: cause…`, each cause once (tonic and hyper repeat their source in their text).
+fn with_causes(mut text: String, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
     while let Some(e) = source {
         let s = e.to_string();
         if !text.contains(&s) {
@@ -347,24 +362,6 @@ pub(crate) fn describe(status: &Status) -> String {
             text.push_str(&s);
         }
         source = e.source();
-    }
-    if text.is_empty() {
-        text = format!("{:?}", status.code());
-    }
-    text
-}
-
-/// An error and its causes as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
     }
     text
 }

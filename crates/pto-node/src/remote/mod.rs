@@ -130,7 +130,7 @@ impl RemoteWorker {
 
     /// Checks the address and TLS settings without connecting.
     pub fn validate(&self) -> Result<(), String> {
-        let endpoint = tonic::transport::Endpoint::from_shared(self.address.clone())
+        tonic::transport::Endpoint::from_shared(self.address.clone())
             .map_err(|e| format!("{:?} is not a valid address: {e}", self.address))?;
         let https = self.address.starts_with("https://");
         if !https && !self.address.starts_with("http://") {
@@ -148,7 +148,6 @@ impl RemoteWorker {
         if self.token.as_deref() == Some("") {
             return Err("the token is empty".to_string());
         }
-        drop(endpoint);
         Ok(())
     }
 }
