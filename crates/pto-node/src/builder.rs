@@ -49,6 +49,26 @@ pub enum ChildExe {
     },
 }
 
+/// What [`ChildExe::CurrentExe`] means in this process when it is set (see
+/// [`set_host_child_exe`]).
+static HOST_CHILD_EXE: parking_lot::RwLock<Option<ChildExe>> = parking_lot::RwLock::new(None);
+
+/// Makes [`ChildExe::CurrentExe`] (every Worker's default, the scenes' Workers included) start
+/// `exe` in this process. For hosts whose executable is not a pto binary: a Python interpreter
+/// that loaded pto as an extension module re-executes itself with the arguments that import the
+/// module and enter `child_main`. `ChildExe::CurrentExe` given here resets it.
+pub fn set_host_child_exe(exe: ChildExe) {
+    *HOST_CHILD_EXE.write() = match exe {
+        ChildExe::CurrentExe => None,
+        other => Some(other),
+    };
+}
+
+/// The image `ChildExe::CurrentExe` stands for now: the host's choice, if any.
+pub(crate) fn host_child_exe() -> Option<ChildExe> {
+    HOST_CHILD_EXE.read().clone()
+}
+
 /// The checked options of a Worker.
 #[derive(Clone, Debug)]
 pub(crate) struct WorkerOptions {

@@ -194,6 +194,9 @@ impl OrchError {
 pub enum ScopeError {
     #[error("scope nesting deeper than {max} (including the run's outer scope)")]
     TooDeep { max: usize },
+    /// `exit_scope` with no scope opened by `enter_scope`.
+    #[error("exit_scope() without a matching enter_scope()")]
+    NotOpen,
 }
 
 /// Why `orch.alloc` failed (NODE_RUNTIME.md §2.8).

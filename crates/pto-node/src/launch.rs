@@ -394,7 +394,11 @@ pub(crate) fn launch(
     doorbell.attach(SharedDoorbell::new(Arc::clone(&control)));
     let mut monitor =
         Monitor::start(Arc::clone(doorbell), options.liveness_timeout).map_err(thread_err)?;
-    let (exe, args) = match &options.child_exe {
+    let chosen = match &options.child_exe {
+        ChildExe::CurrentExe => crate::builder::host_child_exe().unwrap_or(ChildExe::CurrentExe),
+        other => other.clone(),
+    };
+    let (exe, args) = match &chosen {
         ChildExe::CurrentExe => (
             std::env::current_exe().map_err(thread_err)?,
             TEST_ENTRY_ARGS.iter().map(OsString::from).collect(),

@@ -242,6 +242,30 @@ impl<'run> Orchestrator<'run> {
         }
     }
 
+    /// Opens a nested scope without a closure, for host languages whose scopes are blocks
+    /// (Python's `with orch.scope():`). Pair it with [`exit_scope`](Self::exit_scope); scopes
+    /// still open when the orchestration function returns end then.
+    pub fn enter_scope(&mut self) -> Result<(), ScopeError> {
+        if self.frames.len() >= MAX_SCOPE_DEPTH {
+            return Err(ScopeError::TooDeep {
+                max: MAX_SCOPE_DEPTH,
+            });
+        }
+        self.frames.push(Vec::new());
+        Ok(())
+    }
+
+    /// Ends the innermost scope opened by [`enter_scope`](Self::enter_scope), releasing its
+    /// references; the run's outer scope cannot be ended this way.
+    pub fn exit_scope(&mut self) -> Result<(), ScopeError> {
+        if self.frames.len() <= 1 {
+            return Err(ScopeError::NotOpen);
+        }
+        let frame = self.frames.pop().expect("a nested scope's frame");
+        self.release(frame);
+        Ok(())
+    }
+
     /// A row-major intermediate of `shape` from heap ring `min(depth, 3)`, reclaimed when its
     /// scope ended and no unfinished task uses it. Tag it `InOut` in the task that writes it so
     /// readers follow the writer.

@@ -580,3 +580,53 @@ fn child_exe_command_runs_a_program_with_its_arguments() {
         w.close();
     });
 }
+
+/// `set_host_child_exe` (what the Python module calls at import) changes what a default
+/// `ChildExe::CurrentExe` Worker starts: here a shell that leaves a mark, then becomes this
+/// test binary's child entry with the descriptors it inherited.
+#[test]
+fn a_host_child_exe_replaces_the_current_executable() {
+    with_timeout(60, || {
+        pto_kernels::link();
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("started");
+        pto_node::set_host_child_exe(ChildExe::Command {
+            program: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                format!(
+                    "touch '{}' && exec \"$0\" --exact __pto_child",
+                    mark.display()
+                )
+                .into(),
+                std::env::current_exe().unwrap().into(),
+            ],
+        });
+        let w = Worker::builder(3)
+            .chips(1)
+            .chip_spec(0, small_chip(4 << 30))
+            .endpoint_mode(EndpointMode::ChildProcess)
+            .heap_ring_size(1 << 20)
+            .build()
+            .unwrap();
+        let add = w.register(Callable::chip("elementwise_add")).unwrap();
+        w.init().unwrap();
+        pto_node::set_host_child_exe(ChildExe::CurrentExe);
+        assert!(mark.exists(), "the host's command started the child");
+        const N: usize = 64;
+        let (_a, a) = buf(&w, N, 1.5);
+        let (out_buf, out) = buf(&w, N, 0.0);
+        w.run(
+            move |orch, _, cfg| {
+                let args = TaskArgs::new().input(&a).input(&a).output_existing(&out);
+                orch.submit_next_level(&add, args, cfg, 0)?;
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(out_buf.read_vec::<f32>(0, N).unwrap(), vec![3.0; N]);
+        w.close();
+    });
+}

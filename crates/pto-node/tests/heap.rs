@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use pto_node::{AllocError, OrchError, SubmitRunError};
+use pto_node::{AllocError, MAX_SCOPE_DEPTH, OrchError, ScopeError, SubmitRunError};
 use pto_types::{CallConfig, DType, TaskArgs};
 
 use crate::common::*;
@@ -166,8 +166,45 @@ fn n41_alloc_waits_for_the_reader_to_finish(mode: Mode) {
     });
 }
 
+/// Block scopes (`enter_scope`/`exit_scope`, what Python's `with orch.scope():` uses) allocate
+/// from the depth's ring and release like closure scopes; the outer scope cannot be exited.
+fn block_scopes_release_like_closure_scopes(mode: Mode) {
+    with_timeout(20, move || {
+        let w = start(builder(mode, 0, 1).heap_ring_size(2 << 20));
+        let fill = filler(&w);
+        let (tx, rx) = std::sync::mpsc::channel();
+        w.run(
+            move |orch, _, _| {
+                assert_eq!(orch.exit_scope(), Err(ScopeError::NotOpen));
+                orch.enter_scope()?;
+                assert_eq!(orch.depth(), 1);
+                let t = orch.alloc(&[64 * KIB], DType::F32)?;
+                orch.submit_sub(&fill, TaskArgs::new().inout(&t).scalar(1.0f32).scalar(1u64))?;
+                orch.exit_scope()?;
+                assert_eq!(orch.depth(), 0);
+                for _ in 1..MAX_SCOPE_DEPTH {
+                    orch.enter_scope()?;
+                }
+                tx.send(orch.enter_scope()).unwrap();
+                Ok(()) // the open scopes end with the function
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            rx.recv().unwrap(),
+            Err(ScopeError::TooDeep {
+                max: MAX_SCOPE_DEPTH
+            })
+        );
+        assert_eq!(w.stats().heap_in_use, [0; 4], "the ring-1 slab came back");
+    });
+}
+
 both_modes!(
     n38_alloc_writer_then_reader_and_reclaim,
+    block_scopes_release_like_closure_scopes,
     n39_provable_exhaustion_fails_at_once,
     n40_unprovable_exhaustion_times_out,
     n41_alloc_waits_for_the_reader_to_finish,

@@ -1,0 +1,319 @@
+//! `RuntimeEnv`, `CallConfig` and `resolve`: the per-task ring sizing of RING_CONFIG.md in
+//! Python. Every value is checked where it is given, and a bad one raises
+//! `pto.ConfigError` naming the field, the ring and the value.
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
+
+use pto_scene::sizing_report::{SizingReport, SizingReportError, SizingRequest};
+use pto_types::{CallConfig, EnvSource, RING_COUNT, Resource, RingValue, TaskOverrides};
+
+use crate::errors::{config_error, config_value_error, raise};
+use crate::report::PySizing;
+
+/// One ring value from Python: a non-negative integer below 2^64, not a bool.
+fn ring_int(
+    py: Python<'_>,
+    resource: Resource,
+    ring: Option<usize>,
+    v: &Bound<'_, PyAny>,
+) -> PyResult<u64> {
+    let bad = |why: &str| {
+        config_value_error(
+            py,
+            resource.config_path(),
+            Some(resource.field()),
+            ring,
+            v.clone().unbind(),
+            why,
+        )
+    };
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(bad("must be an integer (0 = unset)"));
+    }
+    v.extract::<u64>()
+        .map_err(|_| bad("must be an integer in 0..2^64 (0 = unset)"))
+}
+
+/// `None` (unset), an int (every ring) or a list of one int per ring.
+fn ring_value(
+    py: Python<'_>,
+    resource: Resource,
+    v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<RingValue>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let mut values = Vec::new();
+        for (ring, item) in v.try_iter()?.enumerate() {
+            values.push(ring_int(py, resource, Some(ring), &item?)?);
+        }
+        return RingValue::from_slice(resource, &values)
+            .map(Some)
+            .map_err(|e| config_error(py, &e));
+    }
+    Ok(Some(RingValue::Broadcast(ring_int(py, resource, None, v)?)))
+}
+
+/// The ring sizing of one task: `ring_task_window`, `ring_heap`, `ring_dep_pool`, each a
+/// scalar for every ring or a list of four (one per scope-depth ring); 0 = unset (the
+/// environment's `PTO2_RING_*`, then the built-in default).
+#[pyclass(
+    frozen,
+    eq,
+    from_py_object,
+    module = "pto._native",
+    name = "RuntimeEnv"
+)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyRuntimeEnv {
+    pub(crate) inner: pto_types::RuntimeEnv,
+}
+
+impl PyRuntimeEnv {
+    fn build(
+        py: Python<'_>,
+        values: [Option<&Bound<'_, PyAny>>; 3],
+    ) -> PyResult<pto_types::RuntimeEnv> {
+        let mut env = pto_types::RuntimeEnv::default();
+        for (resource, v) in Resource::ALL.into_iter().zip(values) {
+            if let Some(value) = ring_value(py, resource, v)? {
+                env.set(resource, value);
+            }
+        }
+        env.validate().map_err(|e| config_error(py, &e))?;
+        Ok(env)
+    }
+}
+
+#[pymethods]
+impl PyRuntimeEnv {
+    #[new]
+    #[pyo3(signature = (ring_task_window=None, ring_heap=None, ring_dep_pool=None))]
+    fn new(
+        py: Python<'_>,
+        ring_task_window: Option<&Bound<'_, PyAny>>,
+        ring_heap: Option<&Bound<'_, PyAny>>,
+        ring_dep_pool: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let inner = Self::build(py, [ring_task_window, ring_heap, ring_dep_pool])?;
+        Ok(PyRuntimeEnv { inner })
+    }
+
+    /// Task-window slots per ring (0 = unset).
+    #[getter]
+    fn ring_task_window(&self) -> [u64; RING_COUNT] {
+        self.inner.ring_task_window
+    }
+
+    /// Heap bytes per ring (0 = unset).
+    #[getter]
+    fn ring_heap(&self) -> [u64; RING_COUNT] {
+        self.inner.ring_heap
+    }
+
+    /// Dependency-pool entries per ring (0 = unset).
+    #[getter]
+    fn ring_dep_pool(&self) -> [u64; RING_COUNT] {
+        self.inner.ring_dep_pool
+    }
+
+    /// Whether no value is set.
+    fn is_unset(&self) -> bool {
+        self.inner.is_unset()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RuntimeEnv(ring_task_window={:?}, ring_heap={:?}, ring_dep_pool={:?})",
+            self.inner.ring_task_window, self.inner.ring_heap, self.inner.ring_dep_pool
+        )
+    }
+}
+
+/// A task's configuration (RING_CONFIG.md §2): its `runtime_env` sizing and diagnostics.
+/// Validated when built; `derive` makes a per-task variant.
+#[pyclass(
+    frozen,
+    eq,
+    from_py_object,
+    module = "pto._native",
+    name = "CallConfig"
+)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyCallConfig {
+    pub(crate) inner: CallConfig,
+}
+
+#[pymethods]
+impl PyCallConfig {
+    #[new]
+    #[pyo3(signature = (runtime_env=None, *, aicpu_thread_num=None, enable_scope_stats=false,
+        enable_dep_gen=false, enable_chip_swimlane=0, output_prefix=None))]
+    fn new(
+        py: Python<'_>,
+        runtime_env: Option<PyRuntimeEnv>,
+        aicpu_thread_num: Option<u32>,
+        enable_scope_stats: bool,
+        enable_dep_gen: bool,
+        enable_chip_swimlane: u8,
+        output_prefix: Option<std::path::PathBuf>,
+    ) -> PyResult<Self> {
+        let mut inner = CallConfig::default();
+        if let Some(env) = runtime_env {
+            inner.runtime_env = env.inner;
+        }
+        if let Some(n) = aicpu_thread_num {
+            inner.aicpu_thread_num = n;
+        }
+        inner.enable_scope_stats = enable_scope_stats;
+        inner.enable_dep_gen = enable_dep_gen;
+        inner.enable_chip_swimlane = enable_chip_swimlane;
+        inner.output_prefix = output_prefix.map(|p| p.to_string_lossy().into_owned());
+        inner.validate().map_err(|e| config_error(py, &e))?;
+        Ok(PyCallConfig { inner })
+    }
+
+    /// A copy whose non-zero sizing entries (from `runtime_env` and the `ring_*` keywords,
+    /// the keywords last) replace this config's; the rest is inherited.
+    #[pyo3(signature = (runtime_env=None, *, aicpu_thread_num=None, ring_task_window=None,
+        ring_heap=None, ring_dep_pool=None))]
+    fn derive(
+        &self,
+        py: Python<'_>,
+        runtime_env: Option<PyRuntimeEnv>,
+        aicpu_thread_num: Option<u32>,
+        ring_task_window: Option<&Bound<'_, PyAny>>,
+        ring_heap: Option<&Bound<'_, PyAny>>,
+        ring_dep_pool: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let keywords = PyRuntimeEnv::build(py, [ring_task_window, ring_heap, ring_dep_pool])?;
+        let base = runtime_env.map(|e| e.inner).unwrap_or_default();
+        let overrides = TaskOverrides {
+            aicpu_thread_num,
+            runtime_env: base.overlaid_with(&keywords),
+        };
+        let inner = self
+            .inner
+            .derive(&overrides)
+            .map_err(|e| config_error(py, &e))?;
+        Ok(PyCallConfig { inner })
+    }
+
+    #[getter]
+    fn runtime_env(&self) -> PyRuntimeEnv {
+        PyRuntimeEnv {
+            inner: self.inner.runtime_env,
+        }
+    }
+
+    #[getter]
+    fn aicpu_thread_num(&self) -> u32 {
+        self.inner.aicpu_thread_num
+    }
+
+    #[getter]
+    fn enable_scope_stats(&self) -> bool {
+        self.inner.enable_scope_stats
+    }
+
+    #[getter]
+    fn enable_dep_gen(&self) -> bool {
+        self.inner.enable_dep_gen
+    }
+
+    #[getter]
+    fn enable_chip_swimlane(&self) -> u8 {
+        self.inner.enable_chip_swimlane
+    }
+
+    #[getter]
+    fn output_prefix(&self) -> Option<String> {
+        self.inner.output_prefix.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        let env = self.runtime_env().__repr__();
+        format!(
+            "CallConfig(runtime_env={env}, aicpu_thread_num={}, enable_scope_stats={}, output_prefix={:?})",
+            self.inner.aicpu_thread_num, self.inner.enable_scope_stats, self.inner.output_prefix
+        )
+    }
+}
+
+/// What `pto.resolve` found: the sizing with the source of every value, and the memory it
+/// reserves on a chip (`pto config resolve`).
+#[pyclass(frozen, module = "pto._native", name = "Resolution")]
+pub(crate) struct PyResolution {
+    report: SizingReport,
+}
+
+#[pymethods]
+impl PyResolution {
+    #[getter]
+    fn sizing(&self) -> PySizing {
+        PySizing::from(&self.report.sizing)
+    }
+
+    /// Device memory a chip reserves for this sizing (the arena), in bytes.
+    #[getter]
+    fn reserved_bytes(&self) -> u64 {
+        self.report.footprint.arena
+    }
+
+    /// Whether the arena fits `device_memory` (None when none was given).
+    #[getter]
+    fn fits(&self) -> Option<bool> {
+        self.report.device_memory.map(|(_, fits)| fits)
+    }
+
+    /// Problems of the environment tier (ignored values), rendered.
+    #[getter]
+    fn env_problems(&self) -> Vec<String> {
+        self.report.problems.clone()
+    }
+
+    /// The table `pto config resolve` prints.
+    fn table(&self) -> String {
+        self.report.render_table()
+    }
+
+    /// The JSON object of `pto config resolve --json`, as text.
+    fn to_json(&self) -> String {
+        self.report.to_json().to_string()
+    }
+
+    fn __str__(&self) -> String {
+        self.report.sizing.to_string()
+    }
+}
+
+/// Resolves `config`'s sizing as a chip would: per-task values, then `env` (a mapping of
+/// `PTO2_RING_*` variables; the process environment when None), then the built-in defaults.
+#[pyfunction]
+#[pyo3(signature = (config=None, *, env=None, strict_env=false, device_memory=None))]
+pub(crate) fn resolve(
+    py: Python<'_>,
+    config: Option<PyCallConfig>,
+    env: Option<HashMap<String, String>>,
+    strict_env: bool,
+    device_memory: Option<u64>,
+) -> PyResult<PyResolution> {
+    let request = SizingRequest {
+        config: config.map(|c| c.inner).unwrap_or_default(),
+        env: match env {
+            Some(pairs) => EnvSource::from_pairs(pairs),
+            None => EnvSource::process(),
+        },
+        strict_env,
+        device_memory,
+    };
+    match SizingReport::build(&request) {
+        Ok(report) => Ok(PyResolution { report }),
+        Err(SizingReportError::InvalidConfig(e)) => Err(config_error(py, &e)),
+        Err(e) => Err(raise(py, "ConfigError", e.to_string(), &[])),
+    }
+}

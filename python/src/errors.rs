@@ -1,0 +1,198 @@
+//! Rust errors as the exceptions of `pto.errors`.
+//!
+//! The exception classes are defined in Python (`pto/errors.py`), so that they have docstrings,
+//! several bases (`ConfigError` is also a `ValueError`) and attributes; this module builds
+//! them with keyword arguments carrying the same information as the Rust error.
+
+use pyo3::IntoPyObjectExt;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use pto_node::{
+    BufferError, BuildError, InitError, RegisterError, RunError, SubmitError, SubmitRunError,
+    TaskFailure,
+};
+use pto_types::ConfigError;
+
+use crate::report::PyRunReport;
+
+/// `pto.errors.<class>(message, **attrs)` as a `PyErr`.
+pub(crate) fn raise(
+    py: Python<'_>,
+    class: &str,
+    message: impl Into<String>,
+    attrs: &[(&str, Py<PyAny>)],
+) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = py.import("pto.errors")?.getattr(class)?;
+        let kwargs = PyDict::new(py);
+        for (key, value) in attrs {
+            kwargs.set_item(key, value)?;
+        }
+        let exc = cls.call((message.into(),), Some(&kwargs))?;
+        Ok(PyErr::from_value(exc))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
+    v.into_py_any(py).unwrap_or_else(|_| py.None())
+}
+
+/// `pto.errors.ConfigError` naming field, resource, ring and value.
+pub(crate) fn config_error(py: Python<'_>, e: &ConfigError) -> PyErr {
+    config_error_at(
+        py,
+        e.to_string(),
+        e.field(),
+        e,
+        e.value().map(|v| obj(py, v)),
+    )
+}
+
+fn config_error_at(
+    py: Python<'_>,
+    message: String,
+    field: &str,
+    e: &ConfigError,
+    value: Option<Py<PyAny>>,
+) -> PyErr {
+    raise(
+        py,
+        "ConfigError",
+        message,
+        &[
+            ("field", obj(py, field)),
+            ("resource", obj(py, e.resource().map(|r| r.field()))),
+            ("ring", obj(py, e.ring())),
+            ("value", value.unwrap_or_else(|| py.None())),
+        ],
+    )
+}
+
+/// A ConfigError for a value Python gave that no `u64` holds (negative, too large, not an int).
+pub(crate) fn config_value_error(
+    py: Python<'_>,
+    field: &str,
+    resource: Option<&str>,
+    ring: Option<usize>,
+    value: Py<PyAny>,
+    why: &str,
+) -> PyErr {
+    let ring_text = ring.map(|r| format!("[{r}]")).unwrap_or_default();
+    let shown = value
+        .bind(py)
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    raise(
+        py,
+        "ConfigError",
+        format!("{field}{ring_text}={shown}: {why}"),
+        &[
+            ("field", obj(py, field)),
+            ("resource", obj(py, resource)),
+            ("ring", obj(py, ring)),
+            ("value", value),
+        ],
+    )
+}
+
+/// `pto.errors.WorkerError` for what goes wrong building, starting or using a Worker.
+pub(crate) fn worker_error(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    raise(py, "WorkerError", message, &[])
+}
+
+pub(crate) fn build_error(py: Python<'_>, e: &BuildError) -> PyErr {
+    raise(
+        py,
+        "WorkerError",
+        e.to_string(),
+        &[("option", obj(py, e.option))],
+    )
+}
+
+pub(crate) fn init_error(py: Python<'_>, e: &InitError) -> PyErr {
+    worker_error(py, format!("init failed: {e}"))
+}
+
+pub(crate) fn register_error(py: Python<'_>, e: &RegisterError) -> PyErr {
+    worker_error(py, format!("register failed: {e}"))
+}
+
+pub(crate) fn buffer_error(py: Python<'_>, e: &BufferError) -> PyErr {
+    worker_error(py, e.to_string())
+}
+
+/// A rejected submit: a `ConfigError` for a bad config, a `RunError` when the run already
+/// failed (fail-fast), a `SubmitError` otherwise.
+pub(crate) fn submit_error(py: Python<'_>, e: &SubmitError) -> PyErr {
+    match e {
+        SubmitError::InvalidConfig(c) => config_error(py, c),
+        SubmitError::RunFailed(run) => run_error(py, run),
+        other => raise(py, "SubmitError", other.to_string(), &[]),
+    }
+}
+
+/// Why `Worker.run` produced no run.
+pub(crate) fn submit_run_error(py: Python<'_>, e: &SubmitRunError) -> PyErr {
+    match e {
+        SubmitRunError::InvalidConfig(c) => config_error(py, c),
+        other => raise(py, "SubmitError", other.to_string(), &[]),
+    }
+}
+
+/// The levels of a task failure, outermost first: the run, the task on its worker, the
+/// message below the worker (the chip's or sub function's own chain).
+fn chain(run_id: u64, f: &TaskFailure) -> Vec<String> {
+    let mut task = match f.task {
+        Some(t) => format!("task {}", t.index),
+        None => "orchestration".to_string(),
+    };
+    if let Some(label) = &f.label {
+        task.push_str(&format!(" '{label}'"));
+    }
+    if !f.worker.is_empty() {
+        task.push_str(&format!(" on {}", f.worker));
+    }
+    vec![format!("run {run_id}"), task, f.message.clone()]
+}
+
+/// `pto.errors.RunError`: the first failure's chain, code, hint and the whole report.
+pub(crate) fn run_error(py: Python<'_>, e: &RunError) -> PyErr {
+    let f = &e.first;
+    let report = Py::new(py, PyRunReport::from_report(py, &e.report))
+        .map(|r| r.into_any())
+        .unwrap_or_else(|_| py.None());
+    raise(
+        py,
+        "RunError",
+        e.to_string(),
+        &[
+            ("chain", obj(py, chain(e.run_id, f))),
+            ("code", obj(py, f.code.map(|c| c.code()))),
+            ("code_name", obj(py, f.code.map(|c| c.name()))),
+            ("hint", obj(py, f.code.map(|c| c.hint()))),
+            ("kind", obj(py, crate::report::failure_kind(f.kind))),
+            ("task", obj(py, f.task.map(|t| t.index))),
+            ("label", obj(py, f.label.clone())),
+            ("worker", obj(py, f.worker.clone())),
+            ("failed", obj(py, e.failed)),
+            ("skipped", obj(py, e.skipped)),
+            ("report", report),
+        ],
+    )
+}
+
+/// A Python exception as one text: `Type: message` and its traceback.
+pub(crate) fn describe(py: Python<'_>, e: &PyErr) -> String {
+    let head = e.to_string();
+    let traceback = e
+        .traceback(py)
+        .and_then(|tb| tb.format().ok())
+        .unwrap_or_default();
+    match traceback.is_empty() {
+        true => head,
+        false => format!("{head}\n{}", traceback.trim_end()),
+    }
+}

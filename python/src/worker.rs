@@ -1,0 +1,267 @@
+//! `_Worker`: an L3 Worker driven from Python (`pto.Worker` wraps it).
+//!
+//! Chips run where the mode says (child processes by default); sub workers are always
+//! threads of this process, so Python sub functions run here (`subs_in_process`). The GIL is
+//! released while Rust waits or works; Python code (the orchestration function, sub
+//! functions) takes it back. `run` waits in short slices and checks for signals between
+//! them, so Ctrl-C cancels the run (`RunHandle::cancel`) and raises `KeyboardInterrupt`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use pto_node::{
+    Callable, EndpointMode, MappedArgs, RunHandle, SubContext, SubmitRunError, TaskError,
+    WaitError, Worker,
+};
+
+use crate::config::PyCallConfig;
+use crate::errors::{
+    buffer_error, build_error, describe, init_error, register_error, run_error, submit_run_error,
+    worker_error,
+};
+use crate::memory::{PyMemory, dtype_names, dtype_of};
+use crate::orch::{PyHandle, orchestrate};
+use crate::report::PyRunReport;
+
+/// How often `run` looks for Ctrl-C while it waits.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+fn mode_of(py: Python<'_>, mode: &str) -> PyResult<EndpointMode> {
+    match mode {
+        "child-process" | "child_process" => Ok(EndpointMode::ChildProcess),
+        "in-process" | "in_process" => Ok(EndpointMode::InProcess),
+        other => Err(crate::errors::raise(
+            py,
+            "WorkerError",
+            format!("mode {other:?}: expected \"child-process\" or \"in-process\""),
+            &[("option", "mode".into_pyobject(py)?.into_any().unbind())],
+        )),
+    }
+}
+
+#[pyclass(frozen, module = "pto._native", name = "_Worker")]
+pub(crate) struct PyWorker {
+    inner: Worker,
+    mode: &'static str,
+}
+
+#[pymethods]
+impl PyWorker {
+    #[new]
+    #[pyo3(signature = (level, chips, sub_workers, mode, heap_ring_size=None, task_timeout=None,
+        env=None, strict_env=false, lane_depth=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, one per builder option
+    fn new(
+        py: Python<'_>,
+        level: u32,
+        chips: usize,
+        sub_workers: usize,
+        mode: &str,
+        heap_ring_size: Option<u64>,
+        task_timeout: Option<f64>,
+        env: Option<BTreeMap<String, String>>,
+        strict_env: bool,
+        lane_depth: Option<usize>,
+    ) -> PyResult<Self> {
+        if level != 3 {
+            return Err(crate::errors::raise(
+                py,
+                "WorkerError",
+                format!("level {level}: Python drives level-3 Workers (chips and sub workers)"),
+                &[("option", "level".into_pyobject(py)?.into_any().unbind())],
+            ));
+        }
+        let endpoint = mode_of(py, mode)?;
+        let mut b = Worker::builder(level)
+            .chips(chips)
+            .sub_workers(sub_workers)
+            .endpoint_mode(endpoint)
+            .subs_in_process(true)
+            .strict_env(strict_env);
+        if let Some(bytes) = heap_ring_size {
+            b = b.heap_ring_size(bytes);
+        }
+        if let Some(t) = task_timeout {
+            b = b.task_timeout(Some(seconds(py, "task_timeout", t)?));
+        }
+        if let Some(n) = lane_depth {
+            b = b.lane_depth(n);
+        }
+        for (var, value) in env.unwrap_or_default() {
+            b = b.ring_env(var, value);
+        }
+        let inner = b.build().map_err(|e| build_error(py, &e))?;
+        let mode = match endpoint {
+            EndpointMode::ChildProcess => "child-process",
+            EndpointMode::InProcess => "in-process",
+        };
+        Ok(PyWorker { inner, mode })
+    }
+
+    /// Registers the chip callable `name` (built into the module, e.g. `elementwise_add`).
+    fn register_chip(&self, py: Python<'_>, name: &str) -> PyResult<PyHandle> {
+        let handle = self
+            .inner
+            .register(Callable::chip(name))
+            .map_err(|e| register_error(py, &e))?;
+        Ok(PyHandle {
+            handle,
+            name: name.to_string(),
+            kind: "chip",
+        })
+    }
+
+    /// Registers a Python sub function: `adapter(memories, scalars, context)` runs it.
+    fn register_sub(&self, py: Python<'_>, name: &str, adapter: Py<PyAny>) -> PyResult<PyHandle> {
+        let callable = Callable::sub_closure(name, move |ctx, args| call_sub(&adapter, ctx, args));
+        let handle = self
+            .inner
+            .register(callable)
+            .map_err(|e| register_error(py, &e))?;
+        Ok(PyHandle {
+            handle,
+            name: name.to_string(),
+            kind: "sub",
+        })
+    }
+
+    /// Starts the chips and sub workers (child processes in child-process mode).
+    fn init(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.init())
+            .map_err(|e| init_error(py, &e))
+    }
+
+    /// A zero-filled buffer of `shape` and `dtype` in memory the chips see.
+    fn create_buffer(&self, py: Python<'_>, shape: Vec<u32>, dtype: &str) -> PyResult<PyMemory> {
+        let d = dtype_of(dtype).ok_or_else(|| {
+            worker_error(py, format!("dtype {dtype}: pto holds {}", dtype_names()))
+        })?;
+        let count = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
+            .ok_or_else(|| worker_error(py, format!("shape {shape:?} is too large")))?;
+        let bytes = count.saturating_mul(d.size()).max(1);
+        let buffer = py
+            .detach(|| self.inner.create_buffer(bytes))
+            .map_err(|e| buffer_error(py, &e))?;
+        let tensor = buffer
+            .tensor(&shape, d)
+            .map_err(|e| worker_error(py, format!("create_buffer: shape {shape:?}: {e}")))?;
+        PyMemory::of_tensor(&tensor)
+            .ok_or_else(|| worker_error(py, "the buffer has no host bytes in this process"))
+    }
+
+    /// Runs `orch_fn(orchestrator)` to build a run with base config `config`, then waits for
+    /// it; `timeout` (seconds) cancels it when it passes.
+    #[pyo3(signature = (orch_fn, config, timeout=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        orch_fn: Py<PyAny>,
+        config: PyCallConfig,
+        timeout: Option<f64>,
+    ) -> PyResult<PyRunReport> {
+        let deadline = match timeout {
+            Some(t) => Some(Instant::now() + seconds(py, "timeout", t)?),
+            None => None,
+        };
+        let failure = Mutex::new(None::<PyErr>);
+        let submitted = py.detach(|| {
+            self.inner.submit(
+                |o, _args, _cfg| orchestrate(o, &orch_fn, &failure),
+                pto_types::TaskArgs::new(),
+                config.inner.clone(),
+            )
+        });
+        let handle = match submitted {
+            Ok(h) => h,
+            Err(SubmitRunError::Orchestration { .. }) if failure.lock().is_some() => {
+                return Err(failure.lock().take().expect("checked above"));
+            }
+            Err(e) => return Err(submit_run_error(py, &e)),
+        };
+        wait(py, &handle, deadline)
+    }
+
+    /// Stops every worker and child process; the Worker cannot run again.
+    fn close(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.inner.close()).graceful
+    }
+
+    #[getter]
+    fn chips(&self) -> usize {
+        self.inner.chips()
+    }
+
+    #[getter]
+    fn sub_workers(&self) -> usize {
+        self.inner.sub_workers()
+    }
+
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.mode
+    }
+
+    /// Process ids of the child processes (empty in in-process mode).
+    fn child_pids(&self) -> Vec<u32> {
+        self.inner.child_pids()
+    }
+}
+
+fn seconds(py: Python<'_>, what: &str, t: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(t)
+        .map_err(|_| worker_error(py, format!("{what} = {t}: expected seconds >= 0")))
+}
+
+/// Waits for the run in slices; between them Ctrl-C (or the deadline) cancels it.
+fn wait(py: Python<'_>, handle: &RunHandle, deadline: Option<Instant>) -> PyResult<PyRunReport> {
+    loop {
+        match py.detach(|| handle.wait(Some(SIGNAL_CHECK))) {
+            Ok(report) => return Ok(PyRunReport::from_report(py, &report)),
+            Err(WaitError::Failed(e)) => return Err(run_error(py, &e)),
+            Err(WaitError::Timeout) => {}
+        }
+        if let Err(interrupt) = py.check_signals() {
+            handle.cancel("interrupted (KeyboardInterrupt)");
+            let _ = py.detach(|| handle.wait(None));
+            return Err(interrupt);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            handle.cancel("the run's timeout passed");
+            return match py.detach(|| handle.wait(None)) {
+                Ok(report) => Ok(PyRunReport::from_report(py, &report)),
+                Err(WaitError::Failed(e)) => Err(run_error(py, &e)),
+                Err(WaitError::Timeout) => Err(worker_error(py, "the run did not end")),
+            };
+        }
+    }
+}
+
+/// One sub task: the adapter receives a `_Memory` per tensor, the scalars and the context.
+fn call_sub(adapter: &Py<PyAny>, ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
+    Python::attach(|py| {
+        let call = || -> PyResult<()> {
+            let mut memories = Vec::with_capacity(args.num_tensors());
+            for i in 0..args.num_tensors() {
+                let t = args.tensor(i).expect("i < num_tensors");
+                let m = PyMemory::of_tensor(t).ok_or_else(|| {
+                    worker_error(py, format!("tensor {i} has no host bytes in this process"))
+                })?;
+                memories.push(Py::new(py, m)?);
+            }
+            let context = PyDict::new(py);
+            context.set_item("worker", ctx.worker)?;
+            context.set_item("task", ctx.task.index)?;
+            context.set_item("label", ctx.label.clone())?;
+            context.set_item("member", ctx.member)?;
+            adapter.call1(py, (memories, args.scalars().to_vec(), context))?;
+            Ok(())
+        };
+        call().map_err(|e| TaskError::new(describe(py, &e)))
+    })
+}
