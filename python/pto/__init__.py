@@ -180,6 +180,10 @@ class SubArgs:
     def __getitem__(self, i: int) -> np.ndarray:
         return self.tensors[i]
 
+    def tensor(self, i: int) -> np.ndarray:
+        """Tensor ``i`` (as ``args[i]``)."""
+        return self.tensors[i]
+
     def __len__(self) -> int:
         return len(self.tensors)
 
@@ -422,7 +426,7 @@ def empty(
 
 
 def resolve(
-    cfg: Optional[CallConfig] = None,
+    cfg: Union[CallConfig, RuntimeEnv, None] = None,
     *,
     env: Optional[Dict[str, str]] = None,
     strict_env: bool = False,
@@ -430,5 +434,8 @@ def resolve(
 ) -> Resolution:
     """``pto config resolve``: the sizing a chip would bind for ``cfg`` (value and source per
     ring and resource) and the device memory it reserves. ``env`` is a mapping of
-    ``PTO2_RING_*`` variables (default: the process environment)."""
+    ``PTO2_RING_*`` variables (default: the process environment). A bare
+    :class:`RuntimeEnv` stands for ``CallConfig(runtime_env)``."""
+    if isinstance(cfg, RuntimeEnv):
+        cfg = CallConfig(cfg)
     return _native.resolve(cfg, env=env, strict_env=strict_env, device_memory=device_memory)

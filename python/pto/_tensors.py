@@ -27,9 +27,24 @@ _DTYPES = (
 )
 
 
+#: pto's short names (`DType::name`) for the numpy names.
+_ALIASES = {
+    "f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": "int32", "i16": "int16",
+    "i8": "int8", "u8": "uint8", "i64": "int64", "u64": "uint64", "u16": "uint16",
+    "u32": "uint32",
+}
+
+
 def dtype_name(dtype: Any) -> str:
-    """pto's name of a numpy dtype (or dtype name); ValueError when pto holds no such type."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    """The numpy name of a dtype pto holds (from a numpy dtype, its name or pto's short
+    name); SubmitError naming the dtype otherwise."""
+    if isinstance(dtype, str):
+        name = _ALIASES.get(dtype, dtype)
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = str(dtype)
     if name not in _DTYPES:
         raise SubmitError(
             f"dtype {name}: pto holds {', '.join(_DTYPES)} (no conversion is made)"
@@ -100,6 +115,7 @@ def spec(worker: Any, index: int, tag: str, arr: Any) -> tuple:
         copy = worker.create_buffer(arr.shape or (1,), name)
         copy[...] = arr.reshape(copy.shape)
         memory = memory_of(copy)
+        assert memory is not None, "create_buffer returns pto memory"
         view = _view(copy, memory)
     offset, shape, strides = view  # type: ignore[misc]
     return (tag, memory, offset, shape, strides, name)

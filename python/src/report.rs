@@ -79,6 +79,27 @@ impl PySizing {
         Ok(self.resource(resource)?.iter().map(|r| r.source).collect())
     }
 
+    /// `sizing["heap"]` (or `"ring_heap"`): the resource's `Resolved` values, one per ring.
+    fn __getitem__(&self, resource: &str) -> PyResult<Vec<PyResolved>> {
+        Ok(self.resource(resource)?.to_vec())
+    }
+
+    /// The `RuntimeEnv` field names as aliases: `sizing.ring_heap` is `sizing.heap`.
+    #[getter]
+    fn ring_task_window(&self) -> Vec<PyResolved> {
+        self.task_window.clone()
+    }
+
+    #[getter]
+    fn ring_heap(&self) -> Vec<PyResolved> {
+        self.heap.clone()
+    }
+
+    #[getter]
+    fn ring_dep_pool(&self) -> Vec<PyResolved> {
+        self.dep_pool.clone()
+    }
+
     fn __str__(&self) -> String {
         self.text.clone()
     }
@@ -258,6 +279,18 @@ impl From<&TaskReport> for PyTaskReport {
 
 #[pymethods]
 impl PyTaskReport {
+    /// The first chip member's reserved device memory in bytes (None for sub tasks).
+    #[getter]
+    fn reserved_bytes(&self) -> Option<u64> {
+        self.chip.as_ref().map(|c| c.reserved_bytes)
+    }
+
+    /// The first chip member's peak use per ring (None for sub tasks).
+    #[getter]
+    fn high_water(&self) -> Option<Vec<PyRingUsage>> {
+        self.chip.as_ref().map(|c| c.high_water.clone())
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "TaskReport(index={}, label={:?}, kind={}, outcome={})",

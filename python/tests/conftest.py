@@ -1,10 +1,37 @@
-"""Shared fixtures: every test that takes ``mode`` runs once per endpoint mode."""
+"""Shared fixtures: every test that takes ``mode`` runs once per endpoint mode, and every test
+has a time limit (pytest-timeout's when installed, else a watchdog that prints every thread's
+stack and ends the session)."""
+
+import faulthandler
+import importlib.util
+import sys
 
 import pytest
 
 import pto
 
 MODES = ["in-process", "child-process"]
+
+#: Seconds a test may take; far above what any needs (the slowest takes ~2 s).
+TEST_TIMEOUT = 120
+
+
+def pytest_collection_modifyitems(items):
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        for item in items:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+
+
+@pytest.fixture(autouse=True)
+def _watchdog():
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        yield
+        return
+    faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(params=MODES)
@@ -14,8 +41,8 @@ def mode(request):
 
 @pytest.fixture
 def worker(mode):
-    """An initialised two-chip Worker with one sub worker, and ``elementwise_add`` and
-    ``vector_example`` registered (handles as ``worker.add`` / ``worker.vec``)."""
+    """A two-chip Worker with two sub workers, not yet initialised, with ``elementwise_add``
+    and ``vector_example`` registered (handles as ``worker.add`` / ``worker.vec``)."""
     w = pto.Worker(level=3, chips=2, sub_workers=2, mode=mode)
     w.add = w.register(pto.ChipCallable("elementwise_add"))
     w.vec = w.register(pto.ChipCallable("vector_example"))

@@ -1,6 +1,7 @@
 //! The README's Rust snippets are cut from programs CI builds and runs (the two README example
 //! programs, run by `.ci/run`, and the template crate `examples/custom-workload`, whose tests
-//! `.ci/run` runs), so a snippet cannot rot without this test failing.
+//! `.ci/run` runs), and its Python script is a file the Python tests run, so a snippet cannot
+//! rot without a test failing.
 
 use std::path::Path;
 
@@ -34,4 +35,19 @@ fn every_rust_snippet_of_the_readme_is_cut_from_a_built_program() {
     for (i, (path, _)) in SOURCES.iter().enumerate() {
         assert!(used[i], "no README snippet comes from {path}");
     }
+}
+
+/// The README's Python script is `python/examples/fanout.py` whole; the Python test suite
+/// (`python/tests/test_readme_example.py`, run by `.ci/run`) runs that file.
+#[test]
+fn the_readme_python_script_is_the_example_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let example = std::fs::read_to_string(root.join("python/examples/fanout.py")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```python\n")
+        .skip(1)
+        .map(|b| &b[..b.find("```").unwrap()])
+        .collect();
+    assert_eq!(blocks, vec![example.as_str()]);
 }
