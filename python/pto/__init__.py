@@ -428,14 +428,29 @@ def empty(
 def resolve(
     cfg: Union[CallConfig, RuntimeEnv, None] = None,
     *,
+    config: Union[CallConfig, RuntimeEnv, None] = None,
     env: Optional[Dict[str, str]] = None,
     strict_env: bool = False,
     device_memory: Optional[int] = None,
+    ring_task_window: Any = None,
+    ring_heap: Any = None,
+    ring_dep_pool: Any = None,
 ) -> Resolution:
     """``pto config resolve``: the sizing a chip would bind for ``cfg`` (value and source per
-    ring and resource) and the device memory it reserves. ``env`` is a mapping of
-    ``PTO2_RING_*`` variables (default: the process environment). A bare
-    :class:`RuntimeEnv` stands for ``CallConfig(runtime_env)``."""
+    ring and resource) and the device memory it reserves.
+
+    ``cfg`` (or ``config=``) is a :class:`CallConfig`, or a bare :class:`RuntimeEnv` standing
+    for ``CallConfig(runtime_env)``; ``ring_*`` keywords override it as ``cfg.derive`` does
+    (the command's ``--task-window``/``--heap``/``--dep-pool``). ``env`` is a mapping of
+    ``PTO2_RING_*`` variables (default: the process environment); ``strict_env`` makes its
+    problems errors; ``device_memory`` (bytes) sets ``fits``."""
+    if cfg is not None and config is not None:
+        raise TypeError("resolve() takes cfg or config=, not both")
+    cfg = cfg if cfg is not None else config
     if isinstance(cfg, RuntimeEnv):
         cfg = CallConfig(cfg)
+    if any(v is not None for v in (ring_task_window, ring_heap, ring_dep_pool)):
+        cfg = (cfg or CallConfig()).derive(
+            ring_task_window=ring_task_window, ring_heap=ring_heap, ring_dep_pool=ring_dep_pool
+        )
     return _native.resolve(cfg, env=env, strict_env=strict_env, device_memory=device_memory)

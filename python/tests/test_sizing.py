@@ -99,3 +99,14 @@ def test_resolve_reports_values_sources_and_memory():
     assert bad.env_problems and bad.sizing.heap[0].source == "default"
     with pytest.raises(pto.ConfigError):
         pto.resolve(env={"PTO2_RING_HEAP": "nonsense"}, strict_env=True)
+
+
+def test_resolve_takes_a_runtime_env_and_flag_overrides():
+    r = pto.resolve(pto.RuntimeEnv(ring_heap=2 * MiB), env={}, ring_task_window=[64, 0, 0, 0])
+    assert r.sizing.values("heap") == [2 * MiB] * 4
+    assert r.sizing.task_window[0].value == 64 and r.sizing.task_window[0].source == "call_config"
+    assert r.sizing.task_window[1].source == "default"
+    assert str(pto.resolve(config=pto.CallConfig(), env={})) == str(pto.resolve(env={}))
+    with pytest.raises(pto.ConfigError) as e:
+        pto.resolve(env={}, ring_heap=[MiB, MiB, 100, MiB])
+    assert (e.value.ring, e.value.value) == (2, 100)

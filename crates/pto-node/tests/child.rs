@@ -542,42 +542,48 @@ fn subs_in_process_run_closures_next_to_child_chips() {
     });
 }
 
+/// A one-chip child-process Worker starting `exe`, running `out = a + a` with `a` = `value`.
+fn add_on_one_child(exe: ChildExe, value: f32) {
+    pto_kernels::link();
+    let w = Worker::builder(3)
+        .chips(1)
+        .chip_spec(0, small_chip(4 << 30))
+        .endpoint_mode(EndpointMode::ChildProcess)
+        .child_exe(exe)
+        .heap_ring_size(1 << 20)
+        .build()
+        .unwrap();
+    let add = w.register(Callable::chip("elementwise_add")).unwrap();
+    w.init().unwrap();
+    const N: usize = 64;
+    let (_a, a) = buf(&w, N, value);
+    let (out_buf, out) = buf(&w, N, 0.0);
+    w.run(
+        move |orch, _, cfg| {
+            let args = TaskArgs::new().input(&a).input(&a).output_existing(&out);
+            orch.submit_next_level(&add, args, cfg, 0)?;
+            Ok(())
+        },
+        TaskArgs::new(),
+        CallConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(out_buf.read_vec::<f32>(0, N).unwrap(), vec![2.0 * value; N]);
+    w.close();
+}
+
 /// `ChildExe::Command`: children run a program with arguments (here this test binary with the
 /// arguments that select its child entry, as `CurrentExe` does).
 #[test]
 fn child_exe_command_runs_a_program_with_its_arguments() {
     with_timeout(60, || {
-        pto_kernels::link();
-        let w = Worker::builder(3)
-            .chips(1)
-            .chip_spec(0, small_chip(4 << 30))
-            .endpoint_mode(EndpointMode::ChildProcess)
-            .child_exe(ChildExe::Command {
-                program: std::env::current_exe().unwrap(),
-                args: ["--exact", "__pto_child", "--nocapture"]
-                    .map(std::ffi::OsString::from)
-                    .to_vec(),
-            })
-            .heap_ring_size(1 << 20)
-            .build()
-            .unwrap();
-        let add = w.register(Callable::chip("elementwise_add")).unwrap();
-        w.init().unwrap();
-        const N: usize = 64;
-        let (_a, a) = buf(&w, N, 2.0);
-        let (out_buf, out) = buf(&w, N, 0.0);
-        w.run(
-            move |orch, _, cfg| {
-                let args = TaskArgs::new().input(&a).input(&a).output_existing(&out);
-                orch.submit_next_level(&add, args, cfg, 0)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
-        .unwrap();
-        assert_eq!(out_buf.read_vec::<f32>(0, N).unwrap(), vec![4.0; N]);
-        w.close();
+        let exe = ChildExe::Command {
+            program: std::env::current_exe().unwrap(),
+            args: ["--exact", "__pto_child", "--nocapture"]
+                .map(std::ffi::OsString::from)
+                .to_vec(),
+        };
+        add_on_one_child(exe, 2.0);
     });
 }
 
@@ -587,46 +593,22 @@ fn child_exe_command_runs_a_program_with_its_arguments() {
 #[test]
 fn a_host_child_exe_replaces_the_current_executable() {
     with_timeout(60, || {
-        pto_kernels::link();
         let dir = tempfile::tempdir().unwrap();
         let mark = dir.path().join("started");
+        let script = format!(
+            "touch '{}' && exec \"$0\" --exact __pto_child",
+            mark.display()
+        );
         pto_node::set_host_child_exe(ChildExe::Command {
             program: "/bin/sh".into(),
             args: vec![
                 "-c".into(),
-                format!(
-                    "touch '{}' && exec \"$0\" --exact __pto_child",
-                    mark.display()
-                )
-                .into(),
+                script.into(),
                 std::env::current_exe().unwrap().into(),
             ],
         });
-        let w = Worker::builder(3)
-            .chips(1)
-            .chip_spec(0, small_chip(4 << 30))
-            .endpoint_mode(EndpointMode::ChildProcess)
-            .heap_ring_size(1 << 20)
-            .build()
-            .unwrap();
-        let add = w.register(Callable::chip("elementwise_add")).unwrap();
-        w.init().unwrap();
+        add_on_one_child(ChildExe::CurrentExe, 1.5);
         pto_node::set_host_child_exe(ChildExe::CurrentExe);
         assert!(mark.exists(), "the host's command started the child");
-        const N: usize = 64;
-        let (_a, a) = buf(&w, N, 1.5);
-        let (out_buf, out) = buf(&w, N, 0.0);
-        w.run(
-            move |orch, _, cfg| {
-                let args = TaskArgs::new().input(&a).input(&a).output_existing(&out);
-                orch.submit_next_level(&add, args, cfg, 0)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
-        .unwrap();
-        assert_eq!(out_buf.read_vec::<f32>(0, N).unwrap(), vec![3.0; N]);
-        w.close();
     });
 }
