@@ -59,15 +59,17 @@ __all__ = [
     "RunError",
 ]
 
-# A Worker's child process is this interpreter again: it imports this package from where it
-# was found here, and serves its chip (`_child_main` never returns in a child).
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A Worker's child process is this interpreter again, loading this very native module by its
+# path (not the package: a chip needs no numpy) and serving its chip (`_child_main` never
+# returns in a child).
+_NATIVE = os.path.abspath(_native.__file__)
 _native._set_child_command(
     sys.executable,
     [
         "-c",
-        f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
-        "import pto._native as n; n._child_main()",
+        "import importlib.machinery as m, importlib.util as u; "
+        f"s = u.spec_from_loader('pto._native', m.ExtensionFileLoader('pto._native', {_NATIVE!r})); "
+        "n = u.module_from_spec(s); s.loader.exec_module(n); n._child_main()",
     ],
 )
 

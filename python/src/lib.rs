@@ -2,7 +2,7 @@
 //!
 //! Python-facing names and conversions live in the package's Python code (`pto/`); this
 //! module exposes the runtime: Workers (`worker`), the orchestrator an orchestration function
-//! receives (`orch`, the only `unsafe`), buffers as numpy-visible memory (`memory`), configs
+//! receives (`orch`; with `gil`, the only `unsafe`), buffers as numpy-visible memory (`memory`), configs
 //! and sizing resolution (`config`), reports (`report`), errors (`errors`) and scene files
 //! (`scenes`). A child process a Worker starts is this interpreter again, running
 //! `_child_main` (set up by `_set_child_command` when the package is imported).
@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 
 mod config;
 mod errors;
+mod gil;
 mod memory;
 mod orch;
 mod report;

@@ -244,7 +244,7 @@ fn wait(py: Python<'_>, handle: &RunHandle, deadline: Option<Instant>) -> PyResu
 
 /// One sub task: the adapter receives a `_Memory` per tensor, the scalars and the context.
 fn call_sub(adapter: &Py<PyAny>, ctx: &SubContext, args: &MappedArgs) -> Result<(), TaskError> {
-    Python::attach(|py| {
+    crate::gil::attach(|py| {
         let call = || -> PyResult<()> {
             let mut memories = Vec::with_capacity(args.num_tensors());
             for i in 0..args.num_tensors() {

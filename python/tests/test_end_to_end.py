@@ -168,3 +168,22 @@ def test_the_gil_is_released_while_a_run_executes(mode):
         stop.set()
         t.join()
     assert len(ticks) - before > 20, "another Python thread ran during the run"
+
+
+def test_a_sub_worker_thread_keeps_its_python_thread_state(mode):
+    import threading
+
+    local = threading.local()
+    counts = []
+
+    def count(args):
+        local.n = getattr(local, "n", 0) + 1  # per thread state: lost if it were recreated
+        counts.append(local.n)
+
+    with pto.Worker(level=3, chips=1, sub_workers=1, mode=mode) as w:
+        c = w.register(count)
+        w.init()
+        buf = w.create_buffer(4)
+        for _ in range(2):
+            w.run(lambda orch, args, cfg: [orch.submit_sub(c, pto.TaskArgs().inout(buf)) for _ in range(3)])
+    assert counts == [1, 2, 3, 4, 5, 6]

@@ -38,7 +38,12 @@ def test_a_chip_failure_is_a_run_error_with_code_hint_and_report(worker):
 
 
 def test_a_failing_python_sub_function_fails_its_task_and_skips_its_readers(worker):
+    both_submitted = threading.Event()
+
     def boom(args):
+        # Fail only once the reader is submitted: a submit after a failure is refused instead
+        # (fail-fast, the next test).
+        both_submitted.wait(10)
         raise ValueError("boom at element 3")
 
     def never(args):
@@ -51,6 +56,7 @@ def test_a_failing_python_sub_function_fails_its_task_and_skips_its_readers(work
     def orch_fn(orch, args, cfg):
         orch.submit_sub(bad, pto.TaskArgs().output_existing(buf).label("boom"))
         orch.submit_sub(reader, pto.TaskArgs().input(buf).label("reader"))
+        both_submitted.set()
 
     with pytest.raises(pto.RunError) as e:
         worker.run(orch_fn)
@@ -60,6 +66,35 @@ def test_a_failing_python_sub_function_fails_its_task_and_skips_its_readers(work
     assert "in boom" in err.chain[2], "the traceback names the function"
     assert err.skipped == 1
     assert err.report.task("reader").outcome == "skipped"
+
+
+def test_a_submit_after_a_failure_raises_the_run_error_in_the_orchestration(worker):
+    failed = threading.Event()
+
+    def boom(args):
+        failed.set()
+        raise ValueError("first")
+
+    bad, fine = worker.register(boom), worker.register(lambda args: None)
+    worker.init()
+    seen = []
+
+    def orch_fn(orch, args, cfg):
+        orch.submit_sub(bad, pto.TaskArgs().label("first"))
+        failed.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the failure reaches the engine right after
+            try:
+                orch.submit_sub(fine, pto.TaskArgs().label("later"))
+            except pto.RunError as e:
+                seen.append(e)
+                raise
+            time.sleep(0.01)
+
+    with pytest.raises(pto.RunError) as e:
+        worker.run(orch_fn)
+    assert seen and seen[0].label == "first" and "ValueError: first" in seen[0].chain[2]
+    assert e.value is seen[0], "the orchestration's exception comes out of run as it was"
 
 
 def test_an_orchestration_exception_is_raised_as_it_was(worker):
