@@ -171,9 +171,15 @@ class SubArgs:
     """What a Python sub function receives: its arrays (over the task's buffers, no copy),
     its scalars (64-bit patterns; :meth:`scalar` reads them as a type), and where it runs."""
 
-    def __init__(self, tensors: List[np.ndarray], scalars: List[int], context: Dict[str, Any]):
+    def __init__(
+        self, tensors: List[np.ndarray], scalars: List[int], context: Dict[str, Any],
+        dtypes: Optional[List[str]] = None,
+    ):
         self.tensors = tensors
         self.scalars = scalars
+        #: pto's dtype of each tensor (``bfloat16`` tensors arrive as uint16 bit patterns
+        #: unless ml_dtypes is installed).
+        self.dtypes: List[str] = dtypes if dtypes is not None else [t.dtype.name for t in tensors]
         self.label: Optional[str] = context.get("label")
         self.task: int = context.get("task", 0)
         self.worker: int = context.get("worker", 0)
@@ -213,6 +219,7 @@ class Orchestrator:
     ) -> int:
         """One chip job on chip ``worker`` with its own config ``cfg`` (default: the run's);
         returns the task's index in the run."""
+        worker = _tensors.index(worker, "worker", SubmitError)
         return self._o.submit_next_level(
             handle, args._spec(self._worker), cfg or self._config, worker
         )
@@ -225,8 +232,9 @@ class Orchestrator:
         workers: Sequence[int] = (),
     ) -> int:
         """One task whose member i runs ``args_list[i]`` on chip ``workers[i]``, together."""
+        chips = [_tensors.index(w, "workers[]", SubmitError) for w in workers]
         specs = [a._spec(self._worker) for a in args_list]
-        return self._o.submit_next_level_group(handle, specs, cfg or self._config, list(workers))
+        return self._o.submit_next_level_group(handle, specs, cfg or self._config, chips)
 
     def submit_sub(self, handle: CallableHandle, args: Optional[TaskArgs] = None) -> int:
         """A sub task (a registered Python function) on any idle sub worker."""
@@ -249,7 +257,7 @@ class Orchestrator:
         """A row-major intermediate from the heap ring of the current scope depth, reclaimed
         when its scope ended and no task uses it. Tasks pass it between them; tag it
         ``inout``/``output_existing`` in the task that writes it."""
-        dims = [int(shape)] if isinstance(shape, int) else [int(n) for n in shape]
+        dims = _tensors.dims(shape, "alloc", SubmitError)
         return _tensors.array_of(self._o.alloc(dims, _tensors.dtype_name(dtype)))
 
     @property
@@ -289,7 +297,12 @@ class Worker:
     Options: ``heap_ring_size`` (bytes of the L3 heap behind ``orch.alloc``),
     ``task_timeout`` (seconds; a task running longer fails), ``env`` (``PTO2_RING_*`` values
     for the chips, on top of the process environment, which is never changed),
-    ``strict_env`` (environment problems fail ``init``), ``lane_depth``.
+    ``strict_env`` (environment problems fail ``init``), ``lane_depth``, ``track_war``.
+
+    Dependencies: a task that reads an array (``input``, ``inout``) waits for the earlier
+    tasks that write overlapping bytes. Writers (``output``, ``output_existing``) do not wait
+    for earlier readers unless ``track_war=True``, and two such writers of the same bytes are
+    not ordered: make the later one ``inout`` when it must follow.
     """
 
     def __init__(
@@ -306,7 +319,13 @@ class Worker:
         env: Optional[Dict[str, str]] = None,
         strict_env: bool = False,
         lane_depth: Optional[int] = None,
+        track_war: bool = False,
     ) -> None:
+        for option, value in (("level", level), ("chips", chips), ("sub_workers", sub_workers),
+                              ("num_sub_workers", num_sub_workers),
+                              ("heap_ring_size", heap_ring_size), ("lane_depth", lane_depth)):
+            if value is not None:
+                _tensors.index(value, option, WorkerError, option=option)
         if chips is None:
             chips = len(device_ids) if device_ids is not None else 1
         elif device_ids is not None and len(device_ids) != chips:
@@ -317,7 +336,7 @@ class Worker:
             sub_workers = num_sub_workers or 0
         self._w = _native._Worker(
             level, chips, sub_workers, mode, heap_ring_size, task_timeout,
-            dict(env) if env else None, strict_env, lane_depth,
+            dict(env) if env else None, strict_env, lane_depth, track_war,
         )
         self._callables: Dict[str, CallableHandle] = {}
 
@@ -325,7 +344,7 @@ class Worker:
 
     def register(self, callable_: Union[ChipCallable, SubCallable, Callable[..., Any]]) -> CallableHandle:
         """Registers a :class:`ChipCallable`, or a Python function (a :class:`SubCallable`)
-        for sub tasks; before :meth:`init`. Returns the handle tasks name it by."""
+        for sub tasks (before or after :meth:`init`). Returns the handle tasks name it by."""
         if isinstance(callable_, ChipCallable):
             handle = self._w.register_chip(callable_.name)
         else:
@@ -356,7 +375,7 @@ class Worker:
     def create_buffer(self, shape: Union[int, Sequence[int]], dtype: Any = "float32") -> np.ndarray:
         """A zero-filled array in memory the chips see (shared memory in child-process
         mode); tasks use it in place, and the host reads results from it without a copy."""
-        dims = [int(shape)] if isinstance(shape, int) else [int(n) for n in shape]
+        dims = _tensors.dims(shape, "create_buffer", WorkerError)
         return _tensors.array_of(self._w.create_buffer(dims, _tensors.dtype_name(dtype)))
 
     # -- runs ---------------------------------------------------------------------------
@@ -372,8 +391,9 @@ class Worker:
         """Calls ``orch_fn(orch, args, cfg)`` to build a run, then waits for it and returns
         its report. A failed task raises :class:`RunError`; an exception of ``orch_fn`` is
         raised as it was (tasks it started finish first, the rest are cancelled). Ctrl-C
-        cancels the run (running tasks finish) and raises ``KeyboardInterrupt``; so does
-        ``timeout`` (seconds), returning or raising what the cancelled run ended with."""
+        cancels the run (running tasks finish; a second Ctrl-C stops waiting for them) and
+        raises ``KeyboardInterrupt``. ``timeout`` (seconds) cancels it the same way and
+        raises the cancelled run's :class:`RunError` (kind ``cancelled``)."""
         args = args if args is not None else TaskArgs()
         cfg = cfg if cfg is not None else CallConfig()
 
@@ -406,7 +426,8 @@ class Worker:
 
 def _sub_adapter(fn: Callable[[SubArgs], Any]) -> Callable[..., None]:
     def adapter(memories: List[Any], scalars: List[int], context: Dict[str, Any]) -> None:
-        fn(SubArgs([_tensors.array_of(m) for m in memories], scalars, context))
+        arrays = [_tensors.array_of(m) for m in memories]
+        fn(SubArgs(arrays, scalars, context, [m.dtype for m in memories]))
 
     return adapter
 

@@ -119,6 +119,7 @@ class TaskReport:
     sizing: Optional[Sizing]
     reserved_bytes: Optional[int]
     high_water: Optional[List[RingUsage]]
+    sizing_from: Optional[str]
 
 class RunReport:
     run_id: int
@@ -143,6 +144,7 @@ class CallableHandle:
 
 class _Memory:
     base_address: int
+    owner_uid: int
     buffer_bytes: int
     dtype: str
     @property
@@ -177,7 +179,9 @@ class _Worker:
         env: Optional[Mapping[str, str]] = None,
         strict_env: bool = False,
         lane_depth: Optional[int] = None,
+        track_war: bool = False,
     ) -> None: ...
+    uid: int
     def register_chip(self, name: str) -> CallableHandle: ...
     def register_sub(self, name: str, adapter: Callable[..., None]) -> CallableHandle: ...
     def init(self) -> None: ...

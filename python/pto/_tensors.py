@@ -103,9 +103,14 @@ def spec(worker: Any, index: int, tag: str, arr: Any) -> tuple:
     arr = _check_array(arr, index, tag)
     name = dtype_name(arr.dtype)
     memory = memory_of(arr)
+    if memory is not None and memory.dtype == "bfloat16" and name == "uint16":
+        name = "bfloat16"  # its bits seen as uint16 (no ml_dtypes): still a bfloat16 tensor
+    if memory is not None and memory.owner_uid != worker._w.uid:
+        memory, where = None, "memory of another Worker"
+    else:
+        where = "not pto memory" if memory is None else "a view with a zero or negative stride"
     view = _view(arr, memory) if memory is not None else None
     if view is None:
-        where = "not pto memory" if memory is None else "a view with a zero or negative stride"
         if tag in WRITE_TAGS:
             raise SubmitError(
                 f"tensor {index} ({tag}): the array is {where}; a task writes only into "
@@ -159,3 +164,26 @@ def scalar_bits(value: Any, dtype: Optional[str] = None) -> int:
 
 def specs(worker: Any, tensors: Sequence[Tuple[str, Any]]) -> List[tuple]:
     return [spec(worker, i, tag, arr) for i, (tag, arr) in enumerate(tensors)]
+
+
+def dims(shape: Any, what: str, error: type) -> List[int]:
+    """A shape as a list of dimensions in 0..2^32, or ``error`` naming ``what``."""
+    try:
+        raw = [shape] if isinstance(shape, (int, np.integer)) else list(shape)
+    except TypeError:
+        raise error(f"{what}: shape {shape!r}: expected an int or a sequence of ints") from None
+    out = []
+    for n in raw:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise error(f"{what}: shape {tuple(raw)}: dimensions must be integers")
+        if not 0 <= int(n) < 1 << 32:
+            raise error(f"{what}: shape {tuple(raw)}: a dimension must be in 0..2^32, got {int(n)}")
+        out.append(int(n))
+    return out
+
+
+def index(value: Any, what: str, error: type, **attrs: Any) -> int:
+    """A non-negative int (a count, an index), or ``error`` naming ``what`` and the value."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise error(f"{what} = {value!r}: expected an integer >= 0", **attrs)
+    return int(value)

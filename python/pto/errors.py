@@ -61,7 +61,8 @@ class RunError(PtoError, RuntimeError):
     report: Any = None
 
     def __str__(self) -> str:
-        if self.hint:
+        # The chip's message often carries its own, more specific hint already.
+        if self.hint and "hint:" not in self.message:
             return f"{self.message}\nhint: {self.hint}"
         return self.message
 

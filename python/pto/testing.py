@@ -57,6 +57,8 @@ def scene_cases(path: "os.PathLike[str] | str", *, modes: Sequence[str] = MODES,
     frame = inspect.stack()[1]
     caller_dir = os.path.dirname(os.path.abspath(frame.filename)) if frame.filename else None
     full = _locate(os.fspath(path), caller_dir)
+    if not os.path.exists(full):
+        raise FileNotFoundError(f"scene file {os.fspath(path)!r} (looked at {full})")
     params = []
     for name, ignore, expect in _native.scene_cases(full):
         for mode in modes:

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
@@ -152,26 +153,28 @@ pub(crate) struct PyCallConfig {
 impl PyCallConfig {
     #[new]
     #[pyo3(signature = (runtime_env=None, *, aicpu_thread_num=None, enable_scope_stats=false,
-        enable_dep_gen=false, enable_chip_swimlane=0, output_prefix=None))]
+        enable_dep_gen=false, enable_chip_swimlane=None, output_prefix=None))]
     fn new(
         py: Python<'_>,
         runtime_env: Option<PyRuntimeEnv>,
-        aicpu_thread_num: Option<u32>,
+        aicpu_thread_num: Option<&Bound<'_, PyAny>>,
         enable_scope_stats: bool,
         enable_dep_gen: bool,
-        enable_chip_swimlane: u8,
+        enable_chip_swimlane: Option<&Bound<'_, PyAny>>,
         output_prefix: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let mut inner = CallConfig::default();
         if let Some(env) = runtime_env {
             inner.runtime_env = env.inner;
         }
-        if let Some(n) = aicpu_thread_num {
-            inner.aicpu_thread_num = n;
+        if let Some(n) = aicpu_thread_num.filter(|n| !n.is_none()) {
+            inner.aicpu_thread_num = config_int(py, "aicpu_thread_num", n)?;
         }
         inner.enable_scope_stats = enable_scope_stats;
         inner.enable_dep_gen = enable_dep_gen;
-        inner.enable_chip_swimlane = enable_chip_swimlane;
+        if let Some(level) = enable_chip_swimlane.filter(|n| !n.is_none()) {
+            inner.enable_chip_swimlane = config_int(py, "enable_chip_swimlane", level)?;
+        }
         inner.output_prefix = output_prefix.map(|p| p.to_string_lossy().into_owned());
         inner.validate().map_err(|e| config_error(py, &e))?;
         Ok(PyCallConfig { inner })
@@ -185,15 +188,18 @@ impl PyCallConfig {
         &self,
         py: Python<'_>,
         runtime_env: Option<PyRuntimeEnv>,
-        aicpu_thread_num: Option<u32>,
+        aicpu_thread_num: Option<&Bound<'_, PyAny>>,
         ring_task_window: Option<&Bound<'_, PyAny>>,
         ring_heap: Option<&Bound<'_, PyAny>>,
         ring_dep_pool: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let keywords = PyRuntimeEnv::build(py, [ring_task_window, ring_heap, ring_dep_pool])?;
         let base = runtime_env.map(|e| e.inner).unwrap_or_default();
+        let threads = aicpu_thread_num.filter(|n| !n.is_none());
         let overrides = TaskOverrides {
-            aicpu_thread_num,
+            aicpu_thread_num: threads
+                .map(|n| config_int(py, "aicpu_thread_num", n))
+                .transpose()?,
             runtime_env: base.overlaid_with(&keywords),
         };
         let inner = self
@@ -314,6 +320,38 @@ pub(crate) fn resolve(
     match SizingReport::build(&request) {
         Ok(report) => Ok(PyResolution { report }),
         Err(SizingReportError::InvalidConfig(e)) => Err(config_error(py, &e)),
+        Err(SizingReportError::Env(e)) => Err(env_error(py, &e)),
         Err(e) => Err(raise(py, "ConfigError", e.to_string(), &[])),
     }
+}
+
+/// A strict environment's first problem: `field` is the variable, `value` its raw text,
+/// `ring` the ring of the offending piece (for a per-ring list).
+fn env_error(py: Python<'_>, e: &pto_types::EnvError) -> PyErr {
+    let Some(p) = e.problems.first() else {
+        return raise(py, "ConfigError", e.to_string(), &[]);
+    };
+    let ring = p.piece.as_ref().filter(|piece| piece.count > 1);
+    let attrs = [
+        ("field", p.variable.as_str().into_py_any(py)),
+        ("resource", p.resource().map(|r| r.field()).into_py_any(py)),
+        ("ring", ring.map(|piece| piece.position - 1).into_py_any(py)),
+        ("value", p.raw.as_str().into_py_any(py)),
+    ];
+    let attrs: Vec<(&str, Py<PyAny>)> = attrs
+        .into_iter()
+        .map(|(k, v)| (k, v.unwrap_or_else(|_| py.None())))
+        .collect();
+    raise(py, "ConfigError", e.to_string(), &attrs)
+}
+
+/// A small unsigned config field from Python: an int in `0..=T::MAX`, else a `ConfigError`
+/// naming the field and the value.
+fn config_int<T: TryFrom<i128>>(py: Python<'_>, field: &str, v: &Bound<'_, PyAny>) -> PyResult<T> {
+    let bad = |why: &str| config_value_error(py, field, None, None, v.clone().unbind(), why);
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(bad("must be an integer"));
+    }
+    let wide = v.extract::<i128>().map_err(|_| bad("is out of range"))?;
+    T::try_from(wide).map_err(|_| bad("is out of range"))
 }

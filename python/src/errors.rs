@@ -14,7 +14,7 @@ use pto_node::{
 };
 use pto_types::ConfigError;
 
-use crate::report::PyRunReport;
+use crate::report::{PyRunReport, TaskConfigs};
 
 /// `pto.errors.<class>(message, **attrs)` as a `PyErr`.
 pub(crate) fn raise(
@@ -126,10 +126,10 @@ pub(crate) fn buffer_error(py: Python<'_>, e: &BufferError) -> PyErr {
 
 /// A rejected submit: a `ConfigError` for a bad config, a `RunError` when the run already
 /// failed (fail-fast), a `SubmitError` otherwise.
-pub(crate) fn submit_error(py: Python<'_>, e: &SubmitError) -> PyErr {
+pub(crate) fn submit_error(py: Python<'_>, e: &SubmitError, configs: &TaskConfigs) -> PyErr {
     match e {
         SubmitError::InvalidConfig(c) => config_error(py, c),
-        SubmitError::RunFailed(run) => run_error(py, run),
+        SubmitError::RunFailed(run) => run_error(py, run, configs),
         other => raise(py, "SubmitError", other.to_string(), &[]),
     }
 }
@@ -159,9 +159,9 @@ fn chain(run_id: u64, f: &TaskFailure) -> Vec<String> {
 }
 
 /// `pto.errors.RunError`: the first failure's chain, code, hint and the whole report.
-pub(crate) fn run_error(py: Python<'_>, e: &RunError) -> PyErr {
+pub(crate) fn run_error(py: Python<'_>, e: &RunError, configs: &TaskConfigs) -> PyErr {
     let f = &e.first;
-    let report = Py::new(py, PyRunReport::from_report(py, &e.report))
+    let report = Py::new(py, PyRunReport::new(&e.report, Some(configs)))
         .map(|r| r.into_any())
         .unwrap_or_else(|_| py.None());
     raise(

@@ -114,6 +114,12 @@ impl PyMemory {
         self.base
     }
 
+    /// The Worker whose buffer this is (`_Worker.uid`).
+    #[getter]
+    fn owner_uid(&self) -> u64 {
+        self.buffer.id().owner_uid
+    }
+
     /// The buffer's size in bytes.
     #[getter]
     fn buffer_bytes(&self) -> u64 {

@@ -6,14 +6,15 @@
 //! Invariants that make each dereference sound:
 //! - O1: the slot holds a pointer only while the closure that received the `&mut` runs; it is
 //!   emptied on every path out of that closure (`orchestrate`).
-//! - O2: `_Orchestrator` is `unsendable`: only the thread running the closure can call it, and
-//!   it does so from inside the Python function the closure is running.
+//! - O2: every method first checks that it runs on the thread that created the object, the
+//!   thread running the closure (it can only be inside the Python function the closure runs);
+//!   other threads get `pto.WorkerError`.
 //! - O3: methods take `&mut self`, so PyO3's borrow flag refuses a call that re-enters the
 //!   object (say from a sub function run inline on this thread): at most one `&mut` exists.
 
-use std::cell::Cell;
 use std::ptr::NonNull;
-use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::ThreadId;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -24,8 +25,16 @@ use pto_types::{TaskArgs, Tensor, TensorTag};
 use crate::config::PyCallConfig;
 use crate::errors::{describe, raise, submit_error, worker_error};
 use crate::memory::{PyMemory, TensorSpec, dtype_names, dtype_of};
+use crate::report::TaskConfigs;
 
-type Slot = Rc<Cell<Option<NonNull<Orchestrator<'static>>>>>;
+/// The lent orchestrator, while it is lent (O1).
+type Slot = Arc<Mutex<Option<OrchPtr>>>;
+
+#[derive(Clone, Copy)]
+struct OrchPtr(NonNull<Orchestrator<'static>>);
+// SAFETY: the pointer is only dereferenced by `PyOrchestrator::with`, on the thread that lent
+// it (O2); other threads may hold the object (Python objects travel), never use the pointer.
+unsafe impl Send for OrchPtr {}
 
 /// A value that `Python::detach` may carry although it is not `Send`: detach runs its closure
 /// on the calling thread, so the value never reaches another thread.
@@ -40,17 +49,20 @@ pub(crate) fn orchestrate(
     o: &mut Orchestrator<'_>,
     orch_fn: &Py<PyAny>,
     failure: &Mutex<Option<PyErr>>,
+    configs: &Arc<TaskConfigs>,
 ) -> Result<(), OrchError> {
     Python::attach(|py| {
-        let slot: Slot = Rc::new(Cell::new(Some(NonNull::from(o).cast())));
+        let slot: Slot = Arc::new(Mutex::new(Some(OrchPtr(NonNull::from(o).cast()))));
         let obj = Py::new(
             py,
             PyOrchestrator {
-                slot: Rc::clone(&slot),
+                slot: Arc::clone(&slot),
+                thread: std::thread::current().id(),
+                configs: Arc::clone(configs),
             },
         );
         let result = obj.and_then(|obj| orch_fn.call1(py, (obj,)));
-        slot.set(None); // O1
+        *slot.lock() = None; // O1
         match result {
             Ok(_) => Ok(()),
             Err(e) => {
@@ -119,9 +131,12 @@ fn task_args(py: Python<'_>, (tensors, scalars, label): ArgsSpec<'_>) -> PyResul
 }
 
 /// The orchestration function's handle on its run (valid only while the function runs).
-#[pyclass(unsendable, module = "pto._native", name = "_Orchestrator")]
+#[pyclass(module = "pto._native", name = "_Orchestrator")]
 pub(crate) struct PyOrchestrator {
     slot: Slot,
+    thread: ThreadId,
+    /// Each chip task's config, for the sizing of tasks that fail before their chip reports.
+    configs: Arc<TaskConfigs>,
 }
 
 impl PyOrchestrator {
@@ -132,20 +147,44 @@ impl PyOrchestrator {
         py: Python<'_>,
         f: impl FnOnce(&mut Orchestrator<'static>) -> R + Send,
     ) -> PyResult<R> {
-        let Some(ptr) = self.slot.get() else {
+        if std::thread::current().id() != self.thread {
+            return Err(worker_error(
+                py,
+                "the orchestrator is usable only on the thread running its orchestration function (submit from that function, not from another thread)",
+            ));
+        }
+        let Some(OrchPtr(ptr)) = *self.slot.lock() else {
             return Err(worker_error(
                 py,
                 "this orchestrator belongs to an orchestration function that has returned; use the one your function receives",
             ));
         };
         // SAFETY: the slot is full, so the closure that lent the `&mut Orchestrator` is still
-        // running on this thread (O1, O2) and nothing else holds a reference to it (O3); the
-        // reference does not outlive this call.
+        // running (O1) on this very thread (O2, checked above), and nothing else holds a
+        // reference to it (O3); the reference does not outlive this call.
         let orch = OnThisThread(unsafe { &mut *ptr.as_ptr() });
         Ok(py.detach(move || {
             let OnThisThread(o) = orch;
             f(o)
         }))
+    }
+}
+
+impl PyOrchestrator {
+    /// A chip task's outcome: its index, its config remembered for the report.
+    fn recorded(
+        &self,
+        py: Python<'_>,
+        r: Result<pto_node::TaskId, pto_node::SubmitError>,
+        config: &PyCallConfig,
+    ) -> PyResult<u32> {
+        match r {
+            Ok(id) => {
+                self.configs.record(id.index, &config.inner);
+                Ok(id.index)
+            }
+            Err(e) => Err(submit_error(py, &e, &self.configs)),
+        }
     }
 }
 
@@ -161,10 +200,9 @@ impl PyOrchestrator {
     ) -> PyResult<u32> {
         let args = task_args(py, args)?;
         let h = handle.handle;
-        let r = self.with(py, move |o| {
-            o.submit_next_level(&h, args, &config.inner, worker)
-        })?;
-        r.map(|id| id.index).map_err(|e| submit_error(py, &e))
+        let cfg = config.inner.clone();
+        let r = self.with(py, move |o| o.submit_next_level(&h, args, &cfg, worker))?;
+        self.recorded(py, r, &config)
     }
 
     fn submit_next_level_group(
@@ -180,10 +218,11 @@ impl PyOrchestrator {
             .map(|m| task_args(py, m))
             .collect::<PyResult<Vec<_>>>()?;
         let h = handle.handle;
+        let cfg = config.inner.clone();
         let r = self.with(py, move |o| {
-            o.submit_next_level_group(&h, list, &config.inner, &workers)
+            o.submit_next_level_group(&h, list, &cfg, &workers)
         })?;
-        r.map(|id| id.index).map_err(|e| submit_error(py, &e))
+        self.recorded(py, r, &config)
     }
 
     fn submit_sub(
@@ -195,7 +234,8 @@ impl PyOrchestrator {
         let args = task_args(py, args)?;
         let h = handle.handle;
         let r = self.with(py, move |o| o.submit_sub(&h, args))?;
-        r.map(|id| id.index).map_err(|e| submit_error(py, &e))
+        r.map(|id| id.index)
+            .map_err(|e| submit_error(py, &e, &self.configs))
     }
 
     fn submit_sub_group(
@@ -210,7 +250,8 @@ impl PyOrchestrator {
             .collect::<PyResult<Vec<_>>>()?;
         let h = handle.handle;
         let r = self.with(py, move |o| o.submit_sub_group(&h, list))?;
-        r.map(|id| id.index).map_err(|e| submit_error(py, &e))
+        r.map(|id| id.index)
+            .map_err(|e| submit_error(py, &e, &self.configs))
     }
 
     fn enter_scope(&mut self, py: Python<'_>) -> PyResult<()> {

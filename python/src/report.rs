@@ -1,11 +1,45 @@
 //! Run reports as Python objects: every task with its outcome and, for chip tasks, the sizing
 //! the chip bound (value and source per ring and resource), reserved bytes and high-water.
 
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 use pto_chip::ChipRunReport;
 use pto_node::{FailureKind, MemberReport, RunReport, TaskKind, TaskOutcome, TaskReport};
-use pto_types::{RING_COUNT, ResolvedSizing, Resource};
+use pto_types::ring_config::resolve::{RingDefaults, resolve};
+use pto_types::{CallConfig, EnvSnapshot, RING_COUNT, ResolvedSizing, Resource};
+
+/// The config of each chip task a run submitted and the chips' environment, so that a chip
+/// task that failed before its chip reported (a bind or L2 failure) still shows the sizing it
+/// bound: resolved as the chip resolves it (the same rule as `pto run`'s rows).
+pub(crate) struct TaskConfigs {
+    env: EnvSnapshot,
+    by_task: Mutex<HashMap<u32, CallConfig>>,
+}
+
+impl TaskConfigs {
+    pub(crate) fn new(env: EnvSnapshot) -> TaskConfigs {
+        TaskConfigs {
+            env,
+            by_task: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn record(&self, task: u32, config: &CallConfig) {
+        self.by_task.lock().insert(task, config.clone());
+    }
+
+    /// Task `task`'s sizing and arena bytes, as its chip resolved them.
+    fn resolved(&self, task: u32) -> Option<(PySizing, u64)> {
+        let by_task = self.by_task.lock();
+        let cfg = by_task.get(&task)?;
+        let sizing = resolve(&cfg.runtime_env, &self.env, &RingDefaults::BUILT_IN).ok()?;
+        let footprint = pto_chip::footprint::footprint(&sizing).ok()?;
+        Some((PySizing::from(&sizing), footprint.arena))
+    }
+}
 
 pub(crate) fn failure_kind(kind: FailureKind) -> &'static str {
     match kind {
@@ -235,16 +269,28 @@ pub(crate) struct PyTaskReport {
     code_name: Option<&'static str>,
     producers: Vec<u32>,
     members: Vec<PyMemberReport>,
-    /// The first chip member's report (None for sub tasks).
+    /// The first chip member's report (None for sub tasks, and chip tasks that failed before
+    /// their chip reported).
     chip: Option<PyChipReport>,
-    /// The first chip member's sizing (None for sub tasks).
+    /// The sizing the chip bound (None for sub tasks).
     sizing: Option<PySizing>,
+    /// Device memory the chip's arena reserved, in bytes (None for sub tasks).
+    reserved_bytes: Option<u64>,
+    /// Peak use per ring (None without a chip report).
+    high_water: Option<Vec<PyRingUsage>>,
+    /// `chip` (from the chip's report), `resolved` (a chip task that failed before reporting:
+    /// its config resolved against the chips' environment, as the chip did), or None.
+    sizing_from: Option<&'static str>,
 }
 
-impl From<&TaskReport> for PyTaskReport {
-    fn from(t: &TaskReport) -> PyTaskReport {
+impl PyTaskReport {
+    fn new(t: &TaskReport, configs: Option<&TaskConfigs>) -> PyTaskReport {
         let members: Vec<PyMemberReport> = t.members.iter().map(PyMemberReport::from).collect();
         let chip = members.iter().find_map(|m| m.chip.clone());
+        let resolved = match (&chip, t.kind, configs) {
+            (None, TaskKind::NextLevel, Some(c)) => c.resolved(t.id.index),
+            _ => None,
+        };
         let (outcome, error, code) = match &t.outcome {
             TaskOutcome::Success => ("completed", None, None),
             TaskOutcome::Failed(f) => {
@@ -270,7 +316,20 @@ impl From<&TaskReport> for PyTaskReport {
             code: code.map(|c| c.code()),
             code_name: code.map(|c| c.name()),
             producers: t.producers.iter().map(|p| p.index).collect(),
-            sizing: chip.as_ref().map(|c| c.sizing.clone()),
+            sizing_from: match (&chip, &resolved) {
+                (Some(_), _) => Some("chip"),
+                (None, Some(_)) => Some("resolved"),
+                (None, None) => None,
+            },
+            sizing: chip
+                .as_ref()
+                .map(|c| c.sizing.clone())
+                .or_else(|| resolved.as_ref().map(|r| r.0.clone())),
+            reserved_bytes: chip
+                .as_ref()
+                .map(|c| c.reserved_bytes)
+                .or(resolved.map(|r| r.1)),
+            high_water: chip.as_ref().map(|c| c.high_water.clone()),
             chip,
             members,
         }
@@ -279,18 +338,6 @@ impl From<&TaskReport> for PyTaskReport {
 
 #[pymethods]
 impl PyTaskReport {
-    /// The first chip member's reserved device memory in bytes (None for sub tasks).
-    #[getter]
-    fn reserved_bytes(&self) -> Option<u64> {
-        self.chip.as_ref().map(|c| c.reserved_bytes)
-    }
-
-    /// The first chip member's peak use per ring (None for sub tasks).
-    #[getter]
-    fn high_water(&self) -> Option<Vec<PyRingUsage>> {
-        self.chip.as_ref().map(|c| c.high_water.clone())
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "TaskReport(index={}, label={:?}, kind={}, outcome={})",
@@ -309,11 +356,16 @@ pub(crate) struct PyRunReport {
 }
 
 impl PyRunReport {
-    pub(crate) fn from_report(_py: Python<'_>, r: &RunReport) -> PyRunReport {
+    /// The report of `r`; `configs` fills in the sizing of chip tasks without a chip report.
+    pub(crate) fn new(r: &RunReport, configs: Option<&TaskConfigs>) -> PyRunReport {
         PyRunReport {
             run_id: r.run_id,
             wall: r.wall.as_secs_f64(),
-            tasks: r.tasks.iter().map(PyTaskReport::from).collect(),
+            tasks: r
+                .tasks
+                .iter()
+                .map(|t| PyTaskReport::new(t, configs))
+                .collect(),
         }
     }
 }

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 
-use pto_node::EndpointMode;
 use pto_scene::SceneFile;
 use pto_scene::runner::{Diagnostics, RunOptions, render_table, run_file};
 
@@ -55,16 +54,7 @@ pub(crate) fn run_scene_case(
     mode: &str,
     fast: bool,
 ) -> PyResult<(bool, String, String)> {
-    let mode = match mode {
-        "child-process" => EndpointMode::ChildProcess,
-        "in-process" => EndpointMode::InProcess,
-        other => {
-            return Err(worker_error(
-                py,
-                format!("mode {other:?}: expected \"child-process\" or \"in-process\""),
-            ));
-        }
-    };
+    let mode = crate::worker::mode_of(py, mode)?;
     let file = load(py, &path)?;
     let out = std::env::temp_dir().join(format!("pto-scene-{}", std::process::id()));
     let options = RunOptions {

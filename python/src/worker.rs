@@ -7,11 +7,15 @@
 //! them, so Ctrl-C cancels the run (`RunHandle::cancel`) and raises `KeyboardInterrupt`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+use pto_types::{EnvSnapshot, EnvSource};
 
 use pto_node::{
     Callable, EndpointMode, MappedArgs, RunHandle, SubContext, SubmitRunError, TaskError,
@@ -25,12 +29,13 @@ use crate::errors::{
 };
 use crate::memory::{PyMemory, dtype_names, dtype_of};
 use crate::orch::{PyHandle, orchestrate};
-use crate::report::PyRunReport;
+use crate::report::{PyRunReport, TaskConfigs};
 
 /// How often `run` looks for Ctrl-C while it waits.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
-fn mode_of(py: Python<'_>, mode: &str) -> PyResult<EndpointMode> {
+/// The endpoint mode Python names (`"child-process"` or `"in-process"`).
+pub(crate) fn mode_of(py: Python<'_>, mode: &str) -> PyResult<EndpointMode> {
     match mode {
         "child-process" | "child_process" => Ok(EndpointMode::ChildProcess),
         "in-process" | "in_process" => Ok(EndpointMode::InProcess),
@@ -47,13 +52,16 @@ fn mode_of(py: Python<'_>, mode: &str) -> PyResult<EndpointMode> {
 pub(crate) struct PyWorker {
     inner: Worker,
     mode: &'static str,
+    /// What the chips read as their environment: this process's, with the Worker's `env`.
+    chip_env: EnvSource,
+    closed: AtomicBool,
 }
 
 #[pymethods]
 impl PyWorker {
     #[new]
     #[pyo3(signature = (level, chips, sub_workers, mode, heap_ring_size=None, task_timeout=None,
-        env=None, strict_env=false, lane_depth=None))]
+        env=None, strict_env=false, lane_depth=None, track_war=false))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, one per builder option
     fn new(
         py: Python<'_>,
@@ -66,6 +74,7 @@ impl PyWorker {
         env: Option<BTreeMap<String, String>>,
         strict_env: bool,
         lane_depth: Option<usize>,
+        track_war: bool,
     ) -> PyResult<Self> {
         if level != 3 {
             return Err(crate::errors::raise(
@@ -81,7 +90,8 @@ impl PyWorker {
             .sub_workers(sub_workers)
             .endpoint_mode(endpoint)
             .subs_in_process(true)
-            .strict_env(strict_env);
+            .strict_env(strict_env)
+            .track_war(track_war);
         if let Some(bytes) = heap_ring_size {
             b = b.heap_ring_size(bytes);
         }
@@ -91,7 +101,8 @@ impl PyWorker {
         if let Some(n) = lane_depth {
             b = b.lane_depth(n);
         }
-        for (var, value) in env.unwrap_or_default() {
+        let env = env.unwrap_or_default();
+        for (var, value) in &env {
             b = b.ring_env(var, value);
         }
         let inner = b.build().map_err(|e| build_error(py, &e))?;
@@ -99,7 +110,12 @@ impl PyWorker {
             EndpointMode::ChildProcess => "child-process",
             EndpointMode::InProcess => "in-process",
         };
-        Ok(PyWorker { inner, mode })
+        Ok(PyWorker {
+            inner,
+            mode,
+            chip_env: EnvSource::process().overlay(env),
+            closed: AtomicBool::new(false),
+        })
     }
 
     /// Registers the chip callable `name` (built into the module, e.g. `elementwise_add`).
@@ -137,6 +153,9 @@ impl PyWorker {
 
     /// A zero-filled buffer of `shape` and `dtype` in memory the chips see.
     fn create_buffer(&self, py: Python<'_>, shape: Vec<u32>, dtype: &str) -> PyResult<PyMemory> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(worker_error(py, "create_buffer: the Worker is closed"));
+        }
         let d = dtype_of(dtype).ok_or_else(|| {
             worker_error(py, format!("dtype {dtype}: pto holds {}", dtype_names()))
         })?;
@@ -170,26 +189,38 @@ impl PyWorker {
             None => None,
         };
         let failure = Mutex::new(None::<PyErr>);
+        let env = EnvSnapshot::take(&self.chip_env, false).unwrap_or_else(|_| EnvSnapshot::empty());
+        let configs = Arc::new(TaskConfigs::new(env));
         let submitted = py.detach(|| {
             self.inner.submit(
-                |o, _args, _cfg| orchestrate(o, &orch_fn, &failure),
+                |o, _args, _cfg| orchestrate(o, &orch_fn, &failure, &configs),
                 pto_types::TaskArgs::new(),
                 config.inner.clone(),
             )
         });
         let handle = match submitted {
             Ok(h) => h,
-            Err(SubmitRunError::Orchestration { .. }) if failure.lock().is_some() => {
-                return Err(failure.lock().take().expect("checked above"));
+            // The orchestration function's own exception, as it was raised.
+            Err(e @ SubmitRunError::Orchestration { .. }) => {
+                return Err(failure
+                    .into_inner()
+                    .unwrap_or_else(|| submit_run_error(py, &e)));
             }
             Err(e) => return Err(submit_run_error(py, &e)),
         };
-        wait(py, &handle, deadline)
+        wait(py, &handle, deadline, &configs)
     }
 
     /// Stops every worker and child process; the Worker cannot run again.
     fn close(&self, py: Python<'_>) -> bool {
+        self.closed.store(true, Ordering::Release);
         py.detach(|| self.inner.close()).graceful
+    }
+
+    /// The Worker's identity (the owner of its buffers).
+    #[getter]
+    fn uid(&self) -> u64 {
+        self.inner.uid()
     }
 
     #[getter]
@@ -214,31 +245,69 @@ impl PyWorker {
 }
 
 fn seconds(py: Python<'_>, what: &str, t: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(t)
-        .map_err(|_| worker_error(py, format!("{what} = {t}: expected seconds >= 0")))
+    Duration::try_from_secs_f64(t).map_err(|_| {
+        crate::errors::raise(
+            py,
+            "WorkerError",
+            format!("{what} = {t}: expected seconds >= 0"),
+            &[(
+                "option",
+                what.into_pyobject(py)
+                    .map_or_else(|_| py.None(), |o| o.into_any().unbind()),
+            )],
+        )
+    })
 }
 
 /// Waits for the run in slices; between them Ctrl-C (or the deadline) cancels it.
-fn wait(py: Python<'_>, handle: &RunHandle, deadline: Option<Instant>) -> PyResult<PyRunReport> {
+fn wait(
+    py: Python<'_>,
+    handle: &RunHandle,
+    deadline: Option<Instant>,
+    configs: &TaskConfigs,
+) -> PyResult<PyRunReport> {
     loop {
-        match py.detach(|| handle.wait(Some(SIGNAL_CHECK))) {
-            Ok(report) => return Ok(PyRunReport::from_report(py, &report)),
-            Err(WaitError::Failed(e)) => return Err(run_error(py, &e)),
-            Err(WaitError::Timeout) => {}
+        if let Some(outcome) = wait_slice(py, handle, configs) {
+            return outcome;
         }
         if let Err(interrupt) = py.check_signals() {
             handle.cancel("interrupted (KeyboardInterrupt)");
-            let _ = py.detach(|| handle.wait(None));
-            return Err(interrupt);
+            // The run's own outcome (a failure: it was cancelled) gives way to the interrupt.
+            return finish_cancelled(py, handle, configs).and_then(|_| Err(interrupt));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             handle.cancel("the run's timeout passed");
-            return match py.detach(|| handle.wait(None)) {
-                Ok(report) => Ok(PyRunReport::from_report(py, &report)),
-                Err(WaitError::Failed(e)) => Err(run_error(py, &e)),
-                Err(WaitError::Timeout) => Err(worker_error(py, "the run did not end")),
-            };
+            return finish_cancelled(py, handle, configs)?;
         }
+    }
+}
+
+/// The run's outcome if it ends within one slice.
+fn wait_slice(
+    py: Python<'_>,
+    handle: &RunHandle,
+    configs: &TaskConfigs,
+) -> Option<PyResult<PyRunReport>> {
+    match py.detach(|| handle.wait(Some(SIGNAL_CHECK))) {
+        Ok(report) => Some(Ok(PyRunReport::new(&report, Some(configs)))),
+        Err(WaitError::Failed(e)) => Some(Err(run_error(py, &e, configs))),
+        Err(WaitError::Timeout) => None,
+    }
+}
+
+/// After a cancel: waits for the running tasks to finish and returns the run's outcome. A
+/// further signal (Ctrl-C again) stops waiting and is the outer error: a sub function that
+/// never returns must not trap the user; the run then ends unobserved.
+fn finish_cancelled(
+    py: Python<'_>,
+    handle: &RunHandle,
+    configs: &TaskConfigs,
+) -> PyResult<PyResult<PyRunReport>> {
+    loop {
+        if let Some(outcome) = wait_slice(py, handle, configs) {
+            return Ok(outcome);
+        }
+        py.check_signals()?;
     }
 }
 

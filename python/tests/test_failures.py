@@ -193,3 +193,22 @@ def test_a_run_timeout_cancels_the_rest(mode):
         rest = e.value.report.tasks[1:]
         assert [t.outcome for t in rest] == ["skipped"] * 4
         assert "cancelled: the run's timeout passed" in rest[0].error
+
+
+def test_a_second_ctrl_c_stops_waiting_for_a_task_that_does_not_end(mode):
+    release = threading.Event()
+
+    def stuck(args):
+        release.wait(20)  # a sub function that ignores the cancel
+
+    with pto.Worker(level=3, chips=1, sub_workers=1, mode=mode) as w:
+        s = w.register(stuck)
+        w.init()
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        threading.Timer(0.6, _thread.interrupt_main).start()
+        begun = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            w.run(lambda orch, args, cfg: orch.submit_sub(s))
+        elapsed = time.monotonic() - begun
+        release.set()  # lets close() finish the task
+    assert 0.5 < elapsed < 3.0, f"w.run returned {elapsed:.2f} s after it began"

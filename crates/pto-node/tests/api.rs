@@ -420,6 +420,50 @@ fn reentrant_submit_is_refused(mode: Mode) {
     });
 }
 
+/// Tasks already queued on a lane that runs in this process (in-process mode, or sub lanes
+/// with `subs_in_process`) are skipped too when their run is cancelled: independent tasks,
+/// all dispatched at once into one lane's queue, end with the running one.
+fn cancel_skips_tasks_queued_on_a_lane(mode: Mode) {
+    with_timeout(60, move || {
+        let w = start(builder(mode, 0, 1).subs_in_process(mode == Mode::ChildProcess));
+        let sleep = sleeper(&w);
+        let handle = w
+            .submit(
+                move |orch, _, _| {
+                    for _ in 0..12 {
+                        orch.submit_sub(&sleep, TaskArgs::new().scalar(300u64))?;
+                    }
+                    Ok(())
+                },
+                TaskArgs::new(),
+                CallConfig::default(),
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        handle.cancel("Ctrl-C");
+        let Err(pto_node::WaitError::Failed(e)) = handle.wait(Some(Duration::from_secs(10))) else {
+            panic!("a cancelled run must fail");
+        };
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "12 tasks of 300 ms were queued; the run ended {:?} after the cancel",
+            started.elapsed()
+        );
+        assert_eq!(
+            (e.first.kind, e.skipped),
+            (FailureKind::Cancelled, 11),
+            "{e}"
+        );
+        let queued = &e.report.tasks[5].outcome;
+        assert!(
+            matches!(queued, pto_node::TaskOutcome::Failed(f) if f.message.starts_with("cancelled")),
+            "{queued:?}"
+        );
+        w.close();
+    });
+}
+
 /// `RunHandle::cancel`: the running task finishes, the tasks behind it are skipped as
 /// cancelled, and `wait` returns the run's `Cancelled` failure long before they could have
 /// run; cancelling a finished run changes nothing.
@@ -485,6 +529,7 @@ fn cancel_skips_unstarted_tasks_and_ends_the_run(mode: Mode) {
 
 both_modes!(
     cancel_skips_unstarted_tasks_and_ends_the_run,
+    cancel_skips_tasks_queued_on_a_lane,
     n03_init_twice_and_after_close,
     n04_unknown_callable,
     n14_to_n19_synchronous_rejections,

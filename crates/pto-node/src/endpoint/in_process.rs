@@ -513,6 +513,20 @@ fn chip_args(chip: &ChipWorker, req: &TaskRequest) -> Result<Option<TaskArgs>, F
 
 fn run_task(work: &LaneWork, req: &TaskRequest) -> Completion {
     let started = Instant::now();
+    if req.cancelled.load(Ordering::Acquire) {
+        // Queued here before its run was cancelled: skipped like the run's unstarted tasks.
+        return Completion {
+            slot: req.slot,
+            member: req.member,
+            result: Err(Failure {
+                kind: FailureKind::Skipped,
+                code: None,
+                message: "cancelled: the run was cancelled while the task was queued".into(),
+            }),
+            exec_time: Duration::ZERO,
+            inner: None,
+        };
+    }
     let outcome = catch_unwind(AssertUnwindSafe(|| match (work, req.kind) {
         (LaneWork::Chip { index, chip }, CallableKind::Chip) => run_chip(*index, chip, req),
         (LaneWork::Sub { index, callables }, CallableKind::Sub) => run_sub(*index, callables, req),

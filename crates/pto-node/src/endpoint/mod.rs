@@ -58,6 +58,8 @@ pub(crate) struct TaskRequest {
     pub(crate) args: TaskArgs,
     /// The buffer behind each tensor of `args`, in order.
     pub(crate) buffers: Vec<Arc<BufferInner>>,
+    /// The run's cancel flag: an in-process lane skips a queued task whose run was cancelled.
+    pub(crate) cancelled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Why a task did not succeed, as the child reports it.

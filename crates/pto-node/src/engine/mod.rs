@@ -26,6 +26,7 @@ pub(crate) mod tensormap;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -298,6 +299,9 @@ struct RunState {
     deferred_ready: Vec<SlotId>,
     reports: Vec<Option<TaskReport>>,
     fence: Arc<RunFence>,
+    /// Set when the run is cancelled; every request carries it, so a task already queued on
+    /// an in-process lane is skipped instead of run (`endpoint::in_process`).
+    cancelled: Arc<AtomicBool>,
 }
 
 impl RunState {
@@ -557,6 +561,7 @@ impl EngineState {
             deferred_ready: Vec::new(),
             reports: Vec::new(),
             fence: Arc::clone(&fence),
+            cancelled: Arc::new(AtomicBool::new(false)),
         });
         fence
     }
@@ -614,6 +619,7 @@ impl EngineState {
         if let Some(run) = self.run_mut(run_id) {
             run.record_failure(&failure);
             run.failed = run.failed.saturating_sub(1);
+            run.cancelled.store(true, Ordering::Release);
         }
         let victims: Vec<SlotId> = self
             .slots
@@ -1135,6 +1141,13 @@ impl EngineState {
     /// READY → RUNNING: one request per member.
     fn start(&mut self, id: SlotId, lanes: &[Lane], out: &mut Vec<Dispatch>) {
         let next_level_kind = self.config.next_level_kind;
+        let Some(run_id) = self.slot(id).map(|s| s.run_id) else {
+            return;
+        };
+        let cancelled = match self.runs.iter().find(|r| r.id == run_id) {
+            Some(run) => Arc::clone(&run.cancelled),
+            None => Arc::new(AtomicBool::new(false)),
+        };
         let Some(slot) = self.slot_mut(id) else {
             return;
         };
@@ -1162,6 +1175,7 @@ impl EngineState {
                     config: slot.config.clone(),
                     args: m.args.clone(),
                     buffers: m.buffers.clone(),
+                    cancelled: Arc::clone(&cancelled),
                 },
             });
         }

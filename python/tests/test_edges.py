@@ -1,0 +1,208 @@
+"""Edges a demanding user hits: other Workers' arrays, out-of-range numbers, threads, failed
+chip tasks' sizing, write ordering, closed Workers."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import pto
+
+MiB = 1 << 20
+
+
+def test_another_workers_array_is_foreign(worker):
+    worker.init()
+    with pto.Worker(level=3, chips=1, mode="in-process") as other:
+        other.init()
+        theirs = other.create_buffer(256)
+        theirs[:] = 4.0
+        out = worker.create_buffer(256)
+        report = worker.run(
+            lambda orch, a, c: orch.submit_next_level(
+                worker.add, pto.TaskArgs().input(theirs).input(theirs).output_existing(out), c
+            )
+        )
+        assert report.tasks[0].ok and (out == 8.0).all(), "copied in as an input"
+        with pytest.raises(pto.SubmitError, match="memory of another Worker"):
+            worker.run(
+                lambda orch, a, c: orch.submit_next_level(
+                    worker.add, pto.TaskArgs().input(out).input(out).output_existing(theirs), c
+                )
+            )
+
+
+def test_out_of_range_numbers_raise_the_documented_errors(worker):
+    with pytest.raises(pto.ConfigError) as e:
+        pto.CallConfig(aicpu_thread_num=-1)
+    assert (e.value.field, e.value.value) == ("aicpu_thread_num", -1)
+    with pytest.raises(pto.ConfigError) as e:
+        pto.CallConfig(enable_chip_swimlane=300)
+    assert e.value.field == "enable_chip_swimlane"
+    with pytest.raises(pto.ConfigError) as e:
+        pto.CallConfig().derive(aicpu_thread_num=-2)
+    assert e.value.value == -2
+    for option, kwargs in [("chips", {"chips": -1}), ("sub_workers", {"sub_workers": -1}),
+                           ("heap_ring_size", {"heap_ring_size": -5}),
+                           ("task_timeout", {"task_timeout": -1.0})]:
+        with pytest.raises(pto.WorkerError) as e:
+            pto.Worker(level=3, mode="in-process", **kwargs)
+        assert e.value.option == option
+    worker.init()
+    for shape in (-1, 1 << 40, (4, -2), 2.5):
+        with pytest.raises(pto.WorkerError, match="create_buffer"):
+            worker.create_buffer(shape)
+    a = worker.create_buffer(16)
+
+    def orch_fn(orch, args, cfg):
+        with pytest.raises(pto.SubmitError, match="worker = -1"):
+            orch.submit_next_level(worker.add, pto.TaskArgs().input(a).input(a).output_existing(a), cfg, worker=-1)
+        with pytest.raises(pto.SubmitError, match="alloc"):
+            orch.alloc(1 << 34)
+
+    worker.run(orch_fn)
+
+
+def test_a_strict_environment_problem_names_the_variable_and_ring():
+    with pytest.raises(pto.ConfigError) as e:
+        pto.resolve(env={"PTO2_RING_HEAP": "1048576,2097152,oops,1048576"}, strict_env=True)
+    err = e.value
+    assert (err.field, err.resource, err.ring) == ("PTO2_RING_HEAP", "ring_heap", 2)
+    assert err.value == "1048576,2097152,oops,1048576"
+
+
+def test_a_chip_task_that_failed_still_shows_the_sizing_it_bound(worker):
+    worker.init()
+    n = 1 << 14
+    a, b, f = (worker.create_buffer(n) for _ in range(3))
+    tight = pto.CallConfig(pto.RuntimeEnv(ring_heap=4096, ring_task_window=64))
+
+    def orch_fn(orch, args, cfg):
+        orch.submit_next_level(worker.vec, pto.TaskArgs().input(a).input(b).output_existing(f).label("tight"), tight)
+
+    with pytest.raises(pto.RunError) as e:
+        worker.run(orch_fn)
+    task = e.value.report.task("tight")
+    assert task.chip is None and task.sizing_from == "resolved"
+    assert task.sizing.values("heap") == [4096] * 4 and set(task.sizing.sources("heap")) == {"call_config"}
+    assert task.sizing.task_window[0].value == 64
+    assert task.reserved_bytes == pto.resolve(tight, env={}).reserved_bytes or task.reserved_bytes > 0
+    assert task.high_water is None
+    ok = worker.run(lambda orch, args, cfg: orch.submit_next_level(worker.vec, pto.TaskArgs().input(a).input(b).output_existing(f), cfg))
+    assert ok.tasks[0].sizing_from == "chip"
+
+
+def test_the_orchestrator_refuses_other_threads(worker):
+    worker.init()
+    errors = []
+
+    def orch_fn(orch, args, cfg):
+        def elsewhere():
+            try:
+                orch.submit_sub(worker.add)
+            except Exception as e:  # a pto error, not a PanicException (a BaseException)
+                errors.append(e)
+
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join()
+
+    worker.run(orch_fn)
+    assert len(errors) == 1 and isinstance(errors[0], pto.WorkerError)
+    assert "thread running its orchestration function" in str(errors[0])
+
+
+def test_track_war_orders_a_writer_after_earlier_readers(mode):
+    import time
+
+    seen = []
+
+    def slow_read(args):
+        time.sleep(0.2)
+        seen.append(float(args[0][0]))
+
+    def write(args):
+        args[0][:] = 42.0
+
+    for track, expected in ((True, [1.0]), (False, [42.0])):
+        seen.clear()
+        with pto.Worker(level=3, chips=1, sub_workers=2, mode=mode, track_war=track) as w:
+            r, wr = w.register(slow_read), w.register(write)
+            w.init()
+            s = w.create_buffer(4)
+            s[:] = 1.0
+
+            def orch_fn(orch, args, cfg):
+                orch.submit_sub(r, pto.TaskArgs().input(s))
+                orch.submit_sub(wr, pto.TaskArgs().output_existing(s))
+
+            report = w.run(orch_fn)
+        assert seen == expected, f"track_war={track}"
+        assert report.tasks[1].producers == ([0] if track else [])
+
+
+def test_a_closed_worker_makes_no_buffers(mode):
+    w = pto.Worker(level=3, chips=1, mode=mode)
+    w.init()
+    w.close()
+    with pytest.raises(pto.WorkerError, match="closed"):
+        w.create_buffer(8)
+
+
+def test_sub_functions_see_pto_dtypes(worker):
+    got = []
+    s = worker.register(lambda args: got.append(args.dtypes))
+    worker.init()
+    a, b = worker.create_buffer(4, "int32"), worker.create_buffer(4, "bfloat16")
+    worker.run(lambda orch, args, cfg: orch.submit_sub(s, pto.TaskArgs().input(a).input(b)))
+    assert got == [["int32", "bfloat16"]]
+
+
+def test_a_missing_scene_file_is_file_not_found():
+    import pto.testing
+
+    with pytest.raises(FileNotFoundError):
+        pto.testing.scene_cases("no/such/scene.toml")
+
+
+def test_ctrl_c_cancels_independent_queued_sub_tasks(mode):
+    import _thread
+    import time
+
+    started = []
+
+    def slow(args):
+        started.append(args.task)
+        time.sleep(0.5)
+
+    with pto.Worker(level=3, chips=1, sub_workers=2, mode=mode) as w:
+        s = w.register(slow)
+        w.init()
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        begun = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            w.run(lambda orch, args, cfg: [orch.submit_sub(s) for _ in range(20)])
+        elapsed = time.monotonic() - begun
+    assert elapsed < 1.5, f"{elapsed:.2f} s: queued tasks ran after the interrupt"
+    assert len(started) <= 4, started
+
+
+def test_a_kernel_panic_is_reported_once_not_printed(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "panic.py"
+    script.write_text(
+        "import pto\n"
+        "for mode in ('in-process', 'child-process'):\n"
+        "    with pto.Worker(level=3, chips=1, mode=mode) as w:\n"
+        "        add = w.register(pto.ChipCallable('elementwise_add')); w.init()\n"
+        "        a = w.create_buffer(64, 'int32')  # the kernel reads float32\n"
+        "        try:\n"
+        "            w.run(lambda o, x, c: o.submit_next_level(add, pto.TaskArgs().input(a).input(a).output_existing(a), c))\n"
+        "        except pto.RunError as e:\n"
+        "            print(e.code_name, 'dtype i32' in e.chain[2])\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["KERNEL_PANIC", "True"] * 2, done.stdout + done.stderr
+    assert "panicked" not in done.stderr, done.stderr
