@@ -420,36 +420,53 @@ fn reentrant_submit_is_refused(mode: Mode) {
     });
 }
 
+/// Submits `tasks` sleeping sub tasks of 300 ms (a chain through one buffer when `chain`),
+/// cancels the run 100 ms in with `reason`, and returns its failure once it ended — well
+/// before the queued tasks could have run (with the run's handle).
+fn cancelled_run(
+    w: &pto_node::Worker,
+    tasks: usize,
+    chain: bool,
+    reason: &str,
+) -> (pto_node::RunError, pto_node::RunHandle) {
+    let sleep = sleeper(w);
+    let (_b, t) = buf(w, 16, 0.0);
+    let handle = w
+        .submit(
+            move |orch, _, _| {
+                for _ in 0..tasks {
+                    let args = TaskArgs::new().scalar(300u64);
+                    // A chain: each task waits for the one before (INOUT on one buffer).
+                    let args = if chain { args.inout(&t) } else { args };
+                    orch.submit_sub(&sleep, args)?;
+                }
+                Ok(())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    handle.cancel(reason);
+    let Err(pto_node::WaitError::Failed(e)) = handle.wait(Some(Duration::from_secs(10))) else {
+        panic!("a cancelled run must fail");
+    };
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{tasks} tasks of 300 ms were queued; the run ended {:?} after the cancel",
+        started.elapsed()
+    );
+    (*e, handle)
+}
+
 /// Tasks already queued on a lane that runs in this process (in-process mode, or sub lanes
 /// with `subs_in_process`) are skipped too when their run is cancelled: independent tasks,
 /// all dispatched at once into one lane's queue, end with the running one.
 fn cancel_skips_tasks_queued_on_a_lane(mode: Mode) {
     with_timeout(60, move || {
         let w = start(builder(mode, 0, 1).subs_in_process(mode == Mode::ChildProcess));
-        let sleep = sleeper(&w);
-        let handle = w
-            .submit(
-                move |orch, _, _| {
-                    for _ in 0..12 {
-                        orch.submit_sub(&sleep, TaskArgs::new().scalar(300u64))?;
-                    }
-                    Ok(())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let started = Instant::now();
-        handle.cancel("Ctrl-C");
-        let Err(pto_node::WaitError::Failed(e)) = handle.wait(Some(Duration::from_secs(10))) else {
-            panic!("a cancelled run must fail");
-        };
-        assert!(
-            started.elapsed() < Duration::from_millis(1000),
-            "12 tasks of 300 ms were queued; the run ended {:?} after the cancel",
-            started.elapsed()
-        );
+        let (e, _) = cancelled_run(&w, 12, false, "Ctrl-C");
         assert_eq!(
             (e.first.kind, e.skipped),
             (FailureKind::Cancelled, 11),
@@ -470,32 +487,7 @@ fn cancel_skips_tasks_queued_on_a_lane(mode: Mode) {
 fn cancel_skips_unstarted_tasks_and_ends_the_run(mode: Mode) {
     with_timeout(60, move || {
         let w = start(builder(mode, 0, 1));
-        let sleep = sleeper(&w);
-        let (_b, t) = buf(&w, 16, 0.0);
-        let handle = w
-            .submit(
-                move |orch, _, _| {
-                    // A chain: each task waits for the one before (INOUT on one buffer).
-                    for _ in 0..5 {
-                        orch.submit_sub(&sleep, TaskArgs::new().inout(&t).scalar(300u64))?;
-                    }
-                    Ok(())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let started = Instant::now();
-        handle.cancel("the user pressed Ctrl-C");
-        let Err(pto_node::WaitError::Failed(e)) = handle.wait(Some(Duration::from_secs(10))) else {
-            panic!("a cancelled run must fail");
-        };
-        assert!(
-            started.elapsed() < Duration::from_millis(1000),
-            "{:?}",
-            started.elapsed()
-        );
+        let (e, handle) = cancelled_run(&w, 5, true, "the user pressed Ctrl-C");
         assert_eq!(e.first.kind, FailureKind::Cancelled);
         assert_eq!(e.first.message, "cancelled: the user pressed Ctrl-C");
         assert_eq!(e.skipped, 4, "{e}");
