@@ -238,6 +238,8 @@ class Orchestrator:
 
     def submit_sub(self, handle: CallableHandle, args: Optional[TaskArgs] = None) -> int:
         """A sub task (a registered Python function) on any idle sub worker."""
+        if self._o.sub_workers == 0:
+            raise SubmitError("submit_sub: this Worker has no sub workers (Worker(sub_workers=N))")
         return self._o.submit_sub(handle, (args or TaskArgs())._spec(self._worker))
 
     def submit_sub_group(self, handle: CallableHandle, args_list: Sequence[TaskArgs]) -> int:
@@ -376,7 +378,8 @@ class Worker:
         """A zero-filled array in memory the chips see (shared memory in child-process
         mode); tasks use it in place, and the host reads results from it without a copy."""
         dims = _tensors.dims(shape, "create_buffer", WorkerError)
-        return _tensors.array_of(self._w.create_buffer(dims, _tensors.dtype_name(dtype)))
+        name = _tensors.dtype_name(dtype, WorkerError)
+        return _tensors.array_of(self._w.create_buffer(dims, name))
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -392,8 +395,9 @@ class Worker:
         its report. A failed task raises :class:`RunError`; an exception of ``orch_fn`` is
         raised as it was (tasks it started finish first, the rest are cancelled). Ctrl-C
         cancels the run (running tasks finish; a second Ctrl-C stops waiting for them) and
-        raises ``KeyboardInterrupt``. ``timeout`` (seconds) cancels it the same way and
-        raises the cancelled run's :class:`RunError` (kind ``cancelled``)."""
+        raises ``KeyboardInterrupt``. ``timeout`` (seconds) cancels it the same way — tasks
+        running at the deadline finish first — and raises the cancelled run's
+        :class:`RunError` (kind ``cancelled``)."""
         args = args if args is not None else TaskArgs()
         cfg = cfg if cfg is not None else CallConfig()
 
@@ -417,7 +421,7 @@ class Worker:
         return self._w.mode
 
     def child_pids(self) -> List[int]:
-        """The chips' process ids (empty in in-process mode)."""
+        """The chips' process ids (empty in in-process mode and before :meth:`init`)."""
         return list(self._w.child_pids())
 
     def __repr__(self) -> str:

@@ -35,9 +35,9 @@ _ALIASES = {
 }
 
 
-def dtype_name(dtype: Any) -> str:
+def dtype_name(dtype: Any, error: type = SubmitError) -> str:
     """The numpy name of a dtype pto holds (from a numpy dtype, its name or pto's short
-    name); SubmitError naming the dtype otherwise."""
+    name); ``error`` (SubmitError by default) naming the dtype otherwise."""
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype, dtype)
     else:
@@ -46,7 +46,7 @@ def dtype_name(dtype: Any) -> str:
         except TypeError:
             name = str(dtype)
     if name not in _DTYPES:
-        raise SubmitError(
+        raise error(
             f"dtype {name}: pto holds {', '.join(_DTYPES)} (no conversion is made)"
         )
     return name

@@ -14,6 +14,35 @@ use pto_types::{CallConfig, EnvSource, RING_COUNT, Resource, RingValue, TaskOver
 use crate::errors::{config_error, config_value_error, raise};
 use crate::report::PySizing;
 
+/// `e` (about ring 0 of `resource`) for a value given once for every ring: ring None, and
+/// the message names the field without a ring index.
+fn broadcast_error(py: Python<'_>, resource: Resource, e: &pto_types::ConfigError) -> PyErr {
+    let field = resource.config_path();
+    let message = e
+        .to_string()
+        .replacen(&format!("{field}[0]="), &format!("{field}="), 1);
+    raise(
+        py,
+        "ConfigError",
+        message,
+        &[
+            ("field", field.into_py_any(py).unwrap_or_else(|_| py.None())),
+            (
+                "resource",
+                resource
+                    .field()
+                    .into_py_any(py)
+                    .unwrap_or_else(|_| py.None()),
+            ),
+            ("ring", py.None()),
+            (
+                "value",
+                e.value().into_py_any(py).unwrap_or_else(|_| py.None()),
+            ),
+        ],
+    )
+}
+
 /// One ring value from Python: a non-negative integer below 2^64, not a bool.
 fn ring_int(
     py: Python<'_>,
@@ -81,11 +110,20 @@ impl PyRuntimeEnv {
     ) -> PyResult<pto_types::RuntimeEnv> {
         let mut env = pto_types::RuntimeEnv::default();
         for (resource, v) in Resource::ALL.into_iter().zip(values) {
-            if let Some(value) = ring_value(py, resource, v)? {
-                env.set(resource, value);
+            let Some(value) = ring_value(py, resource, v)? else {
+                continue;
+            };
+            let mut alone = pto_types::RuntimeEnv::default();
+            alone.set(resource, value);
+            if let Err(e) = alone.validate() {
+                return Err(match value {
+                    // One value for every ring: the error is not about ring 0.
+                    RingValue::Broadcast(_) => broadcast_error(py, resource, &e),
+                    RingValue::PerRing(_) => config_error(py, &e),
+                });
             }
+            env.set(resource, value);
         }
-        env.validate().map_err(|e| config_error(py, &e))?;
         Ok(env)
     }
 }

@@ -138,6 +138,10 @@ pub(crate) fn submit_error(py: Python<'_>, e: &SubmitError, configs: &TaskConfig
 pub(crate) fn submit_run_error(py: Python<'_>, e: &SubmitRunError) -> PyErr {
     match e {
         SubmitRunError::InvalidConfig(c) => config_error(py, c),
+        // Using a Worker in the wrong state (not initialised, closed, from inside its own run).
+        SubmitRunError::NotReady | SubmitRunError::Closed | SubmitRunError::Reentrant => {
+            worker_error(py, e.to_string())
+        }
         other => raise(py, "SubmitError", other.to_string(), &[]),
     }
 }
@@ -176,7 +180,10 @@ pub(crate) fn run_error(py: Python<'_>, e: &RunError, configs: &TaskConfigs) -> 
             ("kind", obj(py, crate::report::failure_kind(f.kind))),
             ("task", obj(py, f.task.map(|t| t.index))),
             ("label", obj(py, f.label.clone())),
-            ("worker", obj(py, f.worker.clone())),
+            (
+                "worker",
+                obj(py, Some(f.worker.clone()).filter(|w| !w.is_empty())),
+            ),
             ("failed", obj(py, e.failed)),
             ("skipped", obj(py, e.skipped)),
             ("report", report),

@@ -82,7 +82,7 @@ def test_dtypes_are_never_converted(worker):
     out = worker.create_buffer(64)
     with pytest.raises(pto.SubmitError, match="dtype float64"):
         worker.run(lambda orch, a, c: orch.submit_next_level(worker.add, pto.TaskArgs().input(f64).input(f64).output_existing(out), c))
-    with pytest.raises(pto.SubmitError, match="dtype float64"):
+    with pytest.raises(pto.WorkerError, match="dtype float64"):
         worker.create_buffer(8, np.float64)
     ints = worker.create_buffer(64, "int32")
     assert ints.dtype == np.int32

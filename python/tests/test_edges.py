@@ -147,6 +147,17 @@ def test_a_closed_worker_makes_no_buffers(mode):
     w.close()
     with pytest.raises(pto.WorkerError, match="closed"):
         w.create_buffer(8)
+    with pytest.raises(pto.WorkerError, match="closed"):
+        w.run(lambda orch, args, cfg: None)
+
+
+def test_create_buffer_dtype_errors_are_worker_errors():
+    with pto.Worker(level=3, chips=1, mode="in-process") as w:
+        w.init()
+        with pytest.raises(pto.WorkerError, match="dtype float64"):
+            w.create_buffer(4, "float64")
+        with pytest.raises(pto.SubmitError, match="no sub workers"):
+            w.run(lambda orch, args, cfg: orch.submit_sub(w.register(lambda a: None)))
 
 
 def test_sub_functions_see_pto_dtypes(worker):

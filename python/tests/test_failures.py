@@ -139,11 +139,11 @@ def test_an_orchestrator_kept_after_its_function_returns_is_refused(worker):
 
 def test_a_worker_used_before_init_or_after_close(mode):
     w = pto.Worker(level=3, chips=1, mode=mode)
-    with pytest.raises(pto.SubmitError, match="not initialised"):
+    with pytest.raises(pto.WorkerError, match="not initialised"):
         w.run(lambda orch, args, cfg: None)
     w.init()
     w.close()
-    with pytest.raises(pto.SubmitError, match="closed"):
+    with pytest.raises(pto.WorkerError, match="closed"):
         w.run(lambda orch, args, cfg: None)
 
 
@@ -190,6 +190,7 @@ def test_a_run_timeout_cancels_the_rest(mode):
         with pytest.raises(pto.RunError) as e:
             w.run(orch_fn, timeout=0.1)
         assert e.value.kind == "cancelled" and "timeout" in str(e.value)
+        assert (e.value.task, e.value.label, e.value.worker) == (None, None, None)
         rest = e.value.report.tasks[1:]
         assert [t.outcome for t in rest] == ["skipped"] * 4
         assert "cancelled: the run's timeout passed" in rest[0].error
