@@ -4,14 +4,13 @@
 
 use std::collections::HashMap;
 
-use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
 use pto_scene::sizing_report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::{CallConfig, EnvSource, RING_COUNT, Resource, RingValue, TaskOverrides};
 
-use crate::errors::{config_error, config_value_error, raise};
+use crate::errors::{ConfigAt, config_error, config_error_at, config_value_error, obj, raise};
 use crate::report::PySizing;
 
 /// `e` (about ring 0 of `resource`) for a value given once for every ring: ring None, and
@@ -21,26 +20,13 @@ fn broadcast_error(py: Python<'_>, resource: Resource, e: &pto_types::ConfigErro
     let message = e
         .to_string()
         .replacen(&format!("{field}[0]="), &format!("{field}="), 1);
-    raise(
-        py,
-        "ConfigError",
-        message,
-        &[
-            ("field", field.into_py_any(py).unwrap_or_else(|_| py.None())),
-            (
-                "resource",
-                resource
-                    .field()
-                    .into_py_any(py)
-                    .unwrap_or_else(|_| py.None()),
-            ),
-            ("ring", py.None()),
-            (
-                "value",
-                e.value().into_py_any(py).unwrap_or_else(|_| py.None()),
-            ),
-        ],
-    )
+    let at = ConfigAt {
+        field,
+        resource: Some(resource.field()),
+        ring: None,
+        value: obj(py, e.value()),
+    };
+    config_error_at(py, message, at)
 }
 
 /// One ring value from Python: a non-negative integer below 2^64, not a bool.
@@ -370,17 +356,13 @@ fn env_error(py: Python<'_>, e: &pto_types::EnvError) -> PyErr {
         return raise(py, "ConfigError", e.to_string(), &[]);
     };
     let ring = p.piece.as_ref().filter(|piece| piece.count > 1);
-    let attrs = [
-        ("field", p.variable.as_str().into_py_any(py)),
-        ("resource", p.resource().map(|r| r.field()).into_py_any(py)),
-        ("ring", ring.map(|piece| piece.position - 1).into_py_any(py)),
-        ("value", p.raw.as_str().into_py_any(py)),
-    ];
-    let attrs: Vec<(&str, Py<PyAny>)> = attrs
-        .into_iter()
-        .map(|(k, v)| (k, v.unwrap_or_else(|_| py.None())))
-        .collect();
-    raise(py, "ConfigError", e.to_string(), &attrs)
+    let at = ConfigAt {
+        field: &p.variable,
+        resource: p.resource().map(|r| r.field()),
+        ring: ring.map(|piece| piece.position - 1),
+        value: obj(py, p.raw.as_str()),
+    };
+    config_error_at(py, e.to_string(), at)
 }
 
 /// A small unsigned config field from Python: an int in `0..=T::MAX`, else a `ConfigError`

@@ -35,39 +35,44 @@ pub(crate) fn raise(
     build().unwrap_or_else(|e| e)
 }
 
-fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
+/// `v` as a Python object (None if it cannot be one).
+pub(crate) fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
     v.into_py_any(py).unwrap_or_else(|_| py.None())
 }
 
-/// `pto.errors.ConfigError` naming field, resource, ring and value.
-pub(crate) fn config_error(py: Python<'_>, e: &ConfigError) -> PyErr {
-    config_error_at(
-        py,
-        e.to_string(),
-        e.field(),
-        e,
-        e.value().map(|v| obj(py, v)),
-    )
+/// Where a `pto.ConfigError` points: the field path, the resource (`ring_heap`…), the ring
+/// (None for a value given for every ring) and the value as given.
+pub(crate) struct ConfigAt<'a> {
+    pub(crate) field: &'a str,
+    pub(crate) resource: Option<&'a str>,
+    pub(crate) ring: Option<usize>,
+    pub(crate) value: Py<PyAny>,
 }
 
-fn config_error_at(
-    py: Python<'_>,
-    message: String,
-    field: &str,
-    e: &ConfigError,
-    value: Option<Py<PyAny>>,
-) -> PyErr {
+/// `pto.errors.ConfigError(message)` with the attributes of `at`.
+pub(crate) fn config_error_at(py: Python<'_>, message: String, at: ConfigAt<'_>) -> PyErr {
     raise(
         py,
         "ConfigError",
         message,
         &[
-            ("field", obj(py, field)),
-            ("resource", obj(py, e.resource().map(|r| r.field()))),
-            ("ring", obj(py, e.ring())),
-            ("value", value.unwrap_or_else(|| py.None())),
+            ("field", obj(py, at.field)),
+            ("resource", obj(py, at.resource)),
+            ("ring", obj(py, at.ring)),
+            ("value", at.value),
         ],
     )
+}
+
+/// `pto.errors.ConfigError` naming field, resource, ring and value.
+pub(crate) fn config_error(py: Python<'_>, e: &ConfigError) -> PyErr {
+    let at = ConfigAt {
+        field: e.field(),
+        resource: e.resource().map(|r| r.field()),
+        ring: e.ring(),
+        value: obj(py, e.value()),
+    };
+    config_error_at(py, e.to_string(), at)
 }
 
 /// A ConfigError for a value Python gave that no `u64` holds (negative, too large, not an int).
@@ -85,17 +90,19 @@ pub(crate) fn config_value_error(
         .repr()
         .map(|r| r.to_string())
         .unwrap_or_default();
-    raise(
-        py,
-        "ConfigError",
-        format!("{field}{ring_text}={shown}: {why}"),
-        &[
-            ("field", obj(py, field)),
-            ("resource", obj(py, resource)),
-            ("ring", obj(py, ring)),
-            ("value", value),
-        ],
-    )
+    let message = format!("{field}{ring_text}={shown}: {why}");
+    let at = ConfigAt {
+        field,
+        resource,
+        ring,
+        value,
+    };
+    config_error_at(py, message, at)
+}
+
+/// `pto.errors.WorkerError` naming the Worker option at fault.
+pub(crate) fn option_error(py: Python<'_>, option: &str, message: impl Into<String>) -> PyErr {
+    raise(py, "WorkerError", message, &[("option", obj(py, option))])
 }
 
 /// `pto.errors.WorkerError` for what goes wrong building, starting or using a Worker.
@@ -104,12 +111,7 @@ pub(crate) fn worker_error(py: Python<'_>, message: impl Into<String>) -> PyErr 
 }
 
 pub(crate) fn build_error(py: Python<'_>, e: &BuildError) -> PyErr {
-    raise(
-        py,
-        "WorkerError",
-        e.to_string(),
-        &[("option", obj(py, e.option))],
-    )
+    option_error(py, e.option, e.to_string())
 }
 
 pub(crate) fn init_error(py: Python<'_>, e: &InitError) -> PyErr {

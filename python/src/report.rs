@@ -8,10 +8,11 @@ use pyo3::prelude::*;
 
 use pto_chip::ChipRunReport;
 use pto_node::{FailureKind, MemberReport, RunReport, TaskKind, TaskOutcome, TaskReport};
-use pto_types::ring_config::resolve::{RingDefaults, resolve};
+use pto_scene::scene::TaskSizing;
 use pto_types::{CallConfig, EnvSnapshot, RING_COUNT, ResolvedSizing, Resource};
 
-/// The config of each chip task a run submitted and the chips' environment, so that a chip
+/// The config of each chip task a run submitted and the chips' environment (as they
+/// snapshotted it at `init`), so that a chip
 /// task that failed before its chip reported (a bind or L2 failure) still shows the sizing it
 /// bound: resolved as the chip resolves it (the same rule as `pto run`'s rows).
 pub(crate) struct TaskConfigs {
@@ -31,13 +32,11 @@ impl TaskConfigs {
         self.by_task.lock().insert(task, config.clone());
     }
 
-    /// Task `task`'s sizing and arena bytes, as its chip resolved them.
+    /// Task `task`'s sizing and arena bytes, as its chip resolved them (`pto run`'s rule).
     fn resolved(&self, task: u32) -> Option<(PySizing, u64)> {
         let by_task = self.by_task.lock();
-        let cfg = by_task.get(&task)?;
-        let sizing = resolve(&cfg.runtime_env, &self.env, &RingDefaults::BUILT_IN).ok()?;
-        let footprint = pto_chip::footprint::footprint(&sizing).ok()?;
-        Some((PySizing::from(&sizing), footprint.arena))
+        let t = TaskSizing::resolve(by_task.get(&task)?, &self.env)?;
+        Some((PySizing::from(&t.sizing), t.footprint.arena))
     }
 }
 

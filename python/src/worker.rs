@@ -7,8 +7,8 @@
 //! them, so Ctrl-C cancels the run (`RunHandle::cancel`) and raises `KeyboardInterrupt`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -24,8 +24,8 @@ use pto_node::{
 
 use crate::config::PyCallConfig;
 use crate::errors::{
-    buffer_error, build_error, describe, init_error, register_error, run_error, submit_run_error,
-    worker_error,
+    buffer_error, build_error, describe, init_error, option_error, register_error, run_error,
+    submit_run_error, worker_error,
 };
 use crate::memory::{PyMemory, dtype_names, dtype_of};
 use crate::orch::{PyHandle, orchestrate};
@@ -39,11 +39,10 @@ pub(crate) fn mode_of(py: Python<'_>, mode: &str) -> PyResult<EndpointMode> {
     match mode {
         "child-process" | "child_process" => Ok(EndpointMode::ChildProcess),
         "in-process" | "in_process" => Ok(EndpointMode::InProcess),
-        other => Err(crate::errors::raise(
+        other => Err(option_error(
             py,
-            "WorkerError",
+            "mode",
             format!("mode {other:?}: expected \"child-process\" or \"in-process\""),
-            &[("option", "mode".into_pyobject(py)?.into_any().unbind())],
         )),
     }
 }
@@ -54,6 +53,8 @@ pub(crate) struct PyWorker {
     mode: &'static str,
     /// What the chips read as their environment: this process's, with the Worker's `env`.
     chip_env: EnvSource,
+    /// Its snapshot, taken when the chips take theirs (`init`).
+    chip_snapshot: OnceLock<EnvSnapshot>,
     closed: AtomicBool,
 }
 
@@ -77,11 +78,10 @@ impl PyWorker {
         track_war: bool,
     ) -> PyResult<Self> {
         if level != 3 {
-            return Err(crate::errors::raise(
+            return Err(option_error(
                 py,
-                "WorkerError",
+                "level",
                 format!("level {level}: Python drives level-3 Workers (chips and sub workers)"),
-                &[("option", "level".into_pyobject(py)?.into_any().unbind())],
             ));
         }
         let endpoint = mode_of(py, mode)?;
@@ -114,6 +114,7 @@ impl PyWorker {
             inner,
             mode,
             chip_env: EnvSource::process().overlay(env),
+            chip_snapshot: OnceLock::new(),
             closed: AtomicBool::new(false),
         })
     }
@@ -148,7 +149,10 @@ impl PyWorker {
     /// Starts the chips and sub workers (child processes in child-process mode).
     fn init(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.init())
-            .map_err(|e| init_error(py, &e))
+            .map_err(|e| init_error(py, &e))?;
+        let snapshot = EnvSnapshot::take(&self.chip_env, false).unwrap_or_default();
+        let _ = self.chip_snapshot.set(snapshot);
+        Ok(())
     }
 
     /// A zero-filled buffer of `shape` and `dtype` in memory the chips see.
@@ -189,7 +193,7 @@ impl PyWorker {
             None => None,
         };
         let failure = Mutex::new(None::<PyErr>);
-        let env = EnvSnapshot::take(&self.chip_env, false).unwrap_or_else(|_| EnvSnapshot::empty());
+        let env = self.chip_snapshot.get().cloned().unwrap_or_default();
         let configs = Arc::new(TaskConfigs::new(env));
         let submitted = py.detach(|| {
             self.inner.submit(
@@ -245,18 +249,8 @@ impl PyWorker {
 }
 
 fn seconds(py: Python<'_>, what: &str, t: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(t).map_err(|_| {
-        crate::errors::raise(
-            py,
-            "WorkerError",
-            format!("{what} = {t}: expected seconds >= 0"),
-            &[(
-                "option",
-                what.into_pyobject(py)
-                    .map_or_else(|_| py.None(), |o| o.into_any().unbind()),
-            )],
-        )
-    })
+    Duration::try_from_secs_f64(t)
+        .map_err(|_| option_error(py, what, format!("{what} = {t}: expected seconds >= 0")))
 }
 
 /// Waits for the run in slices; between them Ctrl-C (or the deadline) cancels it.
