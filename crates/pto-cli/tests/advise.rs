@@ -159,7 +159,8 @@ fn t86_advise_output_feeds_config_resolve() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v = json(&out);
-    let cc = |value: u64| json!({"value": value, "source": "call_config"});
+    // The file's [runtime_env] block set every value (issue 23: the block is named).
+    let cc = |value: u64| json!({"value": value, "source": "call_config", "block": "runtime_env"});
     assert_eq!(v["rings"][1]["task_window"], cc(8));
     assert_eq!(v["rings"][1]["heap"], cc(262144));
     assert_eq!(v["rings"][1]["dep_pool"], cc(4));

@@ -50,7 +50,8 @@ fn run_json_prints_one_object_per_case_and_task() {
     assert_eq!(small["rings"].as_array().unwrap().len(), 4);
     assert_eq!(
         small["rings"][2]["heap"],
-        serde_json::json!({"value": 1048576, "source": "call_config"})
+        serde_json::json!({"value": 1048576, "source": "call_config",
+                           "block": "tasks.l2_scalar_small"})
     );
     assert_eq!(small["reserved_bytes"], 4519552);
     assert_eq!(small["error"], serde_json::Value::Null);

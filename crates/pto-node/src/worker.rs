@@ -863,11 +863,19 @@ impl Worker {
             Ok(Err(e)) => Some(e),
             Err(panic) => Some(OrchError::Panic(panic_message(panic.as_ref()))),
         };
+        // A run that failed before its orchestration gave up (typically the orchestration
+        // passing up `SubmitError::RunFailed` with `?`) is reported as that run's failure,
+        // with its full report: the orchestration's error is a consequence, not the cause.
+        let mut failure = failure;
         if let Some(e) = &failure {
-            engine
-                .state
-                .lock()
-                .cancel_run(run_id, &format!("orchestration failed: {e}"));
+            let mut state = engine.state.lock();
+            let failed_first = state.run_has_failed(run_id);
+            state.cancel_run(run_id, &format!("orchestration failed: {e}"));
+            drop(state);
+            if failed_first {
+                tracing::debug!(run_id, "orchestration returned after its run failed: {e}");
+                failure = None;
+            }
         }
         orch.end_all_scopes();
         engine.state.lock().close_submission(run_id);

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use pto_node::{
     FailureKind, OrchError, SubmitError, SubmitRunError, TaskOutcome, WaitError, Worker,
+    WorkerRunError,
 };
 use pto_types::{CallConfig, ErrorCode, RuntimeEnv, TaskArgs};
 
@@ -289,7 +290,43 @@ fn n37_group_member_failure_names_the_member(mode: Mode) {
     });
 }
 
+/// A task fails while the orchestration is still submitting; its next submit returns
+/// `RunFailed`, which the orchestration passes up with `?`. `Worker::run` must return the
+/// run's own failure (the task's code, the full report), never the orchestration's error.
+fn a_failed_run_outranks_the_error_its_orchestration_passes_up(mode: Mode) {
+    with_timeout(30, move || {
+        let w = start(builder(mode, 1, 1));
+        let boom = sub(&w, "fail_after");
+        let s = sleeper(&w);
+        let result = w.run(
+            move |orch, _, _| {
+                orch.submit_sub(&boom, TaskArgs::new().scalar(0u64).label("boom"))?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    // The pause makes the failure land between two submits every time.
+                    std::thread::sleep(Duration::from_millis(20));
+                    orch.submit_sub(&s, TaskArgs::new().label("after"))?;
+                    assert!(Instant::now() < deadline, "the run never failed");
+                }
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        );
+        let e = match result {
+            Err(WorkerRunError::Failed(e)) => e,
+            other => panic!("expected the run's failure, got {other:?}"),
+        };
+        assert_eq!(e.first.code, Some(ErrorCode::CallableFailed), "{e}");
+        assert_eq!(e.first.label.as_deref(), Some("boom"), "{e}");
+        assert!(!e.report.task("boom").unwrap().outcome.is_success());
+        // The Worker stays usable.
+        w.run(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default())
+            .expect("the next run");
+    });
+}
+
 both_modes!(
+    a_failed_run_outranks_the_error_its_orchestration_passes_up,
     n30_failing_sub_skips_dependents_and_independent_branch_completes,
     n31_fail_fast_then_the_next_run_starts_clean,
     n32_orchestration_error_cancels_unstarted_tasks,

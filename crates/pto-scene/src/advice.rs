@@ -4,8 +4,9 @@
 //!
 //! Grouping: without a scene, by each run's own label (runs without one size the case's
 //! `runtime_env`); with a scene, a level-2 scene's runs all size `runtime_env`, and a level-3
-//! scene's runs size the label they map to under the family rule of [`crate::labels`] (`ew3`
-//! → `tasks.ew` when `ew` is a family). The advised case is the original case (params, worker
+//! scene's runs size the most specific block the case has for their label
+//! ([`crate::labels::advice_key`]: `ew3` → `tasks.ew3` when the case has it, else `tasks.ew`
+//! when `ew` is a family). The advised case is the original case (params, worker
 //! counts, other overrides kept) with each advised key's `runtime_env` replaced, named
 //! `<case>_advised`; [`write_case`] replaces a case of that name or appends it, keeping the
 //! rest of the file byte for byte.
@@ -17,9 +18,10 @@ use pto_chip::advise::{Advice, Headroom, ScopeStats, advise_all};
 use pto_types::{Resource, RuntimeEnv};
 use toml::{Table, Value};
 
+use crate::config_block::CaseConfig;
 use crate::config_block::SceneLevel;
 use crate::file::{MAX_FILE_BYTES, SceneFile, read_text};
-use crate::labels::declared_key;
+use crate::labels::advice_key;
 use crate::scene::Scene;
 
 /// The file name a run's scope stats are written to.
@@ -100,25 +102,40 @@ pub struct KeyAdvice {
     pub advice: Advice,
 }
 
-/// The key that sizes a run labelled `label`.
-fn key_of(label: Option<&str>, scene: Option<&dyn Scene>) -> Option<String> {
-    match scene {
+/// What the advice is for: the scene whose runs these are and, when known, the case whose
+/// `config.tasks` blocks they ran with.
+#[derive(Clone, Copy, Default)]
+pub struct AdviceTarget<'a> {
+    pub scene: Option<&'a dyn Scene>,
+    pub case: Option<&'a CaseConfig>,
+}
+
+/// The key that sizes a run labelled `label` ([`advice_key`]; `None`: the case's
+/// `runtime_env`).
+fn key_of(label: Option<&str>, target: AdviceTarget<'_>) -> Option<String> {
+    let keys: Vec<&String> = target
+        .case
+        .map(|c| c.tasks.keys().collect())
+        .unwrap_or_default();
+    match target.scene {
         Some(s) if s.level() == SceneLevel::L2 => None,
-        Some(s) => label.map(|l| declared_key(l, s.labels()).to_string()),
+        Some(s) => label.map(|l| advice_key(l, keys.iter().copied(), s.labels()).to_string()),
         None => label.map(str::to_string),
     }
 }
 
-/// One merged advice per key, the case's own `runtime_env` first, then keys in order.
+/// One merged advice per key, the case's own `runtime_env` first, then keys in order. Runs
+/// are grouped by the block that sized them, so one member's larger peaks never size its
+/// family, and a group's advice never exceeds the capacity its successful runs had.
 pub fn advise_by_key(
     runs: &[StatsRun],
-    scene: Option<&dyn Scene>,
+    target: AdviceTarget<'_>,
     headroom: Headroom,
 ) -> Vec<KeyAdvice> {
     let mut groups: BTreeMap<Option<String>, Vec<ScopeStats>> = BTreeMap::new();
     for r in runs {
         groups
-            .entry(key_of(r.stats.label.as_deref(), scene))
+            .entry(key_of(r.stats.label.as_deref(), target))
             .or_default()
             .push(r.stats.clone());
     }

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use pto_types::ring_config::PLATFORM_MAX_AICPU_THREADS;
-use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
+use pto_types::ring_config::resolve::{ResolvedSizing, SizeSource};
+use pto_types::{
+    CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,
+};
 use toml::{Table, Value};
 
 use crate::params::{cut, key_list};
@@ -79,6 +82,41 @@ pub struct CaseConfig {
     pub tasks: BTreeMap<String, TaskOverrides>,
 }
 
+/// The block of a scene case that set a `call_config` value of a task.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Block {
+    /// `config.tasks.<label>`: the task's own block.
+    Task(String),
+    /// `config.tasks.<family>`: the block of the task's label family.
+    Family(String),
+    /// `config.runtime_env`: the case's base.
+    Case,
+}
+
+impl Block {
+    /// `tasks.ew3`, `tasks.ew` or `runtime_env`: the key path under `config`.
+    pub fn path(&self) -> String {
+        match self {
+            Block::Task(key) | Block::Family(key) => format!("tasks.{key}"),
+            Block::Case => "runtime_env".to_string(),
+        }
+    }
+
+    /// The letter tables show for a value from this block: `t`, `f` or `c`.
+    pub fn letter(&self) -> char {
+        match self {
+            Block::Task(_) => 't',
+            Block::Family(_) => 'f',
+            Block::Case => 'c',
+        }
+    }
+}
+
+/// Per resource (in [`Resource::ALL`] order) and ring, the block that set a task's value;
+/// `None` where the value did not come from the case (environment, default, or a config the
+/// scene built itself).
+pub type SizingBlocks = [[Option<Block>; RING_COUNT]; 3];
+
 impl CaseConfig {
     /// The base `CallConfig` of the case, without diagnostics (those come from the command line).
     pub fn base_call_config(&self) -> CallConfig {
@@ -87,6 +125,63 @@ impl CaseConfig {
             runtime_env: self.runtime_env,
             ..CallConfig::default()
         }
+    }
+
+    /// The `config.tasks` blocks that apply to a task labelled `label`, least specific first
+    /// (the family's, then the task's own: [`crate::labels::applicable_keys`]).
+    pub fn task_blocks(&self, label: &str) -> Vec<(Block, &TaskOverrides)> {
+        crate::labels::applicable_keys(label, self.tasks.keys())
+            .into_iter()
+            .map(|key| {
+                let block = match key == label {
+                    true => Block::Task(key.to_string()),
+                    false => Block::Family(key.to_string()),
+                };
+                (block, &self.tasks[key])
+            })
+            .collect()
+    }
+
+    /// `base` with every block that applies to `label` layered on it, least specific first:
+    /// each sets only its non-zero entries (and `aicpu_thread_num` when given).
+    pub fn layered(&self, base: &CallConfig, label: &str) -> Result<CallConfig, ConfigError> {
+        self.task_blocks(label)
+            .into_iter()
+            .try_fold(base.clone(), |cfg, (_, overrides)| cfg.derive(overrides))
+    }
+
+    /// The config of a task labelled `label` (without diagnostics).
+    pub fn config_for(&self, label: &str) -> Result<CallConfig, ConfigError> {
+        self.layered(&self.base_call_config(), label)
+    }
+
+    /// The most specific block that sets `resource` on `ring` for `label`, if any does.
+    pub fn block_of(&self, label: &str, resource: Resource, ring: usize) -> Option<Block> {
+        let mut blocks = self.task_blocks(label);
+        blocks.reverse();
+        blocks
+            .into_iter()
+            .find(|(_, o)| o.runtime_env.get(resource)[ring] != 0)
+            .map(|(block, _)| block)
+            .or_else(|| (self.runtime_env.get(resource)[ring] != 0).then_some(Block::Case))
+    }
+
+    /// Which block set each value of `sizing`, bound by a task labelled `label`: a value
+    /// counts as the case's only when its source is `call_config` and it is the value the case
+    /// gives that label (a scene may build a task's config itself).
+    pub fn blocks_for(&self, label: &str, sizing: &ResolvedSizing) -> SizingBlocks {
+        let wanted = self.config_for(label).ok();
+        let mut out = SizingBlocks::default();
+        for (r, resource) in Resource::ALL.into_iter().enumerate() {
+            for (ring, slot) in out[r].iter_mut().enumerate() {
+                let bound = sizing.at(resource, ring);
+                let asked = wanted.as_ref().map(|c| c.runtime_env.get(resource)[ring]);
+                if bound.source == SizeSource::CallConfig && asked == Some(bound.value) {
+                    *slot = self.block_of(label, resource, ring);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -354,6 +449,12 @@ pub fn parse_config_block(
             base.derive(&overrides)
                 .map_err(|e| error(&task_path, e.to_string()))?;
             config.tasks.insert(label.clone(), overrides);
+        }
+        // A member block layers on its family's: the combination must be valid too.
+        for label in config.tasks.keys() {
+            config
+                .config_for(label)
+                .map_err(|e| error(format!("{tasks_path}.{label}"), e.to_string()))?;
         }
     }
     Ok(config)

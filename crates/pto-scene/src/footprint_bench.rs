@@ -11,8 +11,9 @@ use std::path::Path;
 use pto_bench::{Bench, Point, Stats};
 use pto_node::EndpointMode;
 
+use crate::figures::CaseFigures;
 use crate::runner::{Diagnostics, RunOptions, run_file};
-use crate::{RunnerEnv, SceneFile, TaskRow};
+use crate::{RunnerEnv, SceneFile};
 
 /// The shipped scene file (the main job), built into the binary.
 const SCENE: &str = include_str!("../../../scenes/heterogeneous_fanout.toml");
@@ -57,13 +58,8 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             "{way} failed: {:?}",
             report.result.check
         );
-        let mib = report.result.reserved_per_chip.iter().sum::<u64>() as f64 / (1 << 20) as f64;
-        let (heap, high) = report
-            .result
-            .rows
-            .iter()
-            .filter_map(TaskRow::heap_fit)
-            .fold((0u64, 0u64), |(a, b), (c, d)| (a + c, b + d));
+        let figures = CaseFigures::of(&report.result);
+        let mib = figures.device_memory() as f64 / (1 << 20) as f64;
         let mut p = Point::new(
             "footprint",
             format!("{way}: device memory"),
@@ -75,12 +71,12 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             Some(g) => p = p.with_peer("global_max_sizing", g),
         }
         points.push(p);
-        if high > 0 {
+        if let Some(ratio) = figures.heap_ratio() {
             points.push(Point::new(
                 "footprint",
                 format!("{way}: heap reserved / high-water"),
                 "ratio",
-                Stats::one(heap as f64 / high as f64),
+                Stats::one(ratio),
             ));
         }
     }

@@ -3,10 +3,16 @@
 //! A scene declares the labels its orchestration requests with [`CaseRun::for_label`]: single
 //! labels (`attn`) and families (`ew`, whose tasks are labelled `ew0`, `ew1`, …). A case's
 //! `config.tasks.<key>` applies to the task labelled `L` when `key == L`, or when `key` is L's
-//! family (`L` minus its trailing digits, declared as a family); the more specific key wins, so
-//! `tasks.ew` sizes every `ew<N>` and `tasks.ew3` only `ew3`. Reports, directories and scope
-//! stats use the task's own label (`ew3`). A key that can match no declared label is a load
-//! error listing what the scene can request.
+//! family (`L` minus its trailing digits, declared as a family). Blocks layer field by field and
+//! ring by ring: `tasks.ew` sizes every `ew<N>`, and `tasks.ew3` changes only what it sets for
+//! `ew3` (specificity: `tasks.<member>` > `tasks.<family>` > the case's `runtime_env` >
+//! `PTO2_RING_*` > default). Reports, directories and scope stats use the task's own label
+//! (`ew3`).
+//!
+//! Two rules catch keys that size nothing: a key that can match no declared label is a load
+//! error listing what the scene can request; a key that loads but that no task of the run
+//! requested (say `tasks.ew9` when the case submits `ew0`..`ew7`) fails the case when it has
+//! run ("declared under config.tasks but never requested by the orchestration").
 //!
 //! [`CaseRun::for_label`]: crate::CaseRun::for_label
 
@@ -54,17 +60,16 @@ pub fn family_of(label: &str) -> Option<&str> {
     (stem.len() < label.len() && !stem.is_empty()).then_some(stem)
 }
 
-/// The `config.tasks` key that applies to the task labelled `label`: the label itself, else
-/// its family; `None` when neither is a key.
-pub fn config_key<'k>(
+/// The `config.tasks` keys that size the task labelled `label`, least specific first: its
+/// family's key (`ew` for `ew3`), then its own (`ew3`), each only when present. Each layers
+/// on the one before, field by field and ring by ring (a zero entry keeps the layer below).
+pub fn applicable_keys<'k>(
     label: &str,
-    mut keys: impl Iterator<Item = &'k String> + Clone,
-) -> Option<&'k str> {
-    if let Some(k) = keys.clone().find(|k| *k == label) {
-        return Some(k.as_str());
-    }
-    let family = family_of(label)?;
-    keys.find(|k| *k == family).map(String::as_str)
+    keys: impl Iterator<Item = &'k String> + Clone,
+) -> Vec<&'k str> {
+    let find = |name: &str| keys.clone().find(|k| *k == name).map(String::as_str);
+    let family = family_of(label).and_then(find);
+    family.into_iter().chain(find(label)).collect()
 }
 
 /// Whether `key` (a `config.tasks` key) can apply to a task of the scene, and if not, the
@@ -88,10 +93,18 @@ pub fn check_key(scene: &str, key: &str, labels: &[Label]) -> Result<(), String>
     ))
 }
 
-/// The config key `label` maps to among the scene's declared labels (for grouping advice by
-/// what a user writes under `config.tasks`): the label itself if declared, else its declared
-/// family, else the label unchanged.
-pub fn declared_key<'a>(label: &'a str, labels: &[Label]) -> &'a str {
+/// The `config.tasks` key that advice for runs labelled `label` is written to: the most
+/// specific key the case has for it (`tasks.ew3` when present, else `tasks.ew`), or, when
+/// the case has neither, the label's declared family, else the label itself. So advice is per
+/// member where a member block exists and per family otherwise.
+pub fn advice_key<'a>(
+    label: &'a str,
+    keys: impl Iterator<Item = &'a String> + Clone,
+    labels: &[Label],
+) -> &'a str {
+    if let Some(key) = applicable_keys(label, keys).pop() {
+        return key;
+    }
     if labels.iter().any(|l| l.name == label) {
         return label;
     }
@@ -116,12 +129,15 @@ mod tests {
     }
 
     #[test]
-    fn the_more_specific_key_wins() {
+    fn member_keys_layer_on_family_keys() {
         let keys = ["ew".to_string(), "ew3".to_string()];
-        assert_eq!(config_key("ew3", keys.iter()), Some("ew3"));
-        assert_eq!(config_key("ew4", keys.iter()), Some("ew"));
-        assert_eq!(config_key("ew", keys.iter()), Some("ew"));
-        assert_eq!(config_key("attn", keys.iter()), None);
+        assert_eq!(applicable_keys("ew3", keys.iter()), ["ew", "ew3"]);
+        assert_eq!(applicable_keys("ew4", keys.iter()), ["ew"]);
+        assert_eq!(applicable_keys("ew", keys.iter()), ["ew"]);
+        assert!(applicable_keys("attn", keys.iter()).is_empty());
+        let member_only = ["ew3".to_string()];
+        assert_eq!(applicable_keys("ew3", member_only.iter()), ["ew3"]);
+        assert!(applicable_keys("ew4", member_only.iter()).is_empty());
     }
 
     #[test]
@@ -139,9 +155,16 @@ mod tests {
     }
 
     #[test]
-    fn declared_keys_group_families() {
-        assert_eq!(declared_key("ew5", &LABELS), "ew");
-        assert_eq!(declared_key("attn", &LABELS), "attn");
-        assert_eq!(declared_key("other7", &LABELS), "other7");
+    fn advice_goes_to_the_most_specific_block() {
+        let none: [String; 0] = [];
+        assert_eq!(advice_key("ew5", none.iter(), &LABELS), "ew");
+        assert_eq!(advice_key("attn", none.iter(), &LABELS), "attn");
+        assert_eq!(advice_key("other7", none.iter(), &LABELS), "other7");
+        let keys = ["ew".to_string(), "ew2".to_string()];
+        assert_eq!(advice_key("ew2", keys.iter(), &LABELS), "ew2");
+        assert_eq!(advice_key("ew5", keys.iter(), &LABELS), "ew");
+        let member_only = ["ew2".to_string()];
+        assert_eq!(advice_key("ew2", member_only.iter(), &LABELS), "ew2");
+        assert_eq!(advice_key("ew5", member_only.iter(), &LABELS), "ew");
     }
 }

@@ -15,6 +15,8 @@
 //!   case written back into a scene file (`pto advise --scene`, `pto tune`).
 //! - [`config_block`] — the strict loader of a case's `config` block (also used by
 //!   `pto config resolve --config`).
+//! - [`figures`] — the memory figures of a case (device memory, heap reserved and high-water),
+//!   defined once for every command and format.
 //! - [`mod@file`] — scene files (`scene`, `level`, `[[cases]]`), checked when loaded.
 //! - [`labels`] — the task labels a scene requests and the family rule for `config.tasks`.
 //! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
@@ -31,6 +33,7 @@
 pub mod advice;
 mod cli;
 pub mod config_block;
+pub mod figures;
 pub mod file;
 pub mod footprint_bench;
 pub mod harness;

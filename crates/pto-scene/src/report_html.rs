@@ -144,7 +144,7 @@ fn render_task(out: &mut String, row: &TaskRow, scope_stats: bool) {
     let wall = row.wall.map_or("-".to_string(), |w| format!("{w:.1?}"));
     let _ = writeln!(
         out,
-        "<p class=\"meta\">reserved {} · heap high-water {} · arena {} · wall {}</p>",
+        "<p class=\"meta\">arena reserved {} · heap high-water {} · arena cache {} · wall {}</p>",
         esc(&human_bytes(row.reserved_bytes)),
         esc(&row.high_water_bytes.map_or("-".to_string(), human_bytes)),
         esc(row.arena.as_deref().unwrap_or("-")),
@@ -194,11 +194,12 @@ fn render_sizing(out: &mut String, row: &TaskRow) {
                 Resource::Heap => human_bytes(v.value),
                 _ => v.value.to_string(),
             };
+            let source = row.source_text(resource, ring).unwrap_or_default();
             let _ = write!(
                 out,
                 "<td>{} <span class=\"src\">({})</span></td>",
                 esc(&shown),
-                esc(v.source.as_str())
+                esc(&source)
             );
         }
         out.push_str("</tr>\n");

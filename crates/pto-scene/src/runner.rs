@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, RING_COUNT, Resource};
 use serde_json::{Value, json};
 
+use crate::figures::CaseFigures;
 use crate::file::{Case, SceneFile};
 use crate::params::{cut, key_list};
 use crate::scene::{CaseResult, CaseRun, RunnerEnv, TaskRow};
@@ -191,6 +191,12 @@ pub fn run_file(
                 r
             }
         };
+        for row in &mut result.rows {
+            row.blocks = row
+                .sizing
+                .as_ref()
+                .map(|sizing| case.config.blocks_for(&row.task, sizing));
+        }
         if let Some(code) = case.expect_failure {
             expect_failure(&mut result, code);
         }
@@ -315,15 +321,19 @@ pub fn check_output(dir: &Path, create: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `16384d`, `64e`, `128c`: a value with the first letter of its source.
-fn cell(value: u64, source: &str, bytes: bool) -> String {
+/// `16384d`, `64e`, `128c`, `8Kt`: a value with its source letter ([`SOURCE_LEGEND`]).
+fn cell(value: u64, letter: char, bytes: bool) -> String {
     let v = if bytes {
         short_bytes(value)
     } else {
         value.to_string()
     };
-    format!("{v}{}", &source[..1])
+    format!("{v}{letter}")
 }
+
+/// What the letters after sizing values mean.
+pub const SOURCE_LEGEND: &str = "t = tasks.<label>, f = tasks.<family>, c = call_config (the \
+     case's runtime_env, or a config the scene built), e = env, d = default";
 
 /// `256M`, `1M`, `4K`, `1088`.
 fn short_bytes(b: u64) -> String {
@@ -343,7 +353,7 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "scene {} ({}): sizing per ring as value+source (c = call_config, e = env, d = default)",
+        "scene {} ({}): sizing per ring as value+source ({SOURCE_LEGEND})",
         file.scene.name(),
         file.path.display()
     );
@@ -354,8 +364,8 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
         "task_window",
         "heap",
         "dep_pool",
-        "reserved",
-        "high-water",
+        "arena",
+        "heap high-water",
         "wall",
         "check",
     ];
@@ -392,16 +402,21 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
     out
 }
 
-/// The per-ring cells of `resource`: `16384d,16384d,64c,64c`, or `-` without a sizing.
-pub fn rings_cell(sizing: Option<&ResolvedSizing>, resource: Resource) -> String {
-    let Some(s) = sizing else {
+/// The per-ring cells of `resource` of a row: `16384d,16384d,64c,8Kt`, or `-` without a
+/// sizing.
+pub fn rings_cell(row: &TaskRow, resource: Resource) -> String {
+    let Some(s) = &row.sizing else {
         return "-".to_string();
     };
     let bytes = resource == Resource::Heap;
     let cells: Vec<String> = (0..RING_COUNT)
         .map(|r| {
             let v = s.at(resource, r);
-            cell(v.value, v.source.as_str(), bytes)
+            let letter = match row.block(resource, r) {
+                Some(b) => b.letter(),
+                None => v.source.as_str().chars().next().unwrap_or('?'),
+            };
+            cell(v.value, letter, bytes)
         })
         .collect();
     cells.join(",")
@@ -414,9 +429,9 @@ fn table_row(case: &str, row: &TaskRow) -> Vec<String> {
         case.to_string(),
         row.task.clone(),
         row.chip.to_string(),
-        rings_cell(row.sizing.as_ref(), Resource::TaskWindow),
-        rings_cell(row.sizing.as_ref(), Resource::Heap),
-        rings_cell(row.sizing.as_ref(), Resource::DepPool),
+        rings_cell(row, Resource::TaskWindow),
+        rings_cell(row, Resource::Heap),
+        rings_cell(row, Resource::DepPool),
         if skipped || row.sizing.is_none() {
             "-".to_string()
         } else {
@@ -451,19 +466,8 @@ fn aligned(rows: &[Vec<String>]) -> String {
 pub fn case_footer(report: &CaseReport) -> Vec<String> {
     let mut lines = Vec::new();
     let result = &report.result;
-    if !result.reserved_per_chip.is_empty() {
-        let per_chip: Vec<String> = result
-            .reserved_per_chip
-            .iter()
-            .enumerate()
-            .map(|(i, b)| format!("chip{i} {}", human_bytes(*b)))
-            .collect();
-        let total: u64 = result.reserved_per_chip.iter().sum();
-        lines.push(format!(
-            ": device memory reserved: {} — total {}",
-            per_chip.join(", "),
-            human_bytes(total)
-        ));
+    if !result.rows.is_empty() || !result.reserved_per_chip.is_empty() {
+        lines.push(format!(": {}", CaseFigures::of(result).describe()));
     }
     lines.extend(result.notes.iter().map(|n| format!(": {n}")));
     lines.extend(
@@ -494,6 +498,13 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
             "failed"
         };
         let check = report.result.check.as_ref().err();
+        let figures = CaseFigures::of(&report.result);
+        let case_figures = json!({
+            "device_memory_bytes": figures.device_memory(),
+            "device_memory_per_chip": figures.per_chip,
+            "heap_reserved_bytes": figures.heap_reserved,
+            "heap_high_water_bytes": figures.heap_high_water,
+        });
         for row in &report.result.rows {
             let error = match &row.error {
                 Some(e) => json!({"code": e.code, "name": e.name, "message": e.message}),
@@ -504,7 +515,7 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
                 "task": row.task,
                 "chip": row.chip,
                 "status": row.status(),
-                "rings": row.sizing.as_ref().map(rings_json),
+                "rings": row.sizing.as_ref().map(|s| rings_json(s, row.blocks.as_ref())),
                 "arena": row.arena,
                 "reserved_bytes": row.reserved_bytes,
                 "high_water_bytes": row.high_water_bytes,
@@ -515,6 +526,7 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
                 "error": error,
                 "env_problems": row.env_problems,
                 "diagnostics_dir": row.diagnostics_dir.as_ref().map(|d| d.display().to_string()),
+                "case_figures": case_figures,
             }));
         }
         if report.result.rows.is_empty() {
@@ -524,6 +536,7 @@ pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
                 "wall_us": report.wall.as_micros() as u64, "check": check,
                 "case_status": case_status, "task_check": null, "error": null,
                 "env_problems": report.env_problems, "diagnostics_dir": null,
+                "case_figures": case_figures,
             }));
         }
     }

@@ -19,9 +19,9 @@ use pto_chip::{ChipRunReport, ChipSpec, ChipWorker, RingUsage, RunContext};
 use pto_node::{EndpointMode, Worker, WorkerBuilder};
 use pto_types::ring_config::env::{EnvSnapshot, EnvSource};
 use pto_types::ring_config::resolve::{ResolvedSizing, RingDefaults, resolve};
-use pto_types::{CallConfig, ErrorCode, RING_COUNT};
+use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource};
 
-use crate::config_block::{CaseConfig, SceneLevel};
+use crate::config_block::{Block, CaseConfig, SceneLevel, SizingBlocks};
 use crate::labels::Label;
 use crate::params::{Param, Params};
 
@@ -255,18 +255,14 @@ impl<'a> CaseRun<'a> {
         Ok(self.params.get(key, self.env.fast)?)
     }
 
-    /// The config of the task labelled `label`: the base with the case's most specific
-    /// `tasks` overrides (`tasks.ew3` for `ew3`, else its family's `tasks.ew`; validated at
-    /// load), or the base itself. Records the label as requested.
+    /// The config of the task labelled `label`: the base with the case's `tasks` blocks for
+    /// it layered on (`tasks.ew`, then `tasks.ew3`, for `ew3`; validated at load), or the base
+    /// itself. Records the label as requested.
     pub fn for_label(&self, label: &str) -> CallConfig {
         self.requested.borrow_mut().insert(label.to_string());
-        match crate::labels::config_key(label, self.config.tasks.keys()) {
-            Some(key) => self
-                .base
-                .derive(&self.config.tasks[key])
-                .expect("label overrides were validated when the file was loaded"),
-            None => self.base.clone(),
-        }
+        self.config
+            .layered(&self.base, label)
+            .expect("label overrides were validated when the file was loaded")
     }
 
     /// `config.tasks` keys that applied to no requested task (T84).
@@ -274,7 +270,7 @@ impl<'a> CaseRun<'a> {
         let requested = self.requested.borrow();
         let used: BTreeSet<&str> = requested
             .iter()
-            .filter_map(|l| crate::labels::config_key(l, self.config.tasks.keys()))
+            .flat_map(|l| crate::labels::applicable_keys(l, self.config.tasks.keys()))
             .collect();
         self.config
             .tasks
@@ -375,6 +371,9 @@ pub struct TaskRow {
     pub chip: u32,
     /// What the task bound (chip report) or tried to bind (resolved like the chip does).
     pub sizing: Option<ResolvedSizing>,
+    /// Which block of the case set each `call_config` value of `sizing` (set by the runner,
+    /// [`CaseConfig::blocks_for`]); `None` outside a scene case.
+    pub blocks: Option<SizingBlocks>,
     pub arena: Option<String>,
     /// The arena footprint the sizing needs (bound, or asked for by a failed bind); 0 for a
     /// skipped task, which never asked.
@@ -431,6 +430,22 @@ impl TaskRow {
         (high > 0).then_some((reserved, high))
     }
 
+    /// The block that set `resource` on `ring`, when a block of the case did.
+    pub fn block(&self, resource: Resource, ring: usize) -> Option<&Block> {
+        let r = Resource::ALL.iter().position(|x| *x == resource)?;
+        self.blocks.as_ref()?[r][ring].as_ref()
+    }
+
+    /// `call_config (tasks.ew3)`, `env`, `default`: where the value of `resource` on `ring`
+    /// came from, with the block when the case's.
+    pub fn source_text(&self, resource: Resource, ring: usize) -> Option<String> {
+        let source = self.sizing.as_ref()?.at(resource, ring).source.as_str();
+        Some(match self.block(resource, ring) {
+            Some(b) => format!("{source} ({})", b.path()),
+            None => source.to_string(),
+        })
+    }
+
     /// The row of a successful chip run.
     pub fn from_report(task: &str, report: &ChipRunReport) -> TaskRow {
         let mut row = TaskRow::new(task, report.chip, Some(TaskSizing::of_report(report)));
@@ -468,6 +483,7 @@ impl TaskRow {
             task: task.to_string(),
             chip,
             sizing: sizing.map(|s| s.sizing),
+            blocks: None,
             arena: None,
             reserved_bytes: sizing.map_or(0, |s| s.footprint.arena),
             high_water_bytes: None,

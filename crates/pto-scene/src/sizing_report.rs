@@ -13,6 +13,8 @@ use pto_types::ring_config::resolve::{
     DerivedCapacities, ResolvedSizing, RingDefaults, SizingError, resolve,
 };
 use pto_types::{CallConfig, ConfigError, RING_COUNT, Resource};
+
+use crate::config_block::SizingBlocks;
 use serde_json::{Value, json};
 
 /// What to resolve.
@@ -49,6 +51,8 @@ pub struct SizingReport {
     pub footprint: Footprint,
     /// `(capacity, fits)` when a device-memory capacity was given.
     pub device_memory: Option<(u64, bool)>,
+    /// The blocks of a scene case that set the values ([`SizingReport::with_blocks`]).
+    pub blocks: Option<SizingBlocks>,
 }
 
 impl SizingReport {
@@ -71,13 +75,20 @@ impl SizingReport {
             device_memory: request
                 .device_memory
                 .map(|capacity| (capacity, footprint.arena <= capacity)),
+            blocks: None,
         })
+    }
+
+    /// Names, for each `call_config` value, the block of a scene case that set it.
+    pub fn with_blocks(mut self, blocks: SizingBlocks) -> SizingReport {
+        self.blocks = Some(blocks);
+        self
     }
 
     /// The JSON object of RING_CONFIG.md §8 (fields may be added, never renamed).
     pub fn to_json(&self) -> Value {
         let mut out = json!({
-            "rings": rings_json(&self.sizing),
+            "rings": rings_json(&self.sizing, self.blocks.as_ref()),
             "problems": self.problems,
             "derived": {
                 "scope_task_cap": self.derived.scope_task_cap,
@@ -103,7 +114,14 @@ impl SizingReport {
         let mut out = String::new();
         let cell = |resource: Resource, ring: usize| {
             let r = self.sizing.at(resource, ring);
-            format!("{} ({})", r.value, r.source)
+            let i = Resource::ALL
+                .iter()
+                .position(|x| *x == resource)
+                .unwrap_or(0);
+            match self.blocks.as_ref().and_then(|b| b[i][ring].as_ref()) {
+                Some(block) => format!("{} ({}: {})", r.value, r.source, block.path()),
+                None => format!("{} ({})", r.value, r.source),
+            }
         };
         let _ = writeln!(
             out,
@@ -156,15 +174,19 @@ impl SizingReport {
     }
 }
 
-/// The `rings` array: four objects in ring order, each resource as `{value, source}`.
-pub fn rings_json(sizing: &ResolvedSizing) -> Value {
+/// The `rings` array: four objects in ring order, each resource as `{value, source}`, plus
+/// `block` (`tasks.ew3`, `tasks.ew`, `runtime_env`) where a block of a scene case set it.
+pub fn rings_json(sizing: &ResolvedSizing, blocks: Option<&SizingBlocks>) -> Value {
     let rings: Vec<Value> = (0..RING_COUNT)
         .map(|ring| {
             let mut object = json!({ "ring": ring });
-            for resource in Resource::ALL {
+            for (i, resource) in Resource::ALL.into_iter().enumerate() {
                 let r = sizing.at(resource, ring);
-                object[resource.short_name()] =
-                    json!({ "value": r.value, "source": r.source.as_str() });
+                let mut entry = json!({ "value": r.value, "source": r.source.as_str() });
+                if let Some(block) = blocks.and_then(|b| b[i][ring].as_ref()) {
+                    entry["block"] = json!(block.path());
+                }
+                object[resource.short_name()] = entry;
             }
             object
         })

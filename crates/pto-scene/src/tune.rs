@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use pto_chip::advise::Headroom;
 use toml::Table;
 
-use crate::advice::{advise_by_key, advised_case, advised_name, find_stats, load_runs, with_case};
+use crate::advice::{
+    AdviceTarget, advise_by_key, advised_case, advised_name, find_stats, load_runs, with_case,
+};
+use crate::figures::CaseFigures;
 use crate::file::{MAX_FILE_BYTES, SceneFile, read_text};
 use crate::runner::{CaseReport, Diagnostics, RunOptions, run_file};
 use crate::scene::RunnerEnv;
@@ -167,7 +170,15 @@ fn advise_rounds(
         .collect();
     let files = find_stats(&dirs).map_err(anyhow::Error::msg)?;
     let runs = load_runs(&files).map_err(anyhow::Error::msg)?;
-    let groups = advise_by_key(&runs, Some(file.scene), options.headroom);
+    let target = AdviceTarget {
+        scene: Some(file.scene),
+        case: file
+            .cases
+            .iter()
+            .find(|c| c.name == case)
+            .map(|c| &c.config),
+    };
+    let groups = advise_by_key(&runs, target, options.headroom);
     advised_case(file, text, case, &groups).map_err(anyhow::Error::msg)
 }
 
@@ -198,17 +209,6 @@ fn ratio(row: &crate::scene::TaskRow) -> String {
     row.heap_fit().map_or("-".to_string(), |(r, h)| {
         format!("{:.2}", r as f64 / h as f64)
     })
-}
-
-/// Heap reserved / high-water over the rings with heap traffic of every task of a round.
-pub fn heap_ratio(report: &CaseReport) -> Option<f64> {
-    let (reserved, high) = report
-        .result
-        .rows
-        .iter()
-        .filter_map(crate::scene::TaskRow::heap_fit)
-        .fold((0u64, 0u64), |(r, h), (a, b)| (r + a, h + b));
-    (high > 0).then(|| reserved as f64 / high as f64)
 }
 
 impl Tuning {
@@ -243,11 +243,6 @@ impl Tuning {
     }
 }
 
-/// Σ reserved bytes of a round's rows.
-pub fn reserved(report: &CaseReport) -> u64 {
-    report.result.rows.iter().map(|r| r.reserved_bytes).sum()
-}
-
 /// The text `pto tune` prints for one case: per task the sizing and reserved bytes before and
 /// after, the heap's reserved / high-water after, then the totals and the verdict.
 pub fn render_tuning(t: &Tuning) -> String {
@@ -259,8 +254,8 @@ pub fn render_tuning(t: &Tuning) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<11} heap reserved/high-water",
-        "task", "chip", "", "task_window", "heap", "dep_pool", "reserved", "high-water"
+        "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<15} heap reserved/high-water",
+        "task", "chip", "", "task_window", "heap", "dep_pool", "arena", "heap high-water"
     );
     for row in &before.result.rows {
         let later = after
@@ -277,28 +272,35 @@ pub fn render_tuning(t: &Tuning) -> String {
             let Some(r) = r else { continue };
             let _ = writeln!(
                 out,
-                "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<11} {}",
+                "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<15} {}",
                 if when == "after" { "" } else { r.task.as_str() },
                 r.chip,
                 when,
-                rings_cell(r.sizing.as_ref(), Resource::TaskWindow),
-                rings_cell(r.sizing.as_ref(), Resource::Heap),
-                rings_cell(r.sizing.as_ref(), Resource::DepPool),
+                rings_cell(r, Resource::TaskWindow),
+                rings_cell(r, Resource::Heap),
+                rings_cell(r, Resource::DepPool),
                 human_bytes(r.reserved_bytes),
                 r.high_water_bytes.map_or("-".to_string(), human_bytes),
                 ratio(r),
             );
         }
     }
-    let ratio_text = |r: Option<f64>| r.map_or("-".to_string(), |x| format!("{x:.2}"));
+    let (was, now) = (
+        CaseFigures::of(&before.result),
+        CaseFigures::of(&after.result),
+    );
     let _ = writeln!(
         out,
-        "case {}: reserved {} -> {}; heap reserved/high-water {} -> {} (against the largest high-water of {} round(s))",
+        "case {}: device memory {} -> {}; heap reserved {} -> {}; heap reserved/high-water {} -> {} ({} against the largest high-water of {} round(s))",
         t.case,
-        human_bytes(reserved(before)),
-        human_bytes(reserved(after)),
-        ratio_text(heap_ratio(before)),
-        ratio_text(t.heap_ratio()),
+        human_bytes(was.device_memory()),
+        human_bytes(now.device_memory()),
+        human_bytes(was.heap_reserved),
+        human_bytes(now.heap_reserved),
+        was.heap_ratio_text(),
+        now.heap_ratio_text(),
+        t.heap_ratio()
+            .map_or("-".to_string(), |x| format!("{x:.2}")),
         t.rounds.len()
     );
     let _ = match &t.verdict {

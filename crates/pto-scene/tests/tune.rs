@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use pto_chip::advise::Headroom;
 use pto_node::EndpointMode;
-use pto_scene::tune::{TuneOptions, Verdict, reserved, tune_case};
+use pto_scene::figures::CaseFigures;
+use pto_scene::tune::{TuneOptions, Verdict, tune_case};
 use pto_scene::{RunnerEnv, SceneFile};
 
 pto_node::test_child_entry!();
@@ -66,12 +67,24 @@ fn tune_every_case(file: &'static str, mode: EndpointMode) {
                 after.result.rows.len(),
                 "{at}: the same tasks ran"
             );
+            let device =
+                |r: &pto_scene::runner::CaseReport| CaseFigures::of(&r.result).device_memory();
             assert!(
-                reserved(after) <= reserved(before),
+                device(after) <= device(before),
                 "{at}: the advice reserves {} > {}",
-                reserved(after),
-                reserved(before)
+                device(after),
+                device(before)
             );
+            // And no task's arena grows.
+            for row in &after.result.rows {
+                let was = before.result.rows.iter().find(|r| r.task == row.task);
+                let was = was.map_or(u64::MAX, |r| r.reserved_bytes);
+                assert!(
+                    row.reserved_bytes <= was,
+                    "{at}: task {} arena grew",
+                    row.task
+                );
+            }
             if let Some(ratio) = t.heap_ratio() {
                 assert!(ratio <= 1.5, "{at}: heap reserved/high-water {ratio:.2}");
             }

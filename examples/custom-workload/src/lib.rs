@@ -8,7 +8,8 @@
 //!   in two kernel tasks with an intermediate tensor on the chip's heap (ring 0);
 //! - scene `cw_axpy` (level 2): the chip job against a golden computed on the host;
 //! - scene `cw_fanout` (level 3): one large `big` job on chip 0 and `small0`, `small1`, … on
-//!   chip 1, each task sized by the case's `config.tasks.<label>` block.
+//!   chip 1, each task sized by the case's `config.tasks` blocks (`tasks.small` for every
+//!   small job, a `tasks.small2` block layered on it for small2 alone).
 
 use anyhow::Context as _;
 use pto_chip::kernel::{CoreType, KernelCtx};
@@ -139,6 +140,13 @@ static FANOUT_PARAMS: &[Param] = &[
         "elements of each small job's vectors",
     ),
     Param::new("smalls", 1, 8, 2, "small jobs, labelled small0, small1, …"),
+    Param::new(
+        "pause_ms",
+        0,
+        10_000,
+        0,
+        "ms the orchestration waits after submitting the big job",
+    ),
 ];
 
 static FANOUT_LABELS: &[Label] = &[
@@ -176,6 +184,7 @@ impl Scene for CwFanout {
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
         let (big_n, small_n): (usize, usize) = (case.param("big_n")?, case.param("small_n")?);
         let smalls: usize = case.param("smalls")?;
+        let pause = std::time::Duration::from_millis(case.param("pause_ms")?);
         // Two 1-cluster chips with 4 GiB of device memory each (arenas are committed lazily).
         let w = case
             .worker_builder(2, 0)
@@ -207,7 +216,12 @@ impl Scene for CwFanout {
                     .output_existing(&b.out.1)
                     .scalar(ALPHA)
                     .label(label);
+                // A failed run makes the next submit return `RunFailed`, which `?` passes
+                // up; the run still comes back as that run's failure, with every row.
                 orch.submit_next_level(&job, args, &configs[i], *chip)?;
+                if i == 0 {
+                    std::thread::sleep(pause);
+                }
             }
             Ok(())
         })?;

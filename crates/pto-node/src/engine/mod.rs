@@ -571,6 +571,13 @@ impl EngineState {
         self.runs.iter().find(|r| r.id == run_id)?.error()
     }
 
+    /// Whether a task of the run has already failed (or the run was cancelled).
+    pub(crate) fn run_has_failed(&self, run_id: u64) -> bool {
+        self.runs
+            .iter()
+            .any(|r| r.id == run_id && r.first_error.is_some())
+    }
+
     /// Entries of a run's TensorMap (diagnostics and tests).
     pub(crate) fn tensormap_len(&self, run_id: u64) -> usize {
         self.runs

@@ -10,6 +10,7 @@ use pto_types::{CallConfig, DType, ErrorCode, TaskArgs, Tensor};
 
 use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS};
 use crate::config_block::SceneLevel;
+use crate::figures::CaseFigures;
 use crate::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::labels::Label;
 use crate::params::Param;
@@ -190,40 +191,35 @@ impl Scene for HeterogeneousFanout {
     /// device memory it reserved, its heaps reserved against their high-water (on rings with
     /// heap traffic), and how much more memory each way needs than the leanest.
     fn summary(&self, cases: &[(String, CaseResult)]) -> Vec<String> {
-        let ways: Vec<(&str, u64, u64, u64)> = cases
+        let ways: Vec<(&str, CaseFigures)> = cases
             .iter()
             .filter(|(_, r)| r.passed() && r.rows.iter().all(|row| row.error.is_none()))
-            .map(|(name, r)| {
-                let (heap, high) = r
-                    .rows
-                    .iter()
-                    .filter_map(crate::scene::TaskRow::heap_fit)
-                    .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
-                (name.as_str(), r.reserved_per_chip.iter().sum(), heap, high)
-            })
+            .map(|(name, r)| (name.as_str(), CaseFigures::of(r)))
             .collect();
-        let Some(&(best_name, best, _, _)) = ways.iter().min_by_key(|w| w.1) else {
+        let Some((best_name, best)) = ways.iter().min_by_key(|w| w.1.device_memory()) else {
             return Vec::new();
         };
+        let best = best.device_memory();
         let mut lines = vec![format!(
-            "{:<26} {:>16} {:>14} {:>16} {:>9}",
-            "sizing", "device memory", "heap reserved", "heap high-water", "ratio"
+            "{:<26} {:>14} {:>14} {:>16} {:>25}",
+            "sizing",
+            "device memory",
+            "heap reserved",
+            "heap high-water",
+            "heap reserved/high-water"
         )];
-        for &(name, total, heap, high) in &ways {
-            let ratio = if high > 0 {
-                format!("{:.2}", heap as f64 / high as f64)
-            } else {
-                "-".to_string()
-            };
+        for (name, f) in &ways {
             lines.push(format!(
-                "{name:<26} {:>16} {:>14} {:>16} {ratio:>9}",
-                human_bytes(total),
-                human_bytes(heap),
-                human_bytes(high)
+                "{name:<26} {:>14} {:>14} {:>16} {:>25}",
+                human_bytes(f.device_memory()),
+                human_bytes(f.heap_reserved),
+                human_bytes(f.heap_high_water),
+                f.heap_ratio_text()
             ));
         }
-        for &(name, total, _, _) in &ways {
-            let times = total as f64 / best.max(1) as f64;
+        lines.push(format!("({})", crate::figures::LEGEND));
+        for (name, f) in &ways {
+            let times = f.device_memory() as f64 / best.max(1) as f64;
             if name != best_name && times >= 1.05 {
                 lines.push(format!(
                     "{name} needs {times:.2}x the device memory of {best_name} for identical results"

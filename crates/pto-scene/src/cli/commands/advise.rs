@@ -3,8 +3,8 @@
 
 use crate::SceneFile;
 use crate::advice::{
-    KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs, render_toml,
-    write_case,
+    AdviceTarget, KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs,
+    render_toml, write_case,
 };
 use crate::params::cut;
 use pto_chip::advise::{AdviseFormat, Headroom};
@@ -22,7 +22,15 @@ pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
     };
     let files = find_stats(&args.paths).map_err(InputError)?;
     let runs = load_runs(&files).map_err(InputError)?;
-    let groups = advise_by_key(&runs, scene.as_ref().map(|f| f.scene), headroom);
+    let case = match (&scene, &args.case) {
+        (Some(file), Some(name)) => Some(case_config(file, name)?),
+        _ => None,
+    };
+    let target = AdviceTarget {
+        scene: scene.as_ref().map(|f| f.scene),
+        case,
+    };
+    let groups = advise_by_key(&runs, target, headroom);
     for g in &groups {
         let who = match &g.key {
             Some(k) => format!("label {k}"),
@@ -39,6 +47,18 @@ pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// The config block of case `name` of `file`.
+fn case_config<'f>(file: &'f SceneFile, name: &str) -> Result<&'f crate::CaseConfig, InputError> {
+    match file.cases.iter().find(|c| c.name == name) {
+        Some(c) => Ok(&c.config),
+        None => Err(InputError(format!(
+            "{}: no case named {:?}",
+            file.path.display(),
+            cut(name)
+        ))),
+    }
+}
+
 /// The advised case of `--scene`/`--case`, printed and, with `--write`, put into the file.
 fn scene_case(
     file: &SceneFile,
@@ -50,13 +70,6 @@ fn scene_case(
         return Err(InputError(
             "--scene prints a scene case, which is TOML: drop --format".to_string(),
         ));
-    }
-    if !file.cases.iter().any(|c| c.name == case) {
-        return Err(InputError(format!(
-            "{}: no case named {:?}",
-            file.path.display(),
-            cut(case)
-        )));
     }
     let text = crate::file::read_text(&file.path, crate::file::MAX_FILE_BYTES)
         .map_err(|e| InputError(format!("{}: {e}", file.path.display())))?;

@@ -13,7 +13,8 @@ use crate::cli::args::ResolveArgs;
 use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
-    let config = call_config(args)?;
+    let block = config_block(args)?;
+    let config = call_config(args, block.as_ref())?;
     let env = if args.env.is_empty() {
         EnvSource::process()
     } else {
@@ -25,11 +26,15 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
         strict_env: args.strict_env,
         device_memory: args.device_memory,
     };
-    let report = SizingReport::build(&request).map_err(|e| match e {
+    let mut report = SizingReport::build(&request).map_err(|e| match e {
         SizingReportError::InvalidConfig(_)
         | SizingReportError::Env(_)
         | SizingReportError::Sizing(_) => InputError(e.to_string()),
     })?;
+    if let Some(block) = &block {
+        let blocks = block.blocks_for(args.label.as_deref().unwrap_or(""), &report.sizing);
+        report = report.with_blocks(blocks);
+    }
     if args.json {
         crate::cli::print_out(&format!("{}\n", report.to_json()));
     } else {
@@ -41,16 +46,37 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-/// The base (a config file, or a scene case) with the task's label overrides, then the
-/// sizing flags' non-zero entries on top.
-fn call_config(args: &ResolveArgs) -> anyhow::Result<CallConfig> {
-    let base = match (&args.config, &args.scene, &args.case) {
-        (Some(path), _, _) => config_file_base(path, args.label.as_deref())?,
-        (None, Some(path), Some(case)) => scene_case_base(path, case, args.label.as_deref())?,
+/// The config block `--config` or `--scene`/`--case` names, if any.
+fn config_block(args: &ResolveArgs) -> anyhow::Result<Option<crate::CaseConfig>> {
+    Ok(match (&args.config, &args.scene, &args.case) {
+        (Some(path), _, _) => Some(config_file_block(path)?),
+        (None, Some(path), Some(case)) => {
+            Some(scene_case_block(path, case, args.label.as_deref())?)
+        }
         _ if args.label.is_some() => {
             return Err(InputError("--label needs --config or --scene".to_string()).into());
         }
-        _ => CallConfig::default(),
+        _ => None,
+    })
+}
+
+/// The base (a config file, or a scene case) with the task's label blocks layered on, then
+/// the sizing flags' non-zero entries on top.
+fn call_config(
+    args: &ResolveArgs,
+    block: Option<&crate::CaseConfig>,
+) -> anyhow::Result<CallConfig> {
+    let base = match block {
+        Some(block) => with_label(block, args.label.as_deref()).map_err(|e| {
+            let at = args.config.as_ref().or(args.scene.as_ref());
+            let case = args.case.as_deref().filter(|_| args.config.is_none());
+            let what = case.map_or(String::new(), |c| format!(" case {c:?}:"));
+            InputError(format!(
+                "{}:{what} {e}",
+                at.map_or(String::new(), |p| p.display().to_string())
+            ))
+        })?,
+        None => CallConfig::default(),
     };
     let mut flags = RuntimeEnv::default();
     let sizing_flags = [
@@ -104,24 +130,23 @@ fn parse_env_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputE
         .collect()
 }
 
-/// The base of a `--config` file, with `tasks.<label>` (or its family) applied.
-fn config_file_base(path: &std::path::Path, label: Option<&str>) -> Result<CallConfig, InputError> {
+/// The config block of a `--config` file.
+fn config_file_block(path: &std::path::Path) -> Result<crate::CaseConfig, InputError> {
     // The same guard as scene files: a regular file of at most 16 MiB, never a FIFO.
     let text = crate::file::read_text(path, crate::file::MAX_FILE_BYTES)
         .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
     let table: toml::Table = toml::from_str(&text)
         .map_err(|e| InputError(format!("{}: {}", path.display(), e.message())))?;
-    let block = parse_config_block(&toml::Value::Table(table), "config", SceneLevel::L3)
-        .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
-    with_label(block, label).map_err(|e| InputError(format!("{}: {e}", path.display())))
+    parse_config_block(&toml::Value::Table(table), "config", SceneLevel::L3)
+        .map_err(|e| InputError(format!("{}: {e}", path.display())))
 }
 
-/// The base of case `case` of a scene file, with the overrides that apply to `label`.
-fn scene_case_base(
+/// The config block of case `case` of a scene file (`label` checked against the scene's).
+fn scene_case_block(
     path: &std::path::Path,
     case: &str,
     label: Option<&str>,
-) -> Result<CallConfig, InputError> {
+) -> Result<crate::CaseConfig, InputError> {
     let file = SceneFile::load(path).map_err(|e| InputError(e.to_string()))?;
     let Some(c) = file.cases.iter().find(|c| c.name == case) else {
         return Err(InputError(format!(
@@ -135,27 +160,22 @@ fn scene_case_base(
         crate::labels::check_key(file.scene.name(), label, file.scene.labels())
             .map_err(|e| InputError(format!("{}: --label {}: {e}", path.display(), cut(label))))?;
     }
-    with_label(c.config.clone(), label)
-        .map_err(|e| InputError(format!("{}: case {case:?}: {e}", path.display())))
+    Ok(c.config.clone())
 }
 
-/// `block`'s base config, derived with the `tasks` key that applies to `label` (none applies:
-/// the base itself, as for a task of that label in a run).
-fn with_label(block: crate::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
-    let base = block.base_call_config();
+/// `block`'s base config with the `tasks` blocks that apply to `label` layered on (none
+/// applies: the base itself, as for a task of that label in a run).
+fn with_label(block: &crate::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
     let Some(label) = label else {
-        return Ok(base);
+        return Ok(block.base_call_config());
     };
-    match crate::labels::config_key(label, block.tasks.keys()) {
-        Some(key) => base
-            .derive(&block.tasks[key])
-            .map_err(|e| format!("tasks.{key}: {e}")),
-        None if block.tasks.is_empty() => Ok(base),
-        None => Err(format!(
+    if block.task_blocks(label).is_empty() && !block.tasks.is_empty() {
+        return Err(format!(
             "no tasks.{} applies to label {:?} (keys: {})",
             cut(label),
             cut(label),
             key_list(block.tasks.keys().map(String::as_str))
-        )),
+        ));
     }
+    block.config_for(label).map_err(|e| format!("tasks: {e}"))
 }
