@@ -22,6 +22,7 @@ pub mod footprint;
 pub mod kernel;
 pub mod memory;
 pub mod orch;
+pub mod plan;
 pub(crate) mod ring;
 pub mod spec;
 pub mod task_id;
@@ -30,6 +31,7 @@ pub(crate) mod tensormap;
 mod worker;
 
 pub use error::{BindError, ChipError, ChipRunError, Detector, Fatal, OrchResult, ResourceKind};
+pub use plan::{Plan, PlanError};
 /// What a chip user passes to `ChipWorker::new` and reads from a report, re-exported so that
 /// depending on `pto-chip` is enough to drive a chip.
 pub use pto_types::{EnvSnapshot, EnvSource, ResolvedSizing, SizeSource};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pto_types::ring_config::env::{EnvError, EnvSnapshot, EnvSource};
-use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing, RingDefaults, resolve};
+use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing};
 use pto_types::wait::{SpinPolicy, Waiter};
 use pto_types::{
     BufferId, BufferMemory, BufferRef, CallConfig, ErrorCode, RING_COUNT, Resource, TaskArgs,
@@ -38,6 +38,7 @@ use crate::kernel::{CoreType, KernelCtx, KernelNameError, KernelRef, register_ke
 use crate::memory::arena::{AcquireError, ArenaCache, ArenaLease, ArenaOutcome};
 use crate::memory::device::{AllocId, DeviceLedger, DeviceMemoryError, HOST_ADDR_BASE};
 use crate::orch::{OrchArgs, OrchFn, Scope, Tensor};
+use crate::plan::{Plan, PlanError};
 use crate::spec::{ChipSpec, ChipSpecError, EffectiveChipSpec};
 use crate::task_id::TaskId;
 use crate::tensor::{AddrSpace, BufferRef as DeviceBufferRef, RegionId, TensorDesc};
@@ -335,9 +336,12 @@ impl ChipWorker {
             }
             n => n,
         };
-        let sizing = resolve(&cfg.runtime_env, &self.env, &RingDefaults::BUILT_IN)
-            .map_err(|e| bind(BindError::InvalidConfig(e)))?;
-        let derived = sizing.derived().map_err(|e| bind(BindError::Sizing(e)))?;
+        let Plan {
+            sizing, derived, ..
+        } = Plan::resolve(&cfg.runtime_env, &self.env).map_err(|e| match e {
+            PlanError::Config(e) => bind(BindError::InvalidConfig(e)),
+            PlanError::Sizing(e) => bind(BindError::Sizing(e)),
+        })?;
         args.check().map_err(|e| {
             bind(BindError::InvalidArgs {
                 reason: e.to_string(),

@@ -213,8 +213,11 @@ pub(crate) mod wire {
         env_problems: Vec<String>,
     ) -> Result<ChipRunReport, String> {
         let sizing = area.sizing().map_err(|e| e.to_string())?;
-        let derived = sizing.derived().map_err(|e| e.to_string())?;
-        let footprint = pto_chip::footprint::footprint(&sizing).map_err(|e| e.to_string())?;
+        let pto_chip::Plan {
+            sizing,
+            derived,
+            footprint,
+        } = pto_chip::Plan::of(sizing).map_err(|e| e.to_string())?;
         Ok(ChipRunReport {
             chip: index,
             label,

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use pto_chip::footprint::{Footprint, footprint};
+use pto_chip::Plan;
+use pto_chip::footprint::Footprint;
 use pto_chip::{ChipRunReport, ChipSpec, ChipWorker, RingUsage, RunContext};
 use pto_node::{EndpointMode, Worker, WorkerBuilder};
 use pto_types::ring_config::env::{EnvSnapshot, EnvSource};
-use pto_types::ring_config::resolve::{ResolvedSizing, RingDefaults, resolve};
+use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource};
 
 use crate::config_block::{Block, CaseConfig, SceneLevel, SizingBlocks};
@@ -345,14 +346,16 @@ pub struct TaskSizing {
 }
 
 impl TaskSizing {
-    /// What a chip whose environment snapshot is `env` binds for `cfg`: the same `resolve`
-    /// and `footprint` calls as `ChipWorker::run`. Used for tasks without a chip report
-    /// (failed or skipped), so their rows show the sizing they tried to bind; `None` when the
-    /// config itself cannot be resolved (the row then says why in its error).
+    /// What a chip whose environment snapshot is `env` binds for `cfg` ([`Plan`], what
+    /// `ChipWorker::run` binds). Used for tasks without a chip report (failed or skipped), so
+    /// their rows show the sizing they tried to bind; `None` when the config itself cannot be
+    /// resolved (the row then says why in its error).
     pub fn resolve(cfg: &CallConfig, env: &EnvSnapshot) -> Option<TaskSizing> {
-        let sizing = resolve(&cfg.runtime_env, env, &RingDefaults::BUILT_IN).ok()?;
-        let footprint = footprint(&sizing).ok()?;
-        Some(TaskSizing { sizing, footprint })
+        let plan = Plan::resolve(&cfg.runtime_env, env).ok()?;
+        Some(TaskSizing {
+            sizing: plan.sizing,
+            footprint: plan.footprint,
+        })
     }
 
     /// What a chip report says it bound.

@@ -7,14 +7,13 @@
 
 use std::fmt::Write as _;
 
-use pto_chip::footprint::{Footprint, footprint};
+use pto_chip::footprint::Footprint;
 use pto_types::ring_config::env::{EnvError, EnvSnapshot, EnvSource};
-use pto_types::ring_config::resolve::{
-    DerivedCapacities, ResolvedSizing, RingDefaults, SizingError, resolve,
-};
+use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing, SizingError};
 use pto_types::{CallConfig, ConfigError, RING_COUNT, Resource};
 
 use crate::config_block::SizingBlocks;
+use pto_chip::{Plan, PlanError};
 use serde_json::{Value, json};
 
 /// What to resolve.
@@ -60,13 +59,14 @@ impl SizingReport {
     pub fn build(request: &SizingRequest) -> Result<SizingReport, SizingReportError> {
         request.config.validate()?;
         let snapshot = EnvSnapshot::take(&request.env, request.strict_env)?;
-        let sizing = resolve(
-            &request.config.runtime_env,
-            &snapshot,
-            &RingDefaults::BUILT_IN,
-        )?;
-        let derived = sizing.derived()?;
-        let footprint = footprint(&sizing)?;
+        let Plan {
+            sizing,
+            derived,
+            footprint,
+        } = Plan::resolve(&request.config.runtime_env, &snapshot).map_err(|e| match e {
+            PlanError::Config(e) => SizingReportError::InvalidConfig(e),
+            PlanError::Sizing(e) => SizingReportError::Sizing(e),
+        })?;
         Ok(SizingReport {
             sizing,
             problems: snapshot.problems.iter().map(|p| p.to_string()).collect(),
