@@ -5,13 +5,10 @@
 //! pto advise <scope_stats.jsonl> [--headroom H] [--format toml|env|json]
 //! ```
 //!
-//! [`ScopeStats::parse`] reads a `scope_stats.jsonl` file: line 1 is the metadata record
-//! (`schema` `"pto.scope_stats"`, `version` 1, `fatal`, the effective capacities
-//! `task_window_max` / `heap_max` / `dep_pool_max` and their `*_source` arrays, and `error`, null
-//! or the failed run's `{code, name, ring, resource, requested, used, recommended_min}`); every
-//! further line is one scope sample with `phase` (`begin` / `end`), `ring` and `depth`, and on end
-//! records the peaks `task_window_peak`, `heap_peak`, `heap_largest_alloc`, `dep_pool_peak` and
-//! `spill_peak`. Malformed input is an error naming the line and the field; parsing never panics.
+//! [`ScopeStats::parse`] reads a `scope_stats.jsonl` file with the one reader of the format,
+//! [`crate::diag::scope_stats::read`] (the metadata record's capacities, their sources and the
+//! failed run's `error`; the peaks of every end record), and keeps what advice needs. Malformed
+//! input is a [`ScopeStatsError`] naming the line and the field; parsing never panics.
 //!
 //! [`advise`] takes, per ring, the maximum of each peak over all end records and recommends, with
 //! headroom `H` (a fraction, default 0.25; [`Headroom::parse`] also accepts `25%`):
@@ -57,13 +54,10 @@ use pto_types::ring_config::resolve::{Resolved, SizeSource};
 use pto_types::{RING_COUNT, Resource, RuntimeEnv};
 use serde_json::{Map, Value, json};
 
+use crate::diag::scope_stats::{self, Meta, Peaks, Samples};
+pub use crate::diag::scope_stats::{MetaError, ScopeStatsError};
 use crate::error::ResourceKind;
 use crate::footprint::{DEP_ENTRY, DESC, FANIN_ENTRY, PAYLOAD, SLOT};
-
-/// The `schema` of the metadata line.
-pub const SCHEMA: &str = "pto.scope_stats";
-/// The only `version` this reader understands.
-pub const VERSION: u64 = 1;
 
 /// The largest heap value TOML can carry (TOML integers are signed 64-bit), kept 64-aligned.
 const MAX_TOML_HEAP: u64 = (i64::MAX as u64) & !63;
@@ -176,42 +170,10 @@ impl fmt::Display for Headroom {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parsed scope stats
+// Scope stats summary
 // ---------------------------------------------------------------------------------------------
 
-/// A malformed `scope_stats.jsonl`: the 1-based line, the field (if one is at fault) and what
-/// is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScopeStatsError {
-    pub line: usize,
-    pub field: Option<String>,
-    pub problem: String,
-}
-
-impl fmt::Display for ScopeStatsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.field {
-            Some(field) => write!(f, "line {}: {field}: {}", self.line, self.problem),
-            None => write!(f, "line {}: {}", self.line, self.problem),
-        }
-    }
-}
-
-impl std::error::Error for ScopeStatsError {}
-
-/// The failed run's error record from the metadata line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatsRunError {
-    pub code: u64,
-    pub name: String,
-    pub ring: Option<usize>,
-    pub resource: Option<ResourceKind>,
-    pub requested: Option<u64>,
-    pub used: Option<u64>,
-    pub recommended_min: Option<u64>,
-}
-
-/// The per-ring maxima of the end-record peak fields.
+/// The per-ring maxima of the end-record peaks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RingPeaks {
     /// End records seen for this ring (0 = no samples).
@@ -234,13 +196,15 @@ impl RingPeaks {
         self.spill_peak = self.spill_peak.max(other.spill_peak);
     }
 
-    fn absorb(&mut self, end: &RingPeaks) {
-        self.end_records += 1;
-        self.task_window_peak = self.task_window_peak.max(end.task_window_peak);
-        self.heap_peak = self.heap_peak.max(end.heap_peak);
-        self.heap_largest_alloc = self.heap_largest_alloc.max(end.heap_largest_alloc);
-        self.dep_pool_peak = self.dep_pool_peak.max(end.dep_pool_peak);
-        self.spill_peak = self.spill_peak.max(end.spill_peak);
+    fn absorb(&mut self, end: &Peaks) {
+        self.merge(&RingPeaks {
+            end_records: 1,
+            task_window_peak: end.task_window,
+            heap_peak: end.heap,
+            heap_largest_alloc: end.heap_largest_alloc,
+            dep_pool_peak: end.dep_pool,
+            spill_peak: end.spill,
+        });
     }
 
     /// The quantity the recommendation for `resource` scales by the headroom.
@@ -253,7 +217,7 @@ impl RingPeaks {
     }
 }
 
-/// A parsed `scope_stats.jsonl`.
+/// What `pto advise` needs of a `scope_stats.jsonl`: its metadata and per-ring peaks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScopeStats {
     pub fatal: bool,
@@ -261,7 +225,7 @@ pub struct ScopeStats {
     pub dropped: u64,
     /// Effective capacities and their sources, per resource (in [`Resource::ALL`] order).
     pub capacity: [[Resolved; RING_COUNT]; 3],
-    pub error: Option<StatsRunError>,
+    pub error: Option<MetaError>,
     /// The task's label (the metadata's `label`), if it had one.
     pub label: Option<String>,
     /// Per-ring maxima over all end records.
@@ -271,34 +235,33 @@ pub struct ScopeStats {
 }
 
 impl ScopeStats {
-    /// Parses the bytes of a file; invalid UTF-8 is reported with its line.
+    /// Reads the bytes of a file ([`scope_stats::read_bytes`]).
     pub fn parse_bytes(bytes: &[u8]) -> Result<ScopeStats, ScopeStatsError> {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => ScopeStats::parse(text),
-            Err(e) => {
-                let before = &bytes[..e.valid_up_to()];
-                let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
-                Err(problem(line, None, "not valid UTF-8"))
-            }
-        }
+        let (meta, samples) = scope_stats::read_bytes(bytes)?;
+        ScopeStats::summarize(meta, samples)
     }
 
-    /// Parses the text of a file. Blank lines are skipped; line numbers count them.
+    /// Reads the text of a file ([`scope_stats::read`]).
     pub fn parse(text: &str) -> Result<ScopeStats, ScopeStatsError> {
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| (i + 1, l))
-            .filter(|(_, l)| !l.trim().is_empty());
-        let Some((first, meta_line)) = lines.next() else {
-            return Err(problem(1, None, "empty file: expected the metadata record"));
+        let (meta, samples) = scope_stats::read(text)?;
+        ScopeStats::summarize(meta, samples)
+    }
+
+    fn summarize(meta: Meta, samples: Samples<'_>) -> Result<ScopeStats, ScopeStatsError> {
+        let mut stats = ScopeStats {
+            fatal: meta.fatal,
+            dropped: meta.dropped,
+            capacity: Resource::ALL.map(|r| std::array::from_fn(|ring| meta.capacity(r, ring))),
+            error: meta.error,
+            label: meta.label,
+            rings: [RingPeaks::default(); RING_COUNT],
+            samples: 0,
         };
-        let mut stats = parse_metadata(first, &object(first, meta_line)?)?;
-        for (line, text) in lines {
-            let sample = parse_sample(line, &object(line, text)?)?;
+        for sample in samples {
+            let sample = sample?;
             stats.samples += 1;
-            if let Sample::End { ring, peaks } = sample {
-                stats.rings[ring].absorb(&peaks);
+            if let Some(peaks) = sample.end_peaks() {
+                stats.rings[sample.ring].absorb(&peaks);
             }
         }
         Ok(stats)
@@ -316,358 +279,6 @@ fn resource_index(resource: Resource) -> usize {
         Resource::Heap => 1,
         Resource::DepPool => 2,
     }
-}
-
-fn problem(line: usize, field: Option<&str>, text: impl Into<String>) -> ScopeStatsError {
-    ScopeStatsError {
-        line,
-        field: field.map(str::to_string),
-        problem: text.into(),
-    }
-}
-
-type Obj = Map<String, Value>;
-
-fn object(line: usize, text: &str) -> Result<Obj, ScopeStatsError> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(problem(
-            line,
-            None,
-            format!("expected a JSON object, found {}", describe(&other)),
-        )),
-        Err(e) => Err(problem(line, None, format!("not valid JSON: {e}"))),
-    }
-}
-
-/// A short description of a JSON value for messages.
-fn describe(value: &Value) -> String {
-    let kind = match value {
-        Value::Null => return "null".to_string(),
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    };
-    let mut text = value.to_string();
-    if text.len() > 40 {
-        let cut = (0..=37)
-            .rev()
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(0);
-        text.truncate(cut);
-        text.push_str("...");
-    }
-    format!("{kind} {text}")
-}
-
-fn field<'a>(obj: &'a Obj, line: usize, name: &str) -> Result<&'a Value, ScopeStatsError> {
-    obj.get(name)
-        .ok_or_else(|| problem(line, Some(name), "missing field"))
-}
-
-fn as_uint(value: &Value, line: usize, name: &str) -> Result<u64, ScopeStatsError> {
-    value.as_u64().ok_or_else(|| {
-        problem(
-            line,
-            Some(name),
-            format!("expected a non-negative integer, found {}", describe(value)),
-        )
-    })
-}
-
-fn uint(obj: &Obj, line: usize, name: &str) -> Result<u64, ScopeStatsError> {
-    as_uint(field(obj, line, name)?, line, name)
-}
-
-/// An integer field that may be absent or null.
-fn opt_uint(
-    obj: &Obj,
-    line: usize,
-    name: &str,
-    path: &str,
-) -> Result<Option<u64>, ScopeStatsError> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => as_uint(v, line, path).map(Some),
-    }
-}
-
-fn string<'a>(obj: &'a Obj, line: usize, name: &str) -> Result<&'a str, ScopeStatsError> {
-    let value = field(obj, line, name)?;
-    value.as_str().ok_or_else(|| {
-        problem(
-            line,
-            Some(name),
-            format!("expected a string, found {}", describe(value)),
-        )
-    })
-}
-
-fn list4<'a>(obj: &'a Obj, line: usize, name: &str) -> Result<&'a [Value], ScopeStatsError> {
-    let value = field(obj, line, name)?;
-    match value.as_array() {
-        Some(items) if items.len() == RING_COUNT => Ok(items),
-        Some(items) => Err(problem(
-            line,
-            Some(name),
-            format!("expected 4 entries (one per ring), found {}", items.len()),
-        )),
-        None => Err(problem(
-            line,
-            Some(name),
-            format!("expected a list of 4, found {}", describe(value)),
-        )),
-    }
-}
-
-fn parse_source(value: &Value, line: usize, path: &str) -> Result<SizeSource, ScopeStatsError> {
-    match value.as_str() {
-        Some("call_config") => Ok(SizeSource::CallConfig),
-        Some("env") => Ok(SizeSource::Env),
-        Some("default") => Ok(SizeSource::Default),
-        _ => Err(problem(
-            line,
-            Some(path),
-            format!(
-                "expected \"call_config\", \"env\" or \"default\", found {}",
-                describe(value)
-            ),
-        )),
-    }
-}
-
-/// `<short>_max` and `<short>_source` of one resource, each value checked against its rule.
-fn capacities(
-    obj: &Obj,
-    line: usize,
-    resource: Resource,
-) -> Result<[Resolved; RING_COUNT], ScopeStatsError> {
-    let max_name = format!("{}_max", resource.short_name());
-    let source_name = format!("{}_source", resource.short_name());
-    let values = list4(obj, line, &max_name)?;
-    let sources = list4(obj, line, &source_name)?;
-    let mut out = [Resolved {
-        value: 0,
-        source: SizeSource::Default,
-    }; RING_COUNT];
-    for (ring, slot) in out.iter_mut().enumerate() {
-        let path = format!("{max_name}[{ring}]");
-        let value = as_uint(&values[ring], line, &path)?;
-        if resource.check(value).is_err() {
-            return Err(problem(
-                line,
-                Some(&path),
-                format!("{value} {}", resource.rule_text()),
-            ));
-        }
-        let source = parse_source(&sources[ring], line, &format!("{source_name}[{ring}]"))?;
-        *slot = Resolved { value, source };
-    }
-    Ok(out)
-}
-
-fn parse_metadata(line: usize, obj: &Obj) -> Result<ScopeStats, ScopeStatsError> {
-    let Some(schema) = obj.get("schema") else {
-        return Err(problem(
-            line,
-            Some("schema"),
-            "missing field (line 1 must be the metadata record)",
-        ));
-    };
-    if schema.as_str() != Some(SCHEMA) {
-        return Err(problem(
-            line,
-            Some("schema"),
-            format!("expected \"{SCHEMA}\", found {}", describe(schema)),
-        ));
-    }
-    let version = uint(obj, line, "version")?;
-    if version != VERSION {
-        return Err(problem(
-            line,
-            Some("version"),
-            format!("unsupported version {version} (this pto reads version {VERSION})"),
-        ));
-    }
-    let fatal_value = field(obj, line, "fatal")?;
-    let fatal = fatal_value.as_bool().ok_or_else(|| {
-        problem(
-            line,
-            Some("fatal"),
-            format!("expected true or false, found {}", describe(fatal_value)),
-        )
-    })?;
-    let dropped = opt_uint(obj, line, "dropped", "dropped")?.unwrap_or(0);
-    let capacity = [
-        capacities(obj, line, Resource::TaskWindow)?,
-        capacities(obj, line, Resource::Heap)?,
-        capacities(obj, line, Resource::DepPool)?,
-    ];
-    let error = match obj.get("error") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(err)) => Some(parse_run_error(line, err)?),
-        Some(other) => {
-            return Err(problem(
-                line,
-                Some("error"),
-                format!("expected null or an object, found {}", describe(other)),
-            ));
-        }
-    };
-    let label = match obj.get("label") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => {
-            return Err(problem(
-                line,
-                Some("label"),
-                format!("expected null or a string, found {}", describe(other)),
-            ));
-        }
-    };
-    Ok(ScopeStats {
-        fatal,
-        dropped,
-        capacity,
-        error,
-        label,
-        rings: [RingPeaks::default(); RING_COUNT],
-        samples: 0,
-    })
-}
-
-fn parse_resource_kind(
-    value: &Value,
-    line: usize,
-) -> Result<Option<ResourceKind>, ScopeStatsError> {
-    let kind = match value {
-        Value::Null => return Ok(None),
-        Value::String(s) => match s.as_str() {
-            "task_window" => ResourceKind::TaskWindow,
-            "heap" => ResourceKind::Heap,
-            "dep_list" => ResourceKind::DepList,
-            "fanin_spill" => ResourceKind::FaninSpill,
-            "tensormap" => ResourceKind::TensorMap,
-            "cores" => ResourceKind::Cores,
-            _ => return Err(unknown_resource(value, line)),
-        },
-        _ => return Err(unknown_resource(value, line)),
-    };
-    Ok(Some(kind))
-}
-
-fn unknown_resource(value: &Value, line: usize) -> ScopeStatsError {
-    problem(
-        line,
-        Some("error.resource"),
-        format!(
-            "expected one of \"task_window\", \"heap\", \"dep_list\", \"fanin_spill\", \"tensormap\", \"cores\" or null, found {}",
-            describe(value)
-        ),
-    )
-}
-
-fn parse_run_error(line: usize, err: &Obj) -> Result<StatsRunError, ScopeStatsError> {
-    let code = as_uint(
-        field(err, line, "code").map_err(|e| renamed(e, "error.code"))?,
-        line,
-        "error.code",
-    )?;
-    let name_value = field(err, line, "name").map_err(|e| renamed(e, "error.name"))?;
-    let name = name_value
-        .as_str()
-        .ok_or_else(|| {
-            problem(
-                line,
-                Some("error.name"),
-                format!("expected a string, found {}", describe(name_value)),
-            )
-        })?
-        .to_string();
-    let ring = match opt_uint(err, line, "ring", "error.ring")? {
-        Some(r) if r >= RING_COUNT as u64 => {
-            return Err(problem(
-                line,
-                Some("error.ring"),
-                format!("{r} is not a ring (0 to 3)"),
-            ));
-        }
-        r => r.map(|r| r as usize),
-    };
-    let resource = parse_resource_kind(err.get("resource").unwrap_or(&Value::Null), line)?;
-    Ok(StatsRunError {
-        code,
-        name,
-        ring,
-        resource,
-        requested: opt_uint(err, line, "requested", "error.requested")?,
-        used: opt_uint(err, line, "used", "error.used")?,
-        recommended_min: opt_uint(err, line, "recommended_min", "error.recommended_min")?,
-    })
-}
-
-fn renamed(mut e: ScopeStatsError, path: &str) -> ScopeStatsError {
-    e.field = Some(path.to_string());
-    e
-}
-
-enum Sample {
-    Begin,
-    End { ring: usize, peaks: RingPeaks },
-}
-
-fn parse_sample(line: usize, obj: &Obj) -> Result<Sample, ScopeStatsError> {
-    if obj.contains_key("schema") {
-        return Err(problem(
-            line,
-            Some("schema"),
-            "a second metadata record (only line 1 may be metadata)",
-        ));
-    }
-    let phase = string(obj, line, "phase")?;
-    let ring = uint(obj, line, "ring")?;
-    if ring >= RING_COUNT as u64 {
-        return Err(problem(
-            line,
-            Some("ring"),
-            format!("{ring} is not a ring (0 to 3)"),
-        ));
-    }
-    let depth = uint(obj, line, "depth")?;
-    let ring = ring as usize;
-    if ring != pto_types::ring_config::ring_for_depth(usize::try_from(depth).unwrap_or(usize::MAX))
-    {
-        return Err(problem(
-            line,
-            Some("ring"),
-            format!("ring {ring} does not match depth {depth} (ring = min(depth, 3))"),
-        ));
-    }
-    match phase {
-        "begin" => Ok(Sample::Begin),
-        "end" => Ok(Sample::End {
-            ring,
-            peaks: end_peaks(line, obj)?,
-        }),
-        other => Err(problem(
-            line,
-            Some("phase"),
-            format!("expected \"begin\" or \"end\", found {other:?}"),
-        )),
-    }
-}
-
-fn end_peaks(line: usize, obj: &Obj) -> Result<RingPeaks, ScopeStatsError> {
-    Ok(RingPeaks {
-        end_records: 1,
-        task_window_peak: uint(obj, line, "task_window_peak")?,
-        heap_peak: uint(obj, line, "heap_peak")?,
-        heap_largest_alloc: uint(obj, line, "heap_largest_alloc")?,
-        dep_pool_peak: uint(obj, line, "dep_pool_peak")?,
-        spill_peak: uint(obj, line, "spill_peak")?,
-    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -831,7 +442,7 @@ fn ring_advice(runs: &[ScopeStats], ring: usize, headroom: Headroom, failed: boo
     }
 }
 
-fn apply_run_error(advice: &mut Advice, err: &StatsRunError) {
+fn apply_run_error(advice: &mut Advice, err: &MetaError) {
     let what = format!("the run failed with {} ({})", err.name, err.code);
     let target = err.resource.and_then(ResourceKind::ring_resource);
     let (Some(resource), Some(ring), Some(min)) = (target, err.ring, err.recommended_min) else {
@@ -1122,8 +733,11 @@ mod tests {
 
     #[test]
     fn peaks_are_maxima_over_end_records() {
-        let extra = r#"{"phase":"end","depth":5,"ring":3,"task_window_peak":9,"heap_peak":10,"heap_largest_alloc":2000,"dep_pool_peak":1,"spill_peak":7}
-{"phase":"end","depth":3,"ring":3,"task_window_peak":3,"heap_peak":5000,"heap_largest_alloc":64,"dep_pool_peak":2,"spill_peak":0}"#;
+        let counters = r#""task_window_start":0,"task_window_end":0,"heap_start":0,"heap_end":0,"dep_pool_start":1,"dep_pool_end":1,"tensormap":0"#;
+        let extra = format!(
+            r#"{{"seq":5,"site":"a.rs:9","phase":"end","depth":5,"ring":3,{counters},"task_window_peak":9,"heap_peak":10,"heap_largest_alloc":2000,"dep_pool_peak":1,"spill_peak":7,"t_us":230.0}}
+{{"seq":6,"site":"a.rs:8","phase":"end","depth":3,"ring":3,{counters},"task_window_peak":3,"heap_peak":5000,"heap_largest_alloc":64,"dep_pool_peak":2,"spill_peak":0,"t_us":231.0}}"#
+        );
         let stats = ScopeStats::parse(&format!("{ST1}{extra}\n")).unwrap();
         let p = stats.rings[3];
         assert_eq!(

@@ -9,6 +9,7 @@ use std::fmt;
 
 use pto_types::ring_config::resolve::{Resolved, SizeSource, SizingError};
 use pto_types::{ConfigError, ErrorCode, Resource};
+use serde::{Deserialize, Serialize};
 
 use crate::task_id::TaskId;
 
@@ -39,13 +40,15 @@ impl Detector {
     }
 }
 
-/// The exhausted resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The exhausted resource. The serde names are those of scope-stats error records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ResourceKind {
     TaskWindow,
     Heap,
     DepList,
     FaninSpill,
+    #[serde(rename = "tensormap")]
     TensorMap,
     Cores,
 }

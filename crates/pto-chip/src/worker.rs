@@ -23,7 +23,7 @@ use pto_types::{
 };
 
 use crate::callable::{ChipCallable, find_chip_callable};
-use crate::diag::scope_stats::Metadata;
+use crate::diag::scope_stats::RunInfo;
 use crate::diag::{diagnostics_dir, write_file};
 use crate::engine::ChipShared;
 use crate::engine::core::panic_message;
@@ -495,7 +495,7 @@ impl ChipWorker {
             ),
         };
         if let Some(stats) = core.scope_stats.take() {
-            let meta = Metadata {
+            let run_info = RunInfo {
                 sizing,
                 label: ctx.label.as_deref(),
                 clusters: self.spec.clusters,
@@ -504,7 +504,7 @@ impl ChipWorker {
                 total: core.published,
                 error,
             };
-            write("scope_stats", "scope_stats.jsonl", stats.render(&meta));
+            write("scope_stats", "scope_stats.jsonl", stats.render(&run_info));
         }
         let deps = core.deps.take();
         if let (Some(graph), true) = (&deps, cfg.enable_dep_gen) {

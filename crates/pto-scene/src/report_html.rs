@@ -14,8 +14,8 @@ use std::fs::File;
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 
+use pto_chip::diag::scope_stats::{Meta, Sample};
 use pto_types::{RING_COUNT, Resource};
-use serde_json::Value;
 
 use pto_node::EndpointMode;
 
@@ -24,13 +24,7 @@ use crate::runner::{CaseReport, RunOptions, case_footer};
 use crate::scene::{CaseResult, TaskRow};
 use crate::sizing_report::human_bytes;
 
-/// The resources in chart order, with the scope-stats field prefix of each.
-const RESOURCES: [(Resource, &str); 3] = [
-    (Resource::TaskWindow, "task_window"),
-    (Resource::Heap, "heap"),
-    (Resource::DepPool, "dep_pool"),
-];
-/// Colours of the three resources (bars and lines).
+/// Colours of the three resources (bars and lines), in [`Resource::ALL`] order.
 const COLOURS: [&str; 3] = ["#2b6cb0", "#c05621", "#2f855a"];
 /// Most bytes of a scope-stats file read (the chip keeps at most 2^20 samples of ~400 bytes).
 const MAX_STATS_BYTES: u64 = 1 << 30;
@@ -188,7 +182,7 @@ fn render_sizing(out: &mut String, row: &TaskRow) {
     );
     for ring in 0..RING_COUNT {
         let _ = write!(out, "<tr><td>{ring}</td>");
-        for (resource, _) in RESOURCES {
+        for resource in Resource::ALL {
             let v = sizing.at(resource, ring);
             let shown = match resource {
                 Resource::Heap => human_bytes(v.value),
@@ -226,15 +220,15 @@ fn render_bars(out: &mut String, row: &TaskRow, stats: Option<&ScopeSeries>) {
             (None, None) => None,
         }
     };
-    let height = RESOURCES.len() * RING_COUNT * 18 + 4;
+    let height = Resource::ALL.len() * RING_COUNT * 18 + 4;
     let _ = writeln!(
         out,
         "<svg class=\"bars\" width=\"760\" height=\"{height}\" role=\"img\">"
     );
-    for (k, (resource, _)) in RESOURCES.iter().enumerate() {
+    for (k, resource) in Resource::ALL.into_iter().enumerate() {
         for ring in 0..RING_COUNT {
             let y = (k * RING_COUNT + ring) * 18 + 2;
-            let capacity = sizing.at(*resource, ring).value;
+            let capacity = sizing.at(resource, ring).value;
             out.push_str(&bar(k, ring, y, capacity, peak(k, ring)));
         }
     }
@@ -245,7 +239,8 @@ fn render_bars(out: &mut String, row: &TaskRow, stats: Option<&ScopeSeries>) {
 /// (at least a pixel when it is not zero, so any use shows).
 fn bar(k: usize, ring: usize, y: usize, capacity: u64, high: Option<u64>) -> String {
     const W: f64 = 360.0;
-    let (resource, name) = RESOURCES[k];
+    let resource = Resource::ALL[k];
+    let name = resource.short_name();
     let fraction = high.map_or(0.0, |h| h as f64 / capacity.max(1) as f64);
     let mut filled = (fraction.min(1.0) * W).round();
     if high.is_some_and(|h| h > 0) {
@@ -341,7 +336,7 @@ fn occupancy_chart(series: &ScopeSeries, ring: usize) -> String {
     );
     svg.push_str(&log_axis(LEFT, W, base, H));
     let mut legend = Vec::new();
-    for (k, (resource, name)) in RESOURCES.iter().enumerate() {
+    for (k, resource) in Resource::ALL.into_iter().enumerate() {
         let capacity = series.capacity[k][ring];
         let points: Vec<(f64, f64)> = series.samples[ring]
             .iter()
@@ -362,7 +357,8 @@ fn occupancy_chart(series: &ScopeSeries, ring: usize) -> String {
             _ => v.to_string(),
         };
         legend.push(format!(
-            "{name} max {} of {}",
+            "{} max {} of {}",
+            resource.short_name(),
             fmt(most.unwrap_or(0)),
             fmt(capacity)
         ));
@@ -401,13 +397,14 @@ pub struct ScopeSeries {
     /// `[ring][resource]` peaks of the end records.
     pub peaks: [[u64; 3]; RING_COUNT],
     pub t_max: f64,
-    /// Lines that were not JSON objects of the expected shape.
+    /// Sample lines the format's reader rejected.
     pub skipped: usize,
 }
 
 impl ScopeSeries {
-    /// Reads a `scope_stats.jsonl`: a metadata line, then one sample per line. Only a regular
-    /// file is read, at most `MAX_STATS_BYTES`; bad sample lines are counted, not fatal.
+    /// Reads a `scope_stats.jsonl` line by line with the format's reader: a metadata record it
+    /// cannot read is an error, a sample it cannot read is counted and skipped. Only a regular
+    /// file is read, at most `MAX_STATS_BYTES`.
     pub fn read(path: &Path) -> Result<ScopeSeries, String> {
         let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
         if !meta.is_file() {
@@ -419,15 +416,15 @@ impl ScopeSeries {
             .next()
             .ok_or_else(|| format!("{}: empty", path.display()))?
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut series = ScopeSeries::from_metadata(&first)
-            .ok_or_else(|| format!("{}: line 1 is not scope-stats metadata", path.display()))?;
-        for line in lines {
-            match line
-                .ok()
-                .and_then(|l| serde_json::from_str::<Value>(&l).ok())
-            {
-                Some(v) if series.add(&v) => {}
-                _ => series.skipped += 1,
+        let meta = Meta::from_line(1, &first).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut series = ScopeSeries {
+            capacity: Resource::ALL.map(|r| meta.max(r)),
+            ..ScopeSeries::default()
+        };
+        for (i, line) in lines.enumerate() {
+            match line.ok().and_then(|l| Sample::from_line(i + 2, &l).ok()) {
+                Some(sample) => series.add(&sample),
+                None => series.skipped += 1,
             }
         }
         for ring in series.samples.iter_mut() {
@@ -436,48 +433,16 @@ impl ScopeSeries {
         Ok(series)
     }
 
-    fn from_metadata(line: &str) -> Option<ScopeSeries> {
-        let v: Value = serde_json::from_str(line).ok()?;
-        if v["schema"] != "pto.scope_stats" {
-            return None;
-        }
-        let mut series = ScopeSeries::default();
-        for (k, (_, name)) in RESOURCES.iter().enumerate() {
-            let values = v[format!("{name}_max")].as_array()?;
-            for (ring, value) in values.iter().take(RING_COUNT).enumerate() {
-                series.capacity[k][ring] = value.as_u64()?;
+    fn add(&mut self, sample: &Sample) {
+        let ring = sample.ring;
+        if let Some(peaks) = sample.end_peaks() {
+            for (k, resource) in Resource::ALL.into_iter().enumerate() {
+                self.peaks[ring][k] = self.peaks[ring][k].max(peaks.occupancy(resource));
             }
         }
-        Some(series)
-    }
-
-    /// Adds one sample; false when it does not have the expected fields.
-    fn add(&mut self, v: &Value) -> bool {
-        let Some(ring) = v["ring"]
-            .as_u64()
-            .map(|r| r as usize)
-            .filter(|r| *r < RING_COUNT)
-        else {
-            return false;
-        };
-        let Some(t) = v["t_us"].as_f64().filter(|t| t.is_finite() && *t >= 0.0) else {
-            return false;
-        };
-        let mut occ = [0u64; 3];
-        for (k, (_, name)) in RESOURCES.iter().enumerate() {
-            let start = v[format!("{name}_start")].as_u64();
-            let end = v[format!("{name}_end")].as_u64();
-            let (Some(start), Some(end)) = (start, end) else {
-                return false;
-            };
-            occ[k] = end.saturating_sub(start);
-            if let Some(p) = v[format!("{name}_peak")].as_u64() {
-                self.peaks[ring][k] = self.peaks[ring][k].max(p);
-            }
-        }
-        self.t_max = self.t_max.max(t);
-        self.samples[ring].push((t, occ));
-        true
+        self.t_max = self.t_max.max(sample.t_us);
+        let occupancy = Resource::ALL.map(|r| sample.occupancy(r));
+        self.samples[ring].push((sample.t_us, occupancy));
     }
 }
 
@@ -594,8 +559,8 @@ mod tests {
     fn reads_samples_and_skips_bad_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
-        let meta = r#"{"schema":"pto.scope_stats","task_window_max":[16,16,16,16],"heap_max":[1024,1024,1024,1024],"dep_pool_max":[64,64,64,64]}"#;
-        let sample = r#"{"ring":1,"t_us":5.0,"task_window_start":2,"task_window_end":6,"heap_start":0,"heap_end":512,"dep_pool_start":1,"dep_pool_end":3,"heap_peak":700}"#;
+        let meta = r#"{"schema":"pto.scope_stats","version":1,"fatal":false,"dropped":0,"total":1,"label":null,"clusters":1,"aicpu_thread_num":1,"task_window_max":[16,16,16,16],"heap_max":[1024,1024,1024,1024],"dep_pool_max":[64,64,64,64],"tensormap_max":64,"task_window_source":["default","default","default","default"],"heap_source":["default","default","default","default"],"dep_pool_source":["default","default","default","default"],"error":null}"#;
+        let sample = r#"{"seq":1,"site":"a.rs:1","phase":"end","depth":1,"ring":1,"task_window_start":2,"task_window_end":6,"heap_start":0,"heap_end":512,"dep_pool_start":1,"dep_pool_end":3,"tensormap":0,"task_window_peak":4,"heap_peak":700,"heap_largest_alloc":64,"dep_pool_peak":2,"spill_peak":0,"t_us":5.0}"#;
         std::fs::write(
             &path,
             format!("{meta}\n{sample}\nnot json\n{{\"ring\":9}}\n"),

@@ -7,7 +7,7 @@
 //! overwrite each other's files.
 
 pub(crate) mod deps;
-pub(crate) mod scope_stats;
+pub mod scope_stats;
 pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};

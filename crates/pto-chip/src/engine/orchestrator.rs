@@ -22,7 +22,7 @@ use pto_types::wait::{SpinPolicy, Waiter};
 use pto_types::{ErrorCode, RING_COUNT, Resource, TensorTag};
 
 use crate::diag::deps::{DepGraph, EdgeKind};
-use crate::diag::scope_stats::{Counters, Peaks, ScopeStats};
+use crate::diag::scope_stats::{Counters, Peaks, Phase, Recorder};
 use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector, Fatal, OrchResult, ResourceKind};
 use crate::kernel::{BoundTensor, CoreId, Element, KernelCtx, KernelRef};
@@ -150,7 +150,7 @@ pub(crate) struct OrchCore {
     /// Tasks published so far (alloc tasks included).
     pub(crate) published: u64,
     /// Diagnostics recorded on this thread (each `Some` only when enabled).
-    pub(crate) scope_stats: Option<ScopeStats>,
+    pub(crate) scope_stats: Option<Recorder>,
     pub(crate) deps: Option<DepGraph>,
     /// Start time and name of each open scope, for the level-4 trace.
     scope_spans: Vec<(f64, String)>,
@@ -182,7 +182,7 @@ impl OrchCore {
     ) -> OrchCore {
         let root_site = settings.root_site.clone();
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
-        let scope_stats = settings.scope_stats.then(ScopeStats::default);
+        let scope_stats = settings.scope_stats.then(Recorder::default);
         let deps = settings.dep_gen.then(DepGraph::default);
         let mut core = OrchCore {
             run,
@@ -223,7 +223,16 @@ impl OrchCore {
             let tensormap = self.tensormap.live_count();
             let t_us = self.run.micros(Instant::now());
             if let Some(stats) = &mut self.scope_stats {
-                stats.record(&site, true, depth, ring, counters, tensormap, t_us, None);
+                stats.record(
+                    &site,
+                    Phase::Begin,
+                    depth,
+                    ring,
+                    counters,
+                    tensormap,
+                    t_us,
+                    None,
+                );
             }
         }
         if self.run.trace_level >= 4 {
@@ -1018,7 +1027,7 @@ impl OrchCore {
             if let Some(stats) = &mut self.scope_stats {
                 stats.record(
                     &site,
-                    false,
+                    Phase::End,
                     depth,
                     ring,
                     counters,

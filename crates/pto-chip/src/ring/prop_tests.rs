@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::heap::HEAP_ALIGN;
-use super::task_ring::{Allocation, RingCounters, RingPeaks};
+use super::task_ring::{Allocation, RingCounters, TaskRingPeaks};
 use super::{AllocFailureKind, DepPool, TaskRing};
 
 #[derive(Clone, Debug)]
@@ -50,10 +50,10 @@ struct Live {
     end: u64,
 }
 
-fn max_peaks(samples: &[RingPeaks]) -> RingPeaks {
+fn max_peaks(samples: &[TaskRingPeaks]) -> TaskRingPeaks {
     samples
         .iter()
-        .fold(RingPeaks::default(), |acc, s| RingPeaks {
+        .fold(TaskRingPeaks::default(), |acc, s| TaskRingPeaks {
             live: acc.live.max(s.live),
             heap_used: acc.heap_used.max(s.heap_used),
             largest_alloc: acc.largest_alloc.max(s.largest_alloc),
@@ -79,9 +79,9 @@ struct RingModel {
     next_id: u64,
     last_alive: u64,
     /// Occupancy after every step; a scope's peaks are the maximum from its begin sample on.
-    history: Vec<RingPeaks>,
+    history: Vec<TaskRingPeaks>,
     scopes: Vec<usize>,
-    high_water: RingPeaks,
+    high_water: TaskRingPeaks,
     prev: RingCounters,
 }
 
@@ -96,7 +96,7 @@ impl RingModel {
             last_alive: 0,
             history: Vec::new(),
             scopes: Vec::new(),
-            high_water: RingPeaks::default(),
+            high_water: TaskRingPeaks::default(),
             prev: ring.counters(),
         }
     }
@@ -123,7 +123,7 @@ impl RingModel {
             Op::BeginScope => {
                 ring.begin_scope_sample();
                 self.scopes.push(self.history.len());
-                self.history.push(RingPeaks {
+                self.history.push(TaskRingPeaks {
                     live: self.live.len() as u64,
                     heap_used: ring.heap_used(),
                     largest_alloc: 0,
@@ -209,7 +209,7 @@ impl RingModel {
             end: a.end,
         });
         self.next_id += 1;
-        let sample = RingPeaks {
+        let sample = TaskRingPeaks {
             live: self.live.len() as u64,
             heap_used: ring.heap_used(),
             largest_alloc: n,

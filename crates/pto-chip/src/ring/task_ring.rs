@@ -76,7 +76,7 @@ impl AllocFailure {
 /// Occupancy maxima of one ring: over the whole run ([`TaskRing::high_water`]) or over one scope
 /// ([`TaskRing::end_scope_sample`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RingPeaks {
+pub(crate) struct TaskRingPeaks {
     /// Most live tasks (`task_window_peak`).
     pub(crate) live: u64,
     /// Most heap bytes in use (`heap_peak`).
@@ -85,9 +85,9 @@ pub(crate) struct RingPeaks {
     pub(crate) largest_alloc: u64,
 }
 
-impl Peak for RingPeaks {
-    fn max_with(self, other: RingPeaks) -> RingPeaks {
-        RingPeaks {
+impl Peak for TaskRingPeaks {
+    fn max_with(self, other: TaskRingPeaks) -> TaskRingPeaks {
+        TaskRingPeaks {
             live: self.live.max(other.live),
             heap_used: self.heap_used.max(other.heap_used),
             largest_alloc: self.largest_alloc.max(other.largest_alloc),
@@ -126,8 +126,8 @@ pub(crate) struct TaskRing {
     next_id: u64,
     last_alive: u64,
     heap: HeapRing,
-    high_water: RingPeaks,
-    scope_peaks: PeakStack<RingPeaks>,
+    high_water: TaskRingPeaks,
+    scope_peaks: PeakStack<TaskRingPeaks>,
 }
 
 impl TaskRing {
@@ -144,8 +144,8 @@ impl TaskRing {
             next_id: 0,
             last_alive: 0,
             heap: HeapRing::new(heap),
-            high_water: RingPeaks::default(),
-            scope_peaks: PeakStack::new(RingPeaks::default()),
+            high_water: TaskRingPeaks::default(),
+            scope_peaks: PeakStack::new(TaskRingPeaks::default()),
         }
     }
 
@@ -225,7 +225,7 @@ impl TaskRing {
         let offset = self.heap.commit(needed, placement, id);
         self.next_id += 1;
 
-        let sample = RingPeaks {
+        let sample = TaskRingPeaks {
             live: live + 1,
             heap_used: self.heap.used(),
             largest_alloc: needed,
@@ -276,14 +276,14 @@ impl TaskRing {
     }
 
     /// Occupancy maxima over the whole run.
-    pub(crate) fn high_water(&self) -> RingPeaks {
+    pub(crate) fn high_water(&self) -> TaskRingPeaks {
         self.high_water
     }
 
     /// Opens a peak sample for a scope on this ring; the peaks start at the current occupancy.
     /// Samples nest (ring 3 serves every depth ≥ 3).
     pub(crate) fn begin_scope_sample(&mut self) {
-        self.scope_peaks.begin(RingPeaks {
+        self.scope_peaks.begin(TaskRingPeaks {
             live: self.active(),
             heap_used: self.heap.used(),
             largest_alloc: 0,
@@ -292,7 +292,7 @@ impl TaskRing {
 
     /// Closes the innermost peak sample and returns its peaks; the enclosing sample inherits
     /// them. Must pair with [`begin_scope_sample`](TaskRing::begin_scope_sample).
-    pub(crate) fn end_scope_sample(&mut self) -> RingPeaks {
+    pub(crate) fn end_scope_sample(&mut self) -> TaskRingPeaks {
         self.scope_peaks.end()
     }
 
@@ -651,7 +651,7 @@ mod tests {
         let inner = ring.end_scope_sample();
         assert_eq!(
             inner,
-            RingPeaks {
+            TaskRingPeaks {
                 live: 3,
                 heap_used: 3072,
                 largest_alloc: 2048
@@ -662,7 +662,7 @@ mod tests {
         let outer = ring.end_scope_sample();
         assert_eq!(
             outer,
-            RingPeaks {
+            TaskRingPeaks {
                 live: 3,
                 heap_used: 3072,
                 largest_alloc: 2048
@@ -674,7 +674,7 @@ mod tests {
         ring.begin_scope_sample();
         assert_eq!(
             ring.end_scope_sample(),
-            RingPeaks {
+            TaskRingPeaks {
                 live: 3,
                 heap_used: 2112,
                 largest_alloc: 0
@@ -682,7 +682,7 @@ mod tests {
         );
         assert_eq!(
             ring.high_water(),
-            RingPeaks {
+            TaskRingPeaks {
                 live: 3,
                 heap_used: 3072,
                 largest_alloc: 2048
