@@ -254,7 +254,7 @@ pub fn render_tuning(t: &Tuning) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<15} heap reserved/high-water",
+        "{:<16} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<16} heap reserved/high-water",
         "task", "chip", "", "task_window", "heap", "dep_pool", "arena", "heap high-water"
     );
     for row in &before.result.rows {
@@ -272,7 +272,7 @@ pub fn render_tuning(t: &Tuning) -> String {
             let Some(r) = r else { continue };
             let _ = writeln!(
                 out,
-                "{:<14} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<15} {}",
+                "{:<16} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<16} {}",
                 if when == "after" { "" } else { r.task.as_str() },
                 r.chip,
                 when,
