@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
-use pto_scene::sizing_report::{SizingReport, SizingReportError, SizingRequest};
+use pto_sizing::report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::{CallConfig, EnvSource, RING_COUNT, Resource, RingValue, TaskOverrides};
 
 use crate::errors::{ConfigAt, config_error, config_error_at, config_value_error, obj, raise};

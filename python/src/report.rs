@@ -8,7 +8,6 @@ use pyo3::prelude::*;
 
 use pto_chip::ChipRunReport;
 use pto_node::{FailureKind, MemberReport, RunReport, TaskKind, TaskOutcome, TaskReport};
-use pto_scene::scene::TaskSizing;
 use pto_types::{CallConfig, EnvSnapshot, RING_COUNT, ResolvedSizing, Resource};
 
 /// The config of each chip task a run submitted and the chips' environment (as they
@@ -32,11 +31,11 @@ impl TaskConfigs {
         self.by_task.lock().insert(task, config.clone());
     }
 
-    /// Task `task`'s sizing and arena bytes, as its chip resolved them (`pto run`'s rule).
+    /// Task `task`'s sizing and arena bytes, as its chip resolved them ([`pto_chip::Plan`]).
     fn resolved(&self, task: u32) -> Option<(PySizing, u64)> {
         let by_task = self.by_task.lock();
-        let t = TaskSizing::resolve(by_task.get(&task)?, &self.env)?;
-        Some((PySizing::from(&t.sizing), t.footprint.arena))
+        let plan = pto_chip::Plan::resolve(&by_task.get(&task)?.runtime_env, &self.env).ok()?;
+        Some((PySizing::from(&plan.sizing), plan.footprint.arena))
     }
 }
 

@@ -159,19 +159,19 @@ impl ChipError {
                 value,
                 source: SizeSource::CallConfig,
             }) => format!(
-                "raise {field} ({value}, from call_config){at_least}{split}; see `pto advise`"
+                "raise {field} ({value}, from call_config){at_least}{split}; scope stats (enable_scope_stats) record the peaks to size it from"
             ),
             Some(Resolved {
                 value,
                 source: SizeSource::Env,
             }) => format!(
-                "raise {} ({value}, from env){at_least}, or override it for this task with {field}{split}; see `pto advise`",
+                "raise {} ({value}, from env){at_least}, or override it for this task with {field}{split}; scope stats (enable_scope_stats) record the peaks to size it from",
                 ring_resource.env_var()
             ),
             _ => {
                 let value = self.capacity.map(|c| c.value).unwrap_or(0);
                 format!(
-                    "set {field} ({value}, the default){at_least} for this task, or {} for every task{split}; see `pto advise`",
+                    "set {field} ({value}, the default){at_least} for this task, or {} for every task{split}; scope stats (enable_scope_stats) record the peaks to size it from",
                     ring_resource.env_var()
                 )
             }

@@ -9,7 +9,6 @@
 //! Architecture invariants: this crate knows nothing about L3; it is usable directly. `unsafe`
 //! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/` and `engine/heap.rs`.
 
-pub mod advise;
 /// Wrappers of crate-private hot paths for the criterion benches (feature `bench-internals`).
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{f32_tensor, with_timeout};
-use pto_chip::advise::{Headroom, ScopeStats, advise};
+use pto_sizing::advise::{Headroom, ScopeStats, advise};
 use pto_chip::memory::ArenaOutcome;
 use pto_chip::{BindError, ChipRunError, ChipSpec, ChipWorker, RunContext};
 use pto_types::ring_config::env::EnvSource;

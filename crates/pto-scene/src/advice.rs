@@ -1,6 +1,6 @@
 //! Advice for scene cases (issue 11): the scope stats of many runs, grouped by the
 //! `config.tasks` key that sizes them, merged into one sizing per key
-//! (`pto_chip::advise::advise_all`), and written back as a case of the scene file.
+//! (`pto_sizing::advise::advise_all`), and written back as a case of the scene file.
 //!
 //! Grouping: without a scene, by each run's own label (runs without one size the case's
 //! `runtime_env`); with a scene, a level-2 scene's runs all size `runtime_env`, and a level-3
@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use pto_chip::advise::{Advice, Headroom, ScopeStats, advise_all};
+use pto_sizing::advise::{Advice, Headroom, ScopeStats, advise_all};
 use pto_types::{Resource, RuntimeEnv};
 use toml::{Table, Value};
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use pto_types::ring_config::PLATFORM_MAX_AICPU_THREADS;
+use pto_sizing::{Block, SizingBlocks};
 use pto_types::ring_config::resolve::{ResolvedSizing, SizeSource};
 use pto_types::{
     CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,
@@ -81,41 +82,6 @@ pub struct CaseConfig {
     /// Per-label overrides (level 3 only), applied with [`CallConfig::derive`].
     pub tasks: BTreeMap<String, TaskOverrides>,
 }
-
-/// The block of a scene case that set a `call_config` value of a task.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Block {
-    /// `config.tasks.<label>`: the task's own block.
-    Task(String),
-    /// `config.tasks.<family>`: the block of the task's label family.
-    Family(String),
-    /// `config.runtime_env`: the case's base.
-    Case,
-}
-
-impl Block {
-    /// `tasks.ew3`, `tasks.ew` or `runtime_env`: the key path under `config`.
-    pub fn path(&self) -> String {
-        match self {
-            Block::Task(key) | Block::Family(key) => format!("tasks.{key}"),
-            Block::Case => "runtime_env".to_string(),
-        }
-    }
-
-    /// The letter tables show for a value from this block: `t`, `f` or `c`.
-    pub fn letter(&self) -> char {
-        match self {
-            Block::Task(_) => 't',
-            Block::Family(_) => 'f',
-            Block::Case => 'c',
-        }
-    }
-}
-
-/// Per resource (in [`Resource::ALL`] order) and ring, the block that set a task's value;
-/// `None` where the value did not come from the case (environment, default, or a config the
-/// scene built itself).
-pub type SizingBlocks = [[Option<Block>; RING_COUNT]; 3];
 
 impl CaseConfig {
     /// The base `CallConfig` of the case, without diagnostics (those come from the command line).

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use pto_types::Resource;
 
 use crate::scene::{CaseResult, TaskRow};
-use crate::sizing_report::human_bytes;
+use pto_sizing::report::human_bytes;
 
 /// The memory figures of one case ([module docs](self)).
 #[derive(Clone, Debug, PartialEq, Eq)]

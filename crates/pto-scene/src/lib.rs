@@ -22,7 +22,6 @@
 //! - [`params`] — declared scene params ([`Param`]) and a case's checked values ([`Params`]).
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
 //! - [`report_html`] — the self-contained HTML page of `pto run --report`.
-//! - [`sizing_report`] — the report behind `pto config resolve`.
 //! - [`tune`] — `pto tune`: run, advise, verify the advised case, repeat on capacity errors.
 //! - [`footprint_bench`] — B5 of `pto bench` (it runs a scene) and the list `pto bench` runs.
 //!
@@ -45,7 +44,6 @@ pub mod report_html;
 pub mod runner;
 pub mod scene;
 mod scenes;
-pub mod sizing_report;
 pub mod tune;
 
 pub use cli::main;
@@ -58,7 +56,7 @@ pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};
 
 /// The crates a scene is written against, so that depending on `pto-scene` alone is enough
 /// (`pto_scene::pto_chip::register_kernel!` works like `pto_chip::register_kernel!`).
-pub use {pto_chip, pto_node, pto_types};
+pub use {pto_chip, pto_node, pto_sizing, pto_types};
 
 #[doc(hidden)]
 pub use inventory as __inventory;

@@ -22,7 +22,7 @@ use pto_node::EndpointMode;
 use crate::file::SceneFile;
 use crate::runner::{CaseReport, RunOptions, case_footer};
 use crate::scene::{CaseResult, TaskRow};
-use crate::sizing_report::human_bytes;
+use pto_sizing::report::human_bytes;
 
 /// Colours of the three resources (bars and lines), in [`Resource::ALL`] order.
 const COLOURS: [&str; 3] = ["#2b6cb0", "#c05621", "#2f855a"];

@@ -13,7 +13,7 @@ use crate::figures::CaseFigures;
 use crate::file::{Case, SceneFile};
 use crate::params::{cut, key_list};
 use crate::scene::{CaseResult, CaseRun, RunnerEnv, TaskRow};
-use crate::sizing_report::{human_bytes, rings_json};
+use pto_sizing::report::{human_bytes, rings_json};
 
 /// Diagnostics chosen on the command line; each case writes under `<output>/<case name>`.
 #[derive(Clone, Debug, Default)]

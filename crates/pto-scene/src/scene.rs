@@ -22,7 +22,8 @@ use pto_types::ring_config::env::{EnvSnapshot, EnvSource};
 use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource};
 
-use crate::config_block::{Block, CaseConfig, SceneLevel, SizingBlocks};
+use crate::config_block::{CaseConfig, SceneLevel};
+use pto_sizing::{Block, SizingBlocks};
 use crate::labels::Label;
 use crate::params::{Param, Params};
 

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pto_chip::advise::Headroom;
+use pto_sizing::advise::Headroom;
 use toml::Table;
 
 use crate::advice::{
@@ -247,7 +247,7 @@ impl Tuning {
 /// after, the heap's reserved / high-water after, then the totals and the verdict.
 pub fn render_tuning(t: &Tuning) -> String {
     use crate::runner::rings_cell;
-    use crate::sizing_report::human_bytes;
+    use pto_sizing::report::human_bytes;
     use pto_types::Resource;
     use std::fmt::Write as _;
     let (before, after) = (&t.before().report, &t.after().report);

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pto_chip::advise::Headroom;
+use pto_sizing::advise::Headroom;
 use pto_node::EndpointMode;
 use pto_scene::figures::CaseFigures;
 use pto_scene::tune::{TuneOptions, Verdict, tune_case};

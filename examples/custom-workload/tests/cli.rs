@@ -103,14 +103,8 @@ fn config_resolve_names_the_block_of_every_value() {
     assert_eq!(ring1["dep_pool"]["block"], "tasks.small", "{v}");
 }
 
-/// `device memory A -> B` of `pto tune`'s case line, in bytes.
-fn device_memory_before_after(stdout: &str) -> (f64, f64) {
-    let line = stdout
-        .lines()
-        .find(|l| l.contains(": device memory "))
-        .unwrap_or_else(|| panic!("no device memory line:\n{stdout}"));
-    let rest = line.split(": device memory ").nth(1).unwrap();
-    let figures: Vec<&str> = rest.split(';').next().unwrap().split(" -> ").collect();
+/// `(before, after)` in bytes from every `device memory A -> B` line of `pto tune`.
+fn device_memory_before_after(stdout: &str) -> Vec<(f64, f64)> {
     let bytes = |s: &str| {
         let (n, unit) = s.trim().split_once(' ').unwrap();
         let scale = match unit {
@@ -121,7 +115,39 @@ fn device_memory_before_after(stdout: &str) -> (f64, f64) {
         };
         n.parse::<f64>().unwrap() * scale
     };
-    (bytes(figures[0]), bytes(figures[1]))
+    let pairs: Vec<(f64, f64)> = stdout
+        .lines()
+        .filter_map(|l| l.split(": device memory ").nth(1))
+        .map(|rest| {
+            let figures: Vec<&str> = rest.split(';').next().unwrap().split(" -> ").collect();
+            (bytes(figures[0]), bytes(figures[1]))
+        })
+        .collect();
+    assert!(!pairs.is_empty(), "no device memory line:\n{stdout}");
+    pairs
+}
+
+#[test]
+fn tune_never_reserves_more_on_any_case_of_the_template() {
+    for file in ["scenes/cw_axpy.toml", "scenes/cw_fanout.toml"] {
+        let out = custom_pto(&["tune", file]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{file}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cases = stdout.matches(": verified: ").count() + stdout.matches(": skipped: ").count();
+        let pairs = device_memory_before_after(&stdout);
+        assert_eq!(
+            pairs.len(),
+            cases,
+            "{file}: one figure line per case:\n{stdout}"
+        );
+        for (before, after) in pairs {
+            assert!(after <= before, "{file}: {after} > {before}:\n{stdout}");
+        }
+    }
 }
 
 #[test]
@@ -146,7 +172,9 @@ fn tune_advises_each_member_block_and_never_reserves_more() {
             "{mode}: {stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let (before, after) = device_memory_before_after(&stdout);
+        let [(before, after)] = device_memory_before_after(&stdout)[..] else {
+            panic!("{mode}: one case was tuned:\n{stdout}");
+        };
         assert!(after <= before, "{mode}: {stdout}");
         // small2's larger peaks go to tasks.small2, never to tasks.small.
         let text = std::fs::read_to_string(scene).unwrap();

@@ -15,7 +15,7 @@ use crate::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::labels::Label;
 use crate::params::Param;
 use crate::scene::{CaseResult, CaseRun, Scene, WorkerBounds};
-use crate::sizing_report::human_bytes;
+use pto_sizing::report::human_bytes;
 
 pub(crate) struct HeterogeneousFanout;
 

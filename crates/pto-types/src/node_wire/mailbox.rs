@@ -15,7 +15,7 @@
 
 use super::{FrameError, Reader, Writer, get_u16, get_u32, get_u64, name_from, need, put, zero};
 use crate::ring_config::env::EnvSnapshot;
-use crate::ring_config::resolve::{ResolvedSizing, RingDefaults, SizeSource, resolve};
+use crate::ring_config::resolve::{NotResolvable, Resolved, ResolvedSizing, SizeSource};
 use crate::wire::call_config_record::{self, RECORD_LEN};
 use crate::{CallConfig, RING_COUNT, Resource, RuntimeEnv};
 
@@ -577,11 +577,10 @@ impl ReportArea {
         area
     }
 
-    /// Rebuilds the [`ResolvedSizing`] the child reported: resolution is re-run with a call
-    /// config holding the `call_config` values, an environment tier holding the `env` values
-    /// and defaults holding the `default` values, so the result carries the same sources. Fails
-    /// (`BAD_FRAME`) unless the area is valid and self-consistent (legal values; per resource
-    /// at most one of `env` and `default`, since the environment tier is all-or-nothing).
+    /// The [`ResolvedSizing`] the child reported, values and sources as written. Fails
+    /// (`BAD_FRAME`) unless the area is valid and a sizing `resolve` could have produced
+    /// ([`ResolvedSizing::from_resolved`]: legal values; per resource at most one of `env` and
+    /// `default`, since the environment tier is all-or-nothing).
     pub fn sizing(&self) -> Result<ResolvedSizing, FrameError> {
         let bad = |value: u64| FrameError::BadValue {
             field: "report area",
@@ -590,60 +589,24 @@ impl ReportArea {
         if !self.valid {
             return Err(bad(0));
         }
-        let mut call = RuntimeEnv::default();
-        let mut env = EnvSnapshot::default();
-        let mut defaults = RingDefaults::BUILT_IN;
-        for (k, resource) in Resource::ALL.iter().enumerate() {
-            let values = self.values[k];
-            let mut call_values = [0u64; RING_COUNT];
-            let mut env_values: Option<[u64; RING_COUNT]> = None;
-            let mut default: Option<u64> = None;
-            for ring in 0..RING_COUNT {
-                match SizeSource::from_code(self.sources[k][ring]) {
-                    Some(SizeSource::CallConfig) => call_values[ring] = values[ring],
-                    Some(SizeSource::Env) => {
-                        env_values.get_or_insert(values)[ring] = values[ring];
-                    }
-                    Some(SizeSource::Default) => match default {
-                        Some(d) if d != values[ring] => return Err(bad(values[ring])),
-                        _ => default = Some(values[ring]),
-                    },
-                    None => return Err(bad(u64::from(self.sources[k][ring]))),
-                }
-            }
-            if env_values.is_some() && default.is_some() {
-                return Err(bad(k as u64));
-            }
-            if let Some(list) = env_values {
-                // Rings taken from the call config still need a legal env value; reuse theirs.
-                if list.iter().any(|&v| resource.check(v).is_err()) {
-                    return Err(bad(k as u64));
-                }
-            }
-            if let Some(d) = default {
-                if resource.check(d).is_err() {
-                    return Err(bad(d));
-                }
-                match resource {
-                    Resource::TaskWindow => defaults.task_window = d,
-                    Resource::Heap => defaults.heap = d,
-                    Resource::DepPool => defaults.dep_pool = d,
-                }
-            }
-            call.set(*resource, call_values);
-            match resource {
-                Resource::TaskWindow => env.task_window = env_values,
-                Resource::Heap => env.heap = env_values,
-                Resource::DepPool => env.dep_pool = env_values,
+        let mut values = [[Resolved {
+            value: 0,
+            source: SizeSource::Default,
+        }; RING_COUNT]; 3];
+        for (k, rings) in values.iter_mut().enumerate() {
+            for (ring, r) in rings.iter_mut().enumerate() {
+                let code = self.sources[k][ring];
+                let source = SizeSource::from_code(code).ok_or(bad(u64::from(code)))?;
+                *r = Resolved {
+                    value: self.values[k][ring],
+                    source,
+                };
             }
         }
-        let sizing = resolve(&call, &env, &defaults).map_err(|_| bad(1))?;
-        if ReportArea::from_sizing(&sizing).values != self.values
-            || ReportArea::from_sizing(&sizing).sources != self.sources
-        {
-            return Err(bad(2));
-        }
-        Ok(sizing)
+        ResolvedSizing::from_resolved(values).map_err(|e| match e {
+            NotResolvable::Illegal { value, .. } => bad(value),
+            NotResolvable::MixedTiers { resource } => bad(resource as u64),
+        })
     }
 }
 

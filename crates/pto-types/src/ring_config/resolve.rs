@@ -136,7 +136,46 @@ pub fn resolve(
     })
 }
 
+/// Why twelve values and sources read back from a record are not a sizing `resolve` could
+/// have produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotResolvable {
+    /// A value breaks its resource's ring rule.
+    Illegal { resource: Resource, ring: usize, value: u64 },
+    /// Rings of one resource come from both the environment and the default (the environment
+    /// tier gives all four rings or none), or default rings differ (one default per resource).
+    MixedTiers { resource: Resource },
+}
+
 impl ResolvedSizing {
+    /// A sizing read back from a record another process wrote from [`resolve`]'s result: every
+    /// value legal for its resource, and per resource the sources `resolve` can produce
+    /// (environment and default rings never mixed, one default value).
+    pub fn from_resolved(
+        values: [[Resolved; RING_COUNT]; 3],
+    ) -> Result<ResolvedSizing, NotResolvable> {
+        for (resource, rings) in Resource::ALL.into_iter().zip(&values) {
+            for (ring, r) in rings.iter().enumerate() {
+                if resource.check(r.value).is_err() {
+                    return Err(NotResolvable::Illegal {
+                        resource,
+                        ring,
+                        value: r.value,
+                    });
+                }
+            }
+            let of = |source| rings.iter().filter(move |r| r.source == source);
+            let has_env = of(SizeSource::Env).next().is_some();
+            let mut defaults = of(SizeSource::Default).map(|r| r.value);
+            let first_default = defaults.next();
+            let mixed = has_env && first_default.is_some();
+            if mixed || defaults.any(|v| Some(v) != first_default) {
+                return Err(NotResolvable::MixedTiers { resource });
+            }
+        }
+        Ok(ResolvedSizing { values })
+    }
+
     /// The four resolved values of one resource.
     pub fn get(&self, resource: Resource) -> &[Resolved; RING_COUNT] {
         &self.values[resource as usize]

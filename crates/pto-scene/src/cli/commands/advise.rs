@@ -7,7 +7,7 @@ use crate::advice::{
     render_toml, write_case,
 };
 use crate::params::cut;
-use pto_chip::advise::{AdviseFormat, Headroom};
+use pto_sizing::advise::{AdviseFormat, Headroom};
 use serde_json::json;
 
 use crate::cli::args::{AdviseArgs, AdviseFormatArg};

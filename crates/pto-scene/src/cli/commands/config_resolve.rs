@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use crate::SceneFile;
 use crate::config_block::{SceneLevel, parse_config_block};
 use crate::params::{cut, key_list};
-use crate::sizing_report::{SizingReport, SizingReportError, SizingRequest};
+use pto_sizing::report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
 

@@ -1,6 +1,6 @@
 //! `pto tune` (issue 11, item 3): the library's tuning loop per case, its table on stdout.
 
-use pto_chip::advise::Headroom;
+use pto_sizing::advise::Headroom;
 use pto_node::EndpointMode;
 use std::io::Write as _;
 

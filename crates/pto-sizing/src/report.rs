@@ -1,4 +1,4 @@
-//! The ring-sizing report behind `pto config resolve` (RING_CONFIG.md §8).
+//! The ring-sizing report behind `pto config resolve` and `pto.resolve` (RING_CONFIG.md §8).
 //!
 //! Resolves one task's sizing against an environment snapshot and computes the derived
 //! capacities, the arena footprint and, optionally, whether it fits a chip's device memory.
@@ -12,9 +12,44 @@ use pto_types::ring_config::env::{EnvError, EnvSnapshot, EnvSource};
 use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing, SizingError};
 use pto_types::{CallConfig, ConfigError, RING_COUNT, Resource};
 
-use crate::config_block::SizingBlocks;
 use pto_chip::{Plan, PlanError};
 use serde_json::{Value, json};
+
+/// The block of a layered config (a scene case's `config`) that set a `call_config` value of
+/// a task.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Block {
+    /// `config.tasks.<label>`: the task's own block.
+    Task(String),
+    /// `config.tasks.<family>`: the block of the task's label family.
+    Family(String),
+    /// `config.runtime_env`: the case's base.
+    Case,
+}
+
+impl Block {
+    /// `tasks.ew3`, `tasks.ew` or `runtime_env`: the key path under `config`.
+    pub fn path(&self) -> String {
+        match self {
+            Block::Task(key) | Block::Family(key) => format!("tasks.{key}"),
+            Block::Case => "runtime_env".to_string(),
+        }
+    }
+
+    /// The letter tables show for a value from this block: `t`, `f` or `c`.
+    pub fn letter(&self) -> char {
+        match self {
+            Block::Task(_) => 't',
+            Block::Family(_) => 'f',
+            Block::Case => 'c',
+        }
+    }
+}
+
+/// Per resource (in [`Resource::ALL`] order) and ring, the block that set a task's value;
+/// `None` where the value did not come from the case (environment, default, or a config the
+/// scene built itself).
+pub type SizingBlocks = [[Option<Block>; RING_COUNT]; 3];
 
 /// What to resolve.
 #[derive(Clone, Debug)]

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! [`ScopeStats::parse`] reads a `scope_stats.jsonl` file with the one reader of the format,
-//! [`crate::diag::scope_stats::read`] (the metadata record's capacities, their sources and the
+//! [`pto_chip::diag::scope_stats::read`] (the metadata record's capacities, their sources and the
 //! failed run's `error`; the peaks of every end record), and keeps what advice needs. Malformed
 //! input is a [`ScopeStatsError`] naming the line and the field; parsing never panics.
 //!
@@ -54,10 +54,10 @@ use pto_types::ring_config::resolve::{Resolved, SizeSource};
 use pto_types::{RING_COUNT, Resource, RuntimeEnv};
 use serde_json::{Map, Value, json};
 
-use crate::diag::scope_stats::{self, Meta, Peaks, Samples};
-pub use crate::diag::scope_stats::{MetaError, ScopeStatsError};
-use crate::error::ResourceKind;
-use crate::footprint::{DEP_ENTRY, DESC, FANIN_ENTRY, PAYLOAD, SLOT};
+use pto_chip::diag::scope_stats::{self, Meta, Peaks, Samples};
+pub use pto_chip::diag::scope_stats::{MetaError, ScopeStatsError};
+use pto_chip::error::ResourceKind;
+use pto_chip::footprint::{DEP_ENTRY, DESC, FANIN_ENTRY, PAYLOAD, SLOT};
 
 /// The largest heap value TOML can carry (TOML integers are signed 64-bit), kept 64-aligned.
 const MAX_TOML_HEAP: u64 = (i64::MAX as u64) & !63;
@@ -476,7 +476,7 @@ fn recommend_min(resource: Resource, min: u64) -> u64 {
 }
 
 /// Arena bytes that `value` of `resource` costs on one ring (RING_CONFIG.md §7.1, using the
-/// constants of [`crate::footprint`]).
+/// constants of [`pto_chip::footprint`]).
 fn ring_bytes(resource: Resource, value: u64) -> i128 {
     let a = |per: u64, n: u64| (i128::from(per) * i128::from(n) + 63) / 64 * 64;
     match resource {
