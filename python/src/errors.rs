@@ -193,6 +193,39 @@ pub(crate) fn run_error(py: Python<'_>, e: &RunError, configs: &TaskConfigs) -> 
     )
 }
 
+/// The attributes of a `RunError` (besides `message` and `args`), as `run_error` sets them.
+const RUN_ERROR_ATTRS: [&str; 11] = [
+    "chain",
+    "code",
+    "code_name",
+    "hint",
+    "kind",
+    "task",
+    "label",
+    "worker",
+    "failed",
+    "skipped",
+    "report",
+];
+
+/// When the orchestration raised a `RunError` (the one a submit gave it after its run failed),
+/// that same exception object brought up to the run's final failure `run` (every attribute,
+/// the full report); `None` when it raised something else.
+pub(crate) fn run_error_as_raised(py: Python<'_>, raised: &PyErr, run: &PyErr) -> Option<PyErr> {
+    let refresh = || -> PyResult<bool> {
+        let cls = py.import("pto.errors")?.getattr("RunError")?;
+        let (old, new) = (raised.value(py), run.value(py));
+        if !old.is_instance(&cls)? || !new.is_instance(&cls)? {
+            return Ok(false);
+        }
+        for attr in RUN_ERROR_ATTRS.into_iter().chain(["message", "args"]) {
+            old.setattr(attr, new.getattr(attr)?)?;
+        }
+        Ok(true)
+    };
+    matches!(refresh(), Ok(true)).then(|| raised.clone_ref(py))
+}
+
 /// A Python exception as one text: `Type: message` and its traceback.
 pub(crate) fn describe(py: Python<'_>, e: &PyErr) -> String {
     let head = e.to_string();

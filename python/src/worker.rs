@@ -212,7 +212,15 @@ impl PyWorker {
             }
             Err(e) => return Err(submit_run_error(py, &e)),
         };
-        wait(py, &handle, deadline, &configs)
+        // The run had failed before its orchestration raised: its failure is the outcome
+        // (issue 23). When the orchestration re-raised the `RunError` a submit gave it, that
+        // same object comes out, brought up to the run's final failure and full report.
+        match (wait(py, &handle, deadline, &configs), failure.into_inner()) {
+            (Err(run), Some(raised)) => {
+                Err(crate::errors::run_error_as_raised(py, &raised, &run).unwrap_or(run))
+            }
+            (outcome, _) => outcome,
+        }
     }
 
     /// Stops every worker and child process; the Worker cannot run again.

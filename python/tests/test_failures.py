@@ -95,6 +95,9 @@ def test_a_submit_after_a_failure_raises_the_run_error_in_the_orchestration(work
         worker.run(orch_fn)
     assert seen and seen[0].label == "first" and "ValueError: first" in seen[0].chain[2]
     assert e.value is seen[0], "the orchestration's exception comes out of run as it was"
+    # ... brought up to the run's final failure: the full report, whatever the submit saw.
+    assert e.value.report.task("first").outcome == "failed"
+    assert [t.label for t in e.value.report.tasks][:1] == ["first"]
 
 
 def test_an_orchestration_exception_is_raised_as_it_was(worker):

@@ -1,8 +1,10 @@
 //! The chip's threads: an idle chip costs ~0 % CPU, every executor and gang thread parks
 //! (CHIP_RUNTIME.md §6.5, row E12), and simulated cores are not threads (issue 13: at most
 //! `min(cores, host CPUs)` executors, gang threads only for parts that must run together).
-//! Measured on the chip's own threads (named `pto-*`); nextest runs each test in a process of
-//! its own. The ≤ 1 % figure itself is benchmark B4; the idle test asserts a liveness bound with
+//! Measured on the chip's own threads (named `pto-*`), which every chip of this process shares:
+//! so the tests of this file take [`PROCESS_THREADS`] and never run at the same time, whether
+//! the runner gives each test a process (nextest) or runs them as threads of one (`cargo
+//! test`). The ≤ 1 % figure itself is benchmark B4; the idle test asserts a liveness bound with
 //! a wide margin.
 
 mod common;
@@ -14,6 +16,17 @@ use pto_chip::RunContext;
 use pto_chip::kernel::{CoreType, KernelCtx};
 use pto_chip::orch::{KernelArgs, MixedKernels, OrchArgs, OrchResult, RootScope};
 use pto_types::{CallConfig, TaskArgs};
+
+/// Held by every test here: each counts or times all of this process's `pto-*` threads, so a
+/// chip of another test running at the same time would change what it measures.
+static PROCESS_THREADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`PROCESS_THREADS`] (a test that panicked while holding it poisons nothing here).
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    PROCESS_THREADS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Names of this process's threads that start with `prefix`.
 fn threads_named(prefix: &str) -> usize {
@@ -68,6 +81,7 @@ fn wide_and_mix<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> 
 
 #[test]
 fn simulated_cores_are_logical_and_mix_parts_run_together() {
+    let _alone = alone();
     with_timeout(60, || {
         let host = std::thread::available_parallelism().map_or(1, |n| n.get());
         let chip = chip(24, &[]); // 72 simulated cores
@@ -129,6 +143,7 @@ fn pto_thread_ticks() -> u64 {
 
 #[test]
 fn e12_idle_chip_threads_park() {
+    let _alone = alone();
     with_timeout(60, || {
         let chip = chip(8, &[]);
         let (_a, a) = f32_tensor(16384, 2.0);
