@@ -1,4 +1,5 @@
-//! The orchestrator a Python orchestration function receives, and the crate's only `unsafe`.
+//! The orchestrator a Python orchestration function receives, and the crate's main `unsafe`
+//! (the other is one FFI call in `gil.rs`).
 //!
 //! `Worker::submit` lends its `&mut Orchestrator` to a Rust closure for the duration of the
 //! orchestration function. Python cannot hold a borrow, so the closure parks a pointer to it

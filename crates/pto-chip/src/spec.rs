@@ -69,7 +69,8 @@ pub struct ChipSpec {
     /// Environment problems fail chip start-up (RING_CONFIG.md §4.3). Pass it to
     /// `EnvSnapshot::take`; `PTO2_RING_STRICT` can also turn strict mode on.
     pub strict_env: bool,
-    /// A sizing whose arena is built at start-up (RING_CONFIG.md §7.3).
+    /// A sizing whose arena is to be built at start-up (RING_CONFIG.md §7.3). Validated and
+    /// carried to chip children, but no arena is built from it yet.
     pub prewarm: Option<RuntimeEnv>,
 }
 
@@ -296,7 +297,7 @@ pub struct EffectiveChipSpec {
     pub arena_cache_entries: u32,
     /// `ChipSpec.strict_env` as given (the snapshot's `strict` also counts `PTO2_RING_STRICT`).
     pub strict_env: bool,
-    /// The sizing prewarmed at start-up, if any.
+    /// The sizing to prewarm at start-up, if any (not acted on yet; see `ChipSpec::prewarm`).
     pub prewarm: Option<RuntimeEnv>,
 }
 

@@ -737,7 +737,7 @@ fn run_orchestration(
 }
 
 /// Executor threads of a chip with `cores` simulated cores: never more than the host can run
-/// at once, since a kernel is CPU work on this simulator (ARCHITECTURE.md, "The chip engine").
+/// at once, since a kernel is CPU work on this simulator (`docs/decisions/chip-engine.md`).
 fn executor_count(cores: u32) -> usize {
     let host = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     (cores as usize).min(host).max(1)

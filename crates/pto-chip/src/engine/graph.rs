@@ -487,8 +487,8 @@ impl Graph {
     /// for it: when no block runs (nobody else would come back for it), when kernels are long,
     /// or when at least two blocks wait behind kernels that are not very short. Otherwise the
     /// work is left to the thread running a block — a wake costs the waker a system call, and a
-    /// second executor on sub-µs kernels costs more than it adds (ARCHITECTURE.md, "The chip
-    /// engine").
+    /// second executor on sub-µs kernels costs more than it adds
+    /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn signal(&self, run: &RunShared) -> Signal {
         if run.is_cancelled() || self.pick().is_none() {
             return Signal::Nothing;

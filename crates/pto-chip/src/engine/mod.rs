@@ -21,9 +21,9 @@
 //! taken once per submit (wiring and publication) and once per finished block (completion and
 //! the next take, together). This removes the classic bug classes of fine-grained task graphs
 //! (lost readiness, double consumption, reuse of a slot still referenced) at the cost of a short
-//! critical section (ARCHITECTURE.md has the measurements); the ring allocators, pools and
-//! TensorMap stay lock-free because only the orchestrator uses them. The watermark of each ring
-//! is published in an atomic for the orchestrator's refresh.
+//! critical section (`docs/decisions/chip-engine.md` has the measurements); the ring
+//! allocators, pools and TensorMap stay lock-free because only the orchestrator uses them. The
+//! watermark of each ring is published in an atomic for the orchestrator's refresh.
 //!
 //! Waking executors ([`ChipShared::signal_work`]): whoever makes a block dispatchable bumps the
 //! run's `work_epoch` and wakes one parked executor only when no executor is searching (spinning

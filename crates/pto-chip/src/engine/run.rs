@@ -98,7 +98,7 @@ impl RunShared {
     /// Locks the graph, spinning (loads, no `yield_now`) for up to a few µs first: the holds are
     /// a fraction of a µs, while parking_lot's own slow path yields the time slice and then
     /// parks — both far more expensive on a small host than a short wait
-    /// (ARCHITECTURE.md, "The chip engine").
+    /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn lock_graph(&self) -> parking_lot::MutexGuard<'_, Graph> {
         for _ in 0..GRAPH_LOCK_SPINS {
             if !self.graph.is_locked()

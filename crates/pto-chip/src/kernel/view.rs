@@ -19,8 +19,8 @@
 //!   that reads or writes them (CHIP_RUNTIME.md §3: dependency edges, with a Release/Acquire pair
 //!   at completion and dispatch), so no other task touches the bytes a task writes while it
 //!   runs. Exception: a graph missing an edge (untracked WAR for pure readers, §3.8, or a manual
-//!   scope without the explicit dep) races, as on hardware. That is documented and detected by
-//!   the `race_check` debug option, not prevented.
+//!   scope without the explicit dep) races, as on hardware. That is documented, not prevented
+//!   (the design's `race_check` debug option, which would detect it, is not implemented).
 //! * **R3 — within one invocation.** A [`KernelCtx`](super::KernelCtx) never hands out a mutable
 //!   view whose host bytes overlap any other live view it handed out, nor a view overlapping a
 //!   live mutable view (checked at run time by its ledger, conservatively by byte span). A

@@ -13,18 +13,20 @@
 //! exactly those (the scheduler decides which).
 //!
 //! Implementations:
-//! - [`in_process`]: chips and subs on threads of this process, a one-slot hand-off per lane
-//!   passing Rust values (this issue);
-//! - [`child_process`]: a child process per lane behind a mailbox in a `memfd` segment:
-//!   `dispatch` encodes the request into the frame (the `CallConfig` record, the args blob) and
-//!   stores TASK_READY; `poll` reads the state word of busy lanes; `health` comes from the
-//!   monitor thread's pidfds;
-//! - remote (gRPC, later): `dispatch` queues to a tokio runtime thread, completions arrive on a
-//!   channel and ring the scheduler's doorbell.
+//! - [`in_process`]: chips and subs on threads of this process, a queue of up to the lane
+//!   depth of requests per lane passing Rust values;
+//! - [`child_process`]: a child process per lane behind a mailbox in a `memfd` segment, one
+//!   64 KiB frame per request the lane holds (rule M8 of `shm::mailbox`): `dispatch` encodes
+//!   the request into its frame (the `CallConfig` record, the args blob) and stores
+//!   TASK_READY; `poll` reads the state words of busy lanes; `health` comes from the monitor
+//!   thread's pidfds;
+//! - `crate::remote::endpoint`: a remote L3 worker over gRPC; `dispatch` spawns a `Submit`
+//!   call on the client runtime, outcomes arrive on a channel and ring the scheduler's
+//!   doorbell.
 //!
 //! Requests are plain data (`TaskRequest` owns cloned args and config), so each
-//! implementation can encode them or pass them on. The trait is crate-private for now; the
-//! remote endpoint crate will need it `pub` (a reviewed API change).
+//! implementation can encode them or pass them on. All three live in this crate, so the trait
+//! stays crate-private.
 
 pub(crate) mod child_process;
 pub(crate) mod in_process;

@@ -55,7 +55,7 @@ pub enum TensorSpace {
     Host,
     /// A chip's device allocation (`segment` is the allocation id).
     Device,
-    /// A remote worker's buffer (later phase).
+    /// A remote worker's buffer (`segment` is the server's buffer handle).
     Remote,
 }
 

@@ -25,8 +25,8 @@ pub const MAGIC: [u8; 4] = *b"PTOM";
 ///
 /// History: 1 = NODE_RUNTIME.md §4.5, extended in place (issue 14) by a ring of frames per
 /// lane (pto-node's mailbox rule M8) and [`FLAG_SEGMENTS_SENT`]: parent and child are always
-/// the same image (the registry digest is compared at start-up), so no peer speaks the
-/// unextended form.
+/// the same pto build (there is no registry digest; the child checks the boot block's callable
+/// names), so no peer speaks the unextended form.
 pub const VERSION: u16 = 1;
 /// Size of a frame.
 pub const FRAME_BYTES: usize = 65536;

@@ -34,7 +34,8 @@ pub struct WireMember {
 /// How a task failed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WireFailure {
-    /// 0 task, 1 bind, 2 endpoint, 3 skipped, 4 orchestration.
+    /// 0 task, 1 bind, 2 endpoint, 3 skipped, 4 orchestration, 5 cancelled (pto-node's
+    /// `FailureKind`; an unknown value reads back as task).
     pub kind: u8,
     /// 0: no code.
     pub code: u32,

@@ -1,7 +1,9 @@
 //! Resolution of ring sizing with provenance, and the derived capacities (RING_CONFIG.md §5, §6).
 //!
-//! [`resolve`] is the only way to build a [`ResolvedSizing`], so every chip binds values that
-//! passed the rules of [`Resource`]: raw numbers never reach an allocator.
+//! A [`ResolvedSizing`] is built only by [`resolve`], or by [`ResolvedSizing::from_resolved`]
+//! from a record another process wrote from `resolve`'s result (it checks every value again),
+//! so every chip binds values that passed the rules of [`Resource`]: raw numbers never reach an
+//! allocator.
 
 use std::fmt;
 

@@ -1,8 +1,9 @@
-//! Spin briefly, then park: the one wait primitive of the workspace.
+//! Spin briefly, then park: the wait primitive of the workspace.
 //!
 //! CHIP_RUNTIME.md §6.5 and NODE_RUNTIME.md §3.4 ask every waiting thread (back-pressure, tensor
-//! waits, idle schedulers and cores, a caller awaiting a run) to use one primitive, implemented
-//! here once:
+//! waits, idle schedulers and cores, a caller awaiting a run) to use one primitive; this is it.
+//! A few hot loops elsewhere spin with cadences of their own before they park (listed under
+//! "Waits" in `ARCHITECTURE.md`). The primitive:
 //!
 //! - [`EventCount`] (the doorbell): wakers [`notify_one`](EventCount::notify_one) or
 //!   [`notify_all`](EventCount::notify_all) after making their change visible; waiters take a
