@@ -5,9 +5,9 @@
 mod common;
 
 use common::{f32_tensor, with_timeout};
-use pto_sizing::advise::{Headroom, ScopeStats, advise};
 use pto_chip::memory::ArenaOutcome;
 use pto_chip::{BindError, ChipRunError, ChipSpec, ChipWorker, RunContext};
+use pto_sizing::advise::{Headroom, ScopeStats, advise};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::ring_config::resolve::SizingError;
 use pto_types::{CallConfig, Resource, RuntimeEnv, TaskArgs};

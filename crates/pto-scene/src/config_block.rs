@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use pto_types::ring_config::PLATFORM_MAX_AICPU_THREADS;
 use pto_sizing::{Block, SizingBlocks};
+use pto_types::ring_config::PLATFORM_MAX_AICPU_THREADS;
 use pto_types::ring_config::resolve::{ResolvedSizing, SizeSource};
 use pto_types::{
     CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,

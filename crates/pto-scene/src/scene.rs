@@ -23,9 +23,9 @@ use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::{CallConfig, ErrorCode, RING_COUNT, Resource};
 
 use crate::config_block::{CaseConfig, SceneLevel};
-use pto_sizing::{Block, SizingBlocks};
 use crate::labels::Label;
 use crate::params::{Param, Params};
+use pto_sizing::{Block, SizingBlocks};
 
 /// A registered workload.
 pub trait Scene: Sync {

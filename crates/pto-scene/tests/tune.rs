@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pto_sizing::advise::Headroom;
 use pto_node::EndpointMode;
 use pto_scene::figures::CaseFigures;
 use pto_scene::tune::{TuneOptions, Verdict, tune_case};
 use pto_scene::{RunnerEnv, SceneFile};
+use pto_sizing::advise::Headroom;
 
 pto_node::test_child_entry!();
 

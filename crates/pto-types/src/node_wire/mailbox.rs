@@ -14,7 +14,6 @@
 //! the node copies exactly those regions to and from the shared mapping.
 
 use super::{FrameError, Reader, Writer, get_u16, get_u32, get_u64, name_from, need, put, zero};
-use crate::ring_config::env::EnvSnapshot;
 use crate::ring_config::resolve::{NotResolvable, Resolved, ResolvedSizing, SizeSource};
 use crate::wire::call_config_record::{self, RECORD_LEN};
 use crate::{CallConfig, RING_COUNT, Resource, RuntimeEnv};
@@ -965,6 +964,8 @@ impl ControlRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring_config::env::EnvSnapshot;
+    use crate::ring_config::resolve::{RingDefaults, resolve};
 
     #[test]
     fn layout_matches_node_runtime_4_5() {

@@ -143,7 +143,11 @@ pub fn resolve(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NotResolvable {
     /// A value breaks its resource's ring rule.
-    Illegal { resource: Resource, ring: usize, value: u64 },
+    Illegal {
+        resource: Resource,
+        ring: usize,
+        value: u64,
+    },
     /// Rings of one resource come from both the environment and the default (the environment
     /// tier gives all four rings or none), or default rings differ (one default per resource).
     MixedTiers { resource: Resource },
@@ -359,6 +363,48 @@ mod tests {
     use super::*;
     use crate::ring_config::CallConfig;
     use crate::ring_config::env::{EnvSnapshot, EnvSource};
+
+    #[test]
+    fn from_resolved_takes_back_what_resolve_gives_and_nothing_else() {
+        let env = EnvSnapshot::take(
+            &EnvSource::from_pairs([("PTO2_RING_HEAP", "1048576")]),
+            false,
+        )
+        .unwrap();
+        let call = RuntimeEnv::default().with_task_window([64, 0, 0, 0]);
+        let sizing = resolve(&call, &env, &RingDefaults::BUILT_IN).unwrap();
+        let parts = sizing.values;
+        assert_eq!(ResolvedSizing::from_resolved(parts), Ok(sizing));
+        let mut illegal = parts;
+        illegal[0][2].value = 48; // not a power of two
+        assert_eq!(
+            ResolvedSizing::from_resolved(illegal),
+            Err(NotResolvable::Illegal {
+                resource: Resource::TaskWindow,
+                ring: 2,
+                value: 48
+            })
+        );
+        let mut mixed = parts;
+        mixed[1][3] = Resolved {
+            value: 1024,
+            source: SizeSource::Default,
+        };
+        assert_eq!(
+            ResolvedSizing::from_resolved(mixed),
+            Err(NotResolvable::MixedTiers {
+                resource: Resource::Heap
+            })
+        );
+        let mut two_defaults = parts;
+        two_defaults[2][1].value = 64;
+        assert_eq!(
+            ResolvedSizing::from_resolved(two_defaults),
+            Err(NotResolvable::MixedTiers {
+                resource: Resource::DepPool
+            })
+        );
+    }
 
     const DEF_WINDOW: &str =
         "task_window=[16384(default), 16384(default), 16384(default), 16384(default)]";

@@ -1,7 +1,7 @@
 //! `pto tune` (issue 11, item 3): the library's tuning loop per case, its table on stdout.
 
-use pto_sizing::advise::Headroom;
 use pto_node::EndpointMode;
+use pto_sizing::advise::Headroom;
 use std::io::Write as _;
 
 use crate::advice::write_case;
