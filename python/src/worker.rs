@@ -36,13 +36,12 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
 /// The endpoint mode Python names (`"child-process"` or `"in-process"`).
 pub(crate) fn mode_of(py: Python<'_>, mode: &str) -> PyResult<EndpointMode> {
-    match mode {
-        "child-process" | "child_process" => Ok(EndpointMode::ChildProcess),
-        "in-process" | "in_process" => Ok(EndpointMode::InProcess),
-        other => Err(option_error(
+    match mode.parse() {
+        Ok(mode) => Ok(mode),
+        Err(_) => Err(option_error(
             py,
             "mode",
-            format!("mode {other:?}: expected \"child-process\" or \"in-process\""),
+            format!("mode {mode:?}: expected \"child-process\" or \"in-process\""),
         )),
     }
 }
@@ -106,10 +105,7 @@ impl PyWorker {
             b = b.ring_env(var, value);
         }
         let inner = b.build().map_err(|e| build_error(py, &e))?;
-        let mode = match endpoint {
-            EndpointMode::ChildProcess => "child-process",
-            EndpointMode::InProcess => "in-process",
-        };
+        let mode = endpoint.name();
         Ok(PyWorker {
             inner,
             mode,

@@ -294,10 +294,8 @@ fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
         &[1_000, 10_000, 100_000]
     };
     let mut points = Vec::new();
-    for (mode, mode_name) in [
-        (EndpointMode::InProcess, "in-process"),
-        (EndpointMode::ChildProcess, "child-process"),
-    ] {
+    for mode in [EndpointMode::InProcess, EndpointMode::ChildProcess] {
+        let mode_name = mode.name();
         let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
         let gate = w.register(Callable::sub("bench.gate_sub"))?;
@@ -340,10 +338,8 @@ fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
 /// Marginal µs per no-op sub task with lanes of `depth` (the default is chosen from these).
 fn depth_rows(ks: &[usize], runs: usize) -> anyhow::Result<Vec<Point>> {
     let mut points = Vec::new();
-    for (mode, mode_name) in [
-        (EndpointMode::InProcess, "in-process"),
-        (EndpointMode::ChildProcess, "child-process"),
-    ] {
+    for mode in [EndpointMode::InProcess, EndpointMode::ChildProcess] {
+        let mode_name = mode.name();
         for depth in [1, 16] {
             let w = worker(mode, depth)?;
             let sub = w.register(Callable::sub("bench.noop_sub"))?;
@@ -390,10 +386,8 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         ),
         Point::new("dispatch", "chip: empty L2 run (no node)", "us", empty_l2),
     ];
-    for (mode, mode_name) in [
-        (EndpointMode::InProcess, "in-process"),
-        (EndpointMode::ChildProcess, "child-process"),
-    ] {
+    for mode in [EndpointMode::InProcess, EndpointMode::ChildProcess] {
+        let mode_name = mode.name();
         let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
         let chip = w.register(Callable::chip("bench.empty_chip"))?;

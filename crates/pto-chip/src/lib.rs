@@ -7,7 +7,9 @@
 //! registered by name ([`register_kernel!`]). The orchestration API is in [`orch`].
 //!
 //! Architecture invariants: this crate knows nothing about L3; it is usable directly. `unsafe`
-//! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/` and `engine/heap.rs`.
+//! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/host_buffer.rs` and
+//! `engine/heap.rs`: the crate denies it, and only those four modules allow it.
+#![deny(unsafe_code)]
 
 /// Wrappers of crate-private hot paths for the criterion benches (feature `bench-internals`).
 #[cfg(feature = "bench-internals")]

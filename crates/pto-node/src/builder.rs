@@ -31,6 +31,45 @@ pub enum EndpointMode {
     InProcess,
 }
 
+impl EndpointMode {
+    /// Both modes, child processes (the default) first.
+    pub const ALL: [EndpointMode; 2] = [EndpointMode::ChildProcess, EndpointMode::InProcess];
+
+    /// `child-process` or `in-process`: the one spelling every command, table and binding
+    /// uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndpointMode::ChildProcess => "child-process",
+            EndpointMode::InProcess => "in-process",
+        }
+    }
+}
+
+impl std::fmt::Display for EndpointMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not an endpoint mode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an endpoint mode (child-process or in-process)")]
+pub struct UnknownMode(pub String);
+
+impl std::str::FromStr for EndpointMode {
+    type Err = UnknownMode;
+
+    /// `child-process` or `in-process` (`child_process` / `in_process` too, for keyword-style
+    /// callers such as Python).
+    fn from_str(text: &str) -> Result<EndpointMode, UnknownMode> {
+        match text {
+            "child-process" | "child_process" => Ok(EndpointMode::ChildProcess),
+            "in-process" | "in_process" => Ok(EndpointMode::InProcess),
+            _ => Err(UnknownMode(text.chars().take(80).collect())),
+        }
+    }
+}
+
 /// Which image child processes run (NODE_RUNTIME.md §1.1, §4.2).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum ChildExe {
@@ -498,4 +537,22 @@ fn checked_chip_specs(
 /// The `BuildError` naming `option`.
 fn invalid<T>(option: &'static str, reason: String) -> Result<T, BuildError> {
     Err(BuildError { option, reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_mode_names_round_trip() {
+        for mode in EndpointMode::ALL {
+            assert_eq!(mode.to_string().parse::<EndpointMode>(), Ok(mode));
+        }
+        assert_eq!("in_process".parse(), Ok(EndpointMode::InProcess));
+        let err = "threads".parse::<EndpointMode>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"threads\" is not an endpoint mode (child-process or in-process)"
+        );
+    }
 }

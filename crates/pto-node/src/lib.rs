@@ -69,7 +69,7 @@ mod worker;
 pub use buffer::{Element, HostBuffer};
 pub use builder::{
     ChildExe, DEFAULT_LANE_DEPTH, DEFAULT_LIVENESS_TIMEOUT, EndpointMode, MAX_LANE_DEPTH,
-    WorkerBuilder, set_host_child_exe,
+    UnknownMode, WorkerBuilder, set_host_child_exe,
 };
 pub use callable::{Callable, CallableHandle, CallableKind, NodeFn, SubFn};
 pub use child::child_main;

@@ -261,13 +261,13 @@ impl Harness {
 /// `in-process`, `child-process` or `both`.
 fn parse_modes(text: &str) -> Result<Vec<EndpointMode>, String> {
     match text {
-        "in-process" => Ok(vec![EndpointMode::InProcess]),
-        "child-process" => Ok(vec![EndpointMode::ChildProcess]),
         "both" => Ok(vec![EndpointMode::InProcess, EndpointMode::ChildProcess]),
-        other => Err(format!(
-            "{:?} is not a mode (in-process, child-process or both)",
-            crate::params::cut(other)
-        )),
+        other => other.parse().map(|m| vec![m]).map_err(|_| {
+            format!(
+                "{:?} is not a mode (in-process, child-process or both)",
+                crate::params::cut(other)
+            )
+        }),
     }
 }
 
@@ -293,10 +293,7 @@ fn parse_secs(text: &str) -> Result<Duration, String> {
 }
 
 fn mode_name(mode: EndpointMode) -> &'static str {
-    match mode {
-        EndpointMode::InProcess => "in-process",
-        _ => "child-process",
-    }
+    mode.name()
 }
 
 /// The `*.toml` files under `dir`, recursively, sorted by path; symlinks are not followed.

@@ -17,8 +17,6 @@ use std::path::Path;
 use pto_chip::diag::scope_stats::{Meta, Sample};
 use pto_types::{RING_COUNT, Resource};
 
-use pto_node::EndpointMode;
-
 use crate::file::SceneFile;
 use crate::runner::{CaseReport, RunOptions, case_footer};
 use crate::scene::{CaseResult, TaskRow};
@@ -45,10 +43,7 @@ pub struct HtmlPage {
 impl HtmlPage {
     /// The page of a `pto run`: scene, file, mode, the scene's summary lines and the counts.
     pub fn of_run(file: &SceneFile, options: &RunOptions, reports: &[CaseReport]) -> HtmlPage {
-        let mode = match options.env.mode {
-            EndpointMode::InProcess => "in-process",
-            _ => "child-process",
-        };
+        let mode = options.env.mode;
         let mut lines = vec![format!("{} · mode {mode}", file.path.display())];
         let pairs: Vec<(String, CaseResult)> = reports
             .iter()

@@ -34,6 +34,8 @@
 pub(crate) mod core;
 pub(crate) mod executor;
 pub(crate) mod graph;
+// Host pointers of run memory (rules H1, H2).
+#[allow(unsafe_code)]
 pub(crate) mod heap;
 pub(crate) mod orchestrator;
 pub(crate) mod run;

@@ -18,9 +18,12 @@
 
 use std::fmt;
 
+// The kernel ABI hands kernels raw views of run memory (rules R1-R5).
+#[allow(unsafe_code)]
 mod ctx;
 mod element;
 mod registry;
+#[allow(unsafe_code)]
 mod view;
 
 pub use ctx::{BoundTensor, KernelCtx};

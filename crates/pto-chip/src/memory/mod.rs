@@ -14,6 +14,8 @@
 
 pub mod arena;
 pub mod device;
+// The one anonymous mapping behind every arena.
+#[allow(unsafe_code)]
 pub mod host_buffer;
 
 pub use arena::{AcquireError, Arena, ArenaCache, ArenaLease, ArenaOutcome};

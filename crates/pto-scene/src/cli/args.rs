@@ -136,13 +136,23 @@ pub(crate) struct ScenesArgs {
     pub(crate) json: bool,
 }
 
-/// How chip and sub workers of level-3 scenes run.
+/// How chip and sub workers of level-3 scenes run (the command line's view of
+/// `pto_node::EndpointMode`, for clap's help and completion).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Mode {
     /// Threads in this process.
     InProcess,
     /// One OS process per worker, over shared-memory mailboxes.
     ChildProcess,
+}
+
+impl From<Mode> for pto_node::EndpointMode {
+    fn from(mode: Mode) -> pto_node::EndpointMode {
+        match mode {
+            Mode::InProcess => pto_node::EndpointMode::InProcess,
+            Mode::ChildProcess => pto_node::EndpointMode::ChildProcess,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

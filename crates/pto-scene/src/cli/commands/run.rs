@@ -11,10 +11,9 @@ use crate::runner::{
 };
 use crate::{RunnerEnv, SceneFile};
 use indicatif::{ProgressBar, ProgressStyle};
-use pto_node::EndpointMode;
 use pto_node::remote::RemoteWorker;
 
-use crate::cli::args::{Mode, RunArgs};
+use crate::cli::args::RunArgs;
 use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
@@ -108,10 +107,7 @@ fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
             dep_gen: args.enable_dep_gen,
         },
         env: RunnerEnv {
-            mode: match args.mode {
-                Mode::InProcess => EndpointMode::InProcess,
-                Mode::ChildProcess => EndpointMode::ChildProcess,
-            },
+            mode: args.mode.into(),
             ring_env: parse_pairs(&args.ring_env)?,
             strict_env: args.strict_env,
             fast: args.fast,

@@ -2,10 +2,9 @@
 //! signalled. The first line on stdout says where it listens (tests read the port from it).
 
 use pto_chip::ChipSpec;
-use pto_node::EndpointMode;
 use pto_node::remote::{ServeOptions, TlsFiles, read_token_file, serve};
 
-use crate::cli::args::{Mode, ServeArgs};
+use crate::cli::args::ServeArgs;
 use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
@@ -32,10 +31,7 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
         listen: args.listen,
         chips: args.chips,
         sub_workers: args.sub_workers,
-        mode: match args.mode {
-            Mode::InProcess => EndpointMode::InProcess,
-            Mode::ChildProcess => EndpointMode::ChildProcess,
-        },
+        mode: args.mode.into(),
         chip_spec,
         token: token.clone(),
         tls: tls.clone(),

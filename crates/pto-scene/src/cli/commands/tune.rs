@@ -1,6 +1,5 @@
 //! `pto tune` (issue 11, item 3): the library's tuning loop per case, its table on stdout.
 
-use pto_node::EndpointMode;
 use pto_sizing::advise::Headroom;
 use std::io::Write as _;
 
@@ -12,7 +11,7 @@ use crate::tune::{TuneOptions, Verdict, render_tuning, tune_case};
 use crate::{RunnerEnv, SceneFile};
 
 use super::run::{parse_pairs, report_error};
-use crate::cli::args::{Mode, TuneArgs};
+use crate::cli::args::TuneArgs;
 use crate::cli::{InputError, Outcome};
 
 pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
@@ -104,10 +103,7 @@ fn selected_cases(args: &TuneArgs, file: &SceneFile) -> anyhow::Result<Vec<Strin
 /// How the cases run: `--mode`, `--ring-env` and `--fast`.
 fn runner_env(args: &TuneArgs) -> anyhow::Result<RunnerEnv> {
     Ok(RunnerEnv {
-        mode: match args.mode {
-            Mode::InProcess => EndpointMode::InProcess,
-            Mode::ChildProcess => EndpointMode::ChildProcess,
-        },
+        mode: args.mode.into(),
         ring_env: parse_pairs(&args.ring_env)?,
         strict_env: false,
         fast: args.fast,
