@@ -9,8 +9,8 @@
 //!   loop as peer);
 //! - [`dispatch`] — B3, L3 dispatch cost, both endpoint modes (thread ping-pong floors);
 //! - [`idle`] — B4, CPU of the whole process tree per wall second while idle;
-//! - B5 (device memory of the fan-out scene's three sizings) runs a scene, so it lives in
-//!   `pto_scene::footprint_bench`;
+//! - [`footprint`] — B5, device memory of the fan-out scene's three sizings (it runs the
+//!   shipped scene through `pto_scene`'s runner);
 //! - [`deadlock`] — B6, detection latency of each undersized-ring reproducer and a killed child.
 //!
 //! Benchmarks are not tests: nothing here asserts a speed. `quick` shrinks every workload so a
@@ -19,6 +19,7 @@
 
 pub mod deadlock;
 pub mod dispatch;
+pub mod footprint;
 pub mod idle;
 pub mod metg;
 pub mod submit;
@@ -202,9 +203,8 @@ pub struct Bench {
     pub run: fn(bool) -> anyhow::Result<Vec<Point>>,
 }
 
-/// The benchmarks of this crate, in the order `all` runs them. B5 (`footprint`) runs a scene,
-/// so it lives with the scenes (`pto_scene::footprint_bench`), which adds it to this list.
-pub const BENCHES: [Bench; 5] = [
+/// Every benchmark, in the order `all` runs them.
+pub const BENCHES: [Bench; 6] = [
     Bench {
         name: "submit",
         run: submit::run,
@@ -222,32 +222,38 @@ pub const BENCHES: [Bench; 5] = [
         run: idle::run,
     },
     Bench {
+        name: "footprint",
+        run: footprint::run,
+    },
+    Bench {
         name: "deadlock",
         run: deadlock::run,
     },
 ];
 
-/// Runs benchmark `name` of `benches` (`all`: every one, in order).
-pub fn run(benches: &[Bench], name: &str, quick: bool) -> anyhow::Result<Vec<Point>> {
+/// The benchmark called `name`, if there is one.
+pub fn find(name: &str) -> Option<&'static Bench> {
+    BENCHES.iter().find(|b| b.name == name)
+}
+
+/// Runs benchmark `name` (`all`: every one, in order).
+pub fn run(name: &str, quick: bool) -> anyhow::Result<Vec<Point>> {
     if name == "all" {
         let mut all = Vec::new();
-        for b in benches {
+        for b in &BENCHES {
             all.extend((b.run)(quick)?);
         }
         return Ok(all);
     }
-    match benches.iter().find(|b| b.name == name) {
+    match find(name) {
         Some(b) => (b.run)(quick),
-        None => anyhow::bail!(
-            "no benchmark named {name:?} (benchmarks: {}, all)",
-            names(benches)
-        ),
+        None => anyhow::bail!("no benchmark named {name:?} (benchmarks: {}, all)", names()),
     }
 }
 
-/// `submit, metg, …`: the names of `benches`.
-pub fn names(benches: &[Bench]) -> String {
-    benches
+/// `submit, metg, …`: the names of every benchmark.
+pub fn names() -> String {
+    BENCHES
         .iter()
         .map(|b| b.name)
         .collect::<Vec<_>>()

@@ -1,8 +1,6 @@
-//! The `pto` binary: the command line of `pto_scene::main` over the built-in kernels, chip
-//! callables and scenes. A user's crate gets the same command line over its own scenes by
-//! calling `pto_scene::main()` from its own `main` (README, "Write your own workload").
+//! The `pto` binary: [`pto_cli::main`] over the built-in kernels, chip callables and scenes.
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    pto_scene::main()
+    pto_cli::main()
 }

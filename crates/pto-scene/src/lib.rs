@@ -1,11 +1,12 @@
 //! Scenes: workloads written in Rust (inputs, orchestration, golden, level) whose cases live in
 //! TOML files (RING_CONFIG.md §11), registered by name from any crate; the runner behind
-//! `pto run`, the cargo-test harness and the whole `pto` command line ([`main`]).
+//! `pto run`, `pto tune` and `pto advise`, and the cargo-test harness.
 //!
 //! A user's crate registers its scenes with [`register_scene!`] (a type implementing
 //! [`Scene`], or an [`L2Scene`] declared by its inputs and golden), runs their cases as cargo
-//! tests with [`harness`], and gets `pto run`/`tune`/`advise`/`config`/`bench`/`scenes` over
-//! them by calling [`main`] from its own binary (README, "Write your own workload").
+//! tests with [`harness`], and gets the `pto` command line over them by calling
+//! `pto_cli::main()` from its own binary (README, "Write your own workload"). This crate links
+//! no command-line parser.
 //!
 //! - [`scene`] — the [`Scene`] trait, the registry and [`CaseRun`], what a case sees.
 //! - [`l2`] — one L2 chip job for a scene ([`l2::run_l2`]) and [`L2Scene`].
@@ -23,18 +24,16 @@
 //! - [`runner`] — runs a file's cases and renders the table or JSON lines.
 //! - [`report_html`] — the self-contained HTML page of `pto run --report`.
 //! - [`tune`] — `pto tune`: run, advise, verify the advised case, repeat on capacity errors.
-//! - [`footprint_bench`] — B5 of `pto bench` (it runs a scene) and the list `pto bench` runs.
 //!
 //! Nothing here changes the process environment: chips see it through an `EnvSource`
 //! overlaid with the runner's `--ring-env` pairs.
 #![forbid(unsafe_code)]
 
 pub mod advice;
-mod cli;
 pub mod config_block;
 pub mod figures;
 pub mod file;
-pub mod footprint_bench;
+#[cfg(feature = "harness")]
 pub mod harness;
 pub mod l2;
 pub mod l3;
@@ -46,7 +45,6 @@ pub mod scene;
 mod scenes;
 pub mod tune;
 
-pub use cli::main;
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};
 pub use file::{LoadError, SceneFile};
 pub use l2::{EntryArgs, EntryTensor, L2Scene, Tolerance};

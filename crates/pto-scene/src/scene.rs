@@ -102,7 +102,7 @@ pub struct __SceneRegistration(pub fn() -> &'static dyn Scene);
 
 inventory::collect!(__SceneRegistration);
 
-/// Registers a scene so that scene files, `pto_scene::main()` and the test harness find it by
+/// Registers a scene so that scene files, `pto_cli::main()` and the test harness find it by
 /// its name, from any crate linked into the binary (the same mechanism as
 /// `pto_chip::register_kernel!`). The argument is a constant expression of a type that
 /// implements [`Scene`]: a unit struct, or an [`L2Scene`](crate::L2Scene) built with its

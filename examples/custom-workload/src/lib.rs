@@ -1,6 +1,6 @@
 //! A template for your own workload on pto: two kernels, an L2 chip job built from them, an L3
 //! orchestration that fans chip jobs out to two chips with per-label sizing, and the scenes
-//! that run them (`scenes/*.toml`). Everything registers by name, so `pto_scene::main()` (this
+//! that run them (`scenes/*.toml`). Everything registers by name, so `pto_cli::main()` (this
 //! crate's binary) and `pto_scene::harness` (its cargo tests) find it.
 //!
 //! - kernels `cw.scale` (`out = alpha · x`) and `cw.add` (`out = x + y`), AIV, f32;

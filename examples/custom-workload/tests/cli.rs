@@ -1,4 +1,4 @@
-//! This crate's own `pto` (src/main.rs: `pto_scene::main()`) knows its scenes and runs their
+//! This crate's own `pto` (src/main.rs: `pto_cli::main()`) knows its scenes and runs their
 //! cases in both endpoint modes, child processes being this same binary.
 
 use std::process::{Command, Output};

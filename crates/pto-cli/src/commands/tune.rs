@@ -3,16 +3,16 @@
 use pto_sizing::advise::Headroom;
 use std::io::Write as _;
 
-use crate::advice::write_case;
-use crate::params::{cut, key_list};
-use crate::report_html::{HtmlPage, render_html};
-use crate::runner::CaseReport;
-use crate::tune::{TuneOptions, Verdict, render_tuning, tune_case};
-use crate::{RunnerEnv, SceneFile};
+use pto_scene::advice::write_case;
+use pto_scene::params::{cut, key_list};
+use pto_scene::report_html::{HtmlPage, render_html};
+use pto_scene::runner::CaseReport;
+use pto_scene::tune::{TuneOptions, Verdict, render_tuning, tune_case};
+use pto_scene::{RunnerEnv, SceneFile};
 
 use super::run::{parse_pairs, report_error};
-use crate::cli::args::TuneArgs;
-use crate::cli::{InputError, Outcome};
+use crate::args::TuneArgs;
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
     let headroom =
@@ -43,7 +43,7 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
     let mut pages: Vec<CaseReport> = Vec::new();
     let mut summary: Vec<String> = Vec::new();
     let mut all_verified = true;
-    crate::cli::print_out(&format!(
+    crate::print_out(&format!(
         "pto tune: scene {} ({}), headroom {headroom}\n",
         file.scene.name(),
         args.scene.display()
@@ -130,7 +130,7 @@ fn tune_one(
             .filter(|l| l.starts_with("case "))
             .map(str::to_string),
     );
-    crate::cli::print_out(&text);
+    crate::print_out(&text);
     pages.push(tuning.before().report.clone());
     if tuning.rounds.len() > 1 {
         pages.push(tuning.after().report.clone());
@@ -138,7 +138,7 @@ fn tune_one(
     match (&tuning.verdict, &tuning.advised) {
         (Verdict::Verified, Some(advised)) if args.write => {
             write_case(&file.path, advised).map_err(InputError)?;
-            crate::cli::print_out(&format!(
+            crate::print_out(&format!(
                 "case {case}: wrote {}_advised into {}\n",
                 cut(case),
                 args.scene.display()

@@ -2,15 +2,15 @@
 
 use std::ffi::OsString;
 
-use crate::SceneFile;
-use crate::config_block::{SceneLevel, parse_config_block};
-use crate::params::{cut, key_list};
+use pto_scene::SceneFile;
+use pto_scene::config_block::{SceneLevel, parse_config_block};
+use pto_scene::params::{cut, key_list};
 use pto_sizing::report::{SizingReport, SizingReportError, SizingRequest};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{CallConfig, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides};
 
-use crate::cli::args::ResolveArgs;
-use crate::cli::{InputError, Outcome};
+use crate::args::ResolveArgs;
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
     let block = config_block(args)?;
@@ -36,9 +36,9 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
         report = report.with_blocks(blocks);
     }
     if args.json {
-        crate::cli::print_out(&format!("{}\n", report.to_json()));
+        crate::print_out(&format!("{}\n", report.to_json()));
     } else {
-        crate::cli::print_out(&report.render_table());
+        crate::print_out(&report.render_table());
     }
     match report.device_memory {
         Some((_, false)) => Ok(Outcome::CheckFailed),
@@ -47,7 +47,7 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
 }
 
 /// The config block `--config` or `--scene`/`--case` names, if any.
-fn config_block(args: &ResolveArgs) -> anyhow::Result<Option<crate::CaseConfig>> {
+fn config_block(args: &ResolveArgs) -> anyhow::Result<Option<pto_scene::CaseConfig>> {
     Ok(match (&args.config, &args.scene, &args.case) {
         (Some(path), _, _) => Some(config_file_block(path)?),
         (None, Some(path), Some(case)) => {
@@ -64,7 +64,7 @@ fn config_block(args: &ResolveArgs) -> anyhow::Result<Option<crate::CaseConfig>>
 /// the sizing flags' non-zero entries on top.
 fn call_config(
     args: &ResolveArgs,
-    block: Option<&crate::CaseConfig>,
+    block: Option<&pto_scene::CaseConfig>,
 ) -> anyhow::Result<CallConfig> {
     let base = match block {
         Some(block) => with_label(block, args.label.as_deref()).map_err(|e| {
@@ -131,9 +131,9 @@ fn parse_env_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>, InputE
 }
 
 /// The config block of a `--config` file.
-fn config_file_block(path: &std::path::Path) -> Result<crate::CaseConfig, InputError> {
+fn config_file_block(path: &std::path::Path) -> Result<pto_scene::CaseConfig, InputError> {
     // The same guard as scene files: a regular file of at most 16 MiB, never a FIFO.
-    let text = crate::file::read_text(path, crate::file::MAX_FILE_BYTES)
+    let text = pto_scene::file::read_text(path, pto_scene::file::MAX_FILE_BYTES)
         .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
     let table: toml::Table = toml::from_str(&text)
         .map_err(|e| InputError(format!("{}: {}", path.display(), e.message())))?;
@@ -146,7 +146,7 @@ fn scene_case_block(
     path: &std::path::Path,
     case: &str,
     label: Option<&str>,
-) -> Result<crate::CaseConfig, InputError> {
+) -> Result<pto_scene::CaseConfig, InputError> {
     let file = SceneFile::load(path).map_err(|e| InputError(e.to_string()))?;
     let Some(c) = file.cases.iter().find(|c| c.name == case) else {
         return Err(InputError(format!(
@@ -157,7 +157,7 @@ fn scene_case_block(
         )));
     };
     if let Some(label) = label {
-        crate::labels::check_key(file.scene.name(), label, file.scene.labels())
+        pto_scene::labels::check_key(file.scene.name(), label, file.scene.labels())
             .map_err(|e| InputError(format!("{}: --label {}: {e}", path.display(), cut(label))))?;
     }
     Ok(c.config.clone())
@@ -165,7 +165,7 @@ fn scene_case_block(
 
 /// `block`'s base config with the `tasks` blocks that apply to `label` layered on (none
 /// applies: the base itself, as for a task of that label in a run).
-fn with_label(block: &crate::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
+fn with_label(block: &pto_scene::CaseConfig, label: Option<&str>) -> Result<CallConfig, String> {
     let Some(label) = label else {
         return Ok(block.base_call_config());
     };

@@ -1,12 +1,12 @@
 //! `pto scenes [NAME]`: what each registered scene accepts in a scene file.
 
-use crate::Scene;
-use crate::params::{cut, key_list};
-use crate::scene::{find_scene, scene_names};
+use pto_scene::Scene;
+use pto_scene::params::{cut, key_list};
+use pto_scene::scene::{find_scene, scene_names};
 use serde_json::json;
 
-use crate::cli::args::ScenesArgs;
-use crate::cli::{InputError, Outcome};
+use crate::args::ScenesArgs;
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &ScenesArgs) -> anyhow::Result<Outcome> {
     let scenes: Vec<&'static dyn Scene> = match &args.name {
@@ -17,13 +17,13 @@ pub(crate) fn run(args: &ScenesArgs) -> anyhow::Result<Outcome> {
                 key_list(scene_names().into_iter())
             ))
         })?],
-        None => crate::scene::scenes().to_vec(),
+        None => pto_scene::scene::scenes().to_vec(),
     };
     for scene in scenes {
         if args.json {
-            crate::cli::print_out(&format!("{}\n", describe_json(scene)));
+            crate::print_out(&format!("{}\n", describe_json(scene)));
         } else {
-            crate::cli::print_out(&describe(scene));
+            crate::print_out(&describe(scene));
         }
     }
     Ok(Outcome::Success)

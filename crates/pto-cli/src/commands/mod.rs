@@ -8,8 +8,8 @@ mod scenes;
 mod serve;
 mod tune;
 
-use crate::cli::Outcome;
-use crate::cli::args::{Command, ConfigCommand};
+use crate::Outcome;
+use crate::args::{Command, ConfigCommand};
 
 pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
     match command {

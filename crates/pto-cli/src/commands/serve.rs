@@ -4,8 +4,8 @@
 use pto_chip::ChipSpec;
 use pto_node::remote::{ServeOptions, TlsFiles, read_token_file, serve};
 
-use crate::cli::args::ServeArgs;
-use crate::cli::{InputError, Outcome};
+use crate::args::ServeArgs;
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
     let token = match &args.token_file {
@@ -38,7 +38,7 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
         ..ServeOptions::default()
     };
     let server = serve(options).map_err(|e| InputError(e.to_string()))?;
-    crate::cli::print_out(&format!(
+    crate::print_out(&format!(
         "pto serve: listening on {} ({} chip(s), {} sub worker(s) per session; {}; {})\n",
         server.local_addr(),
         args.chips,

@@ -1,28 +1,27 @@
 //! `pto bench` (BENCHMARKS.md): the library's points as a table or JSON lines.
 
-use crate::cli::args::BenchArgs;
-use crate::cli::{InputError, Outcome};
+use crate::args::BenchArgs;
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
-    let benches = crate::footprint_bench::benches();
-    let known = benches.iter().any(|b| b.name == args.which) || args.which == "all";
+    let known = pto_bench::find(&args.which).is_some() || args.which == "all";
     if !known {
         return Err(InputError(format!(
             "no benchmark named {:?} (benchmarks: {}, all)",
-            crate::params::cut(&args.which),
-            pto_bench::names(&benches)
+            pto_scene::params::cut(&args.which),
+            pto_bench::names()
         ))
         .into());
     }
-    let points = pto_bench::run(&benches, &args.which, args.quick)?;
+    let points = pto_bench::run(&args.which, args.quick)?;
     if args.json {
         let lines: String = points
             .iter()
             .map(|p| format!("{}\n", p.to_json()))
             .collect();
-        crate::cli::print_out(&lines);
+        crate::print_out(&lines);
     } else {
-        crate::cli::print_out(&pto_bench::render_table(&points));
+        crate::print_out(&pto_bench::render_table(&points));
     }
     Ok(Outcome::Success)
 }

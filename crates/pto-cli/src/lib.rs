@@ -1,14 +1,14 @@
-//! The `pto` command line over the scenes linked into this binary ([`main`]).
+//! The `pto` command line over the scenes, chip callables and kernels linked into the binary
+//! that calls [`main`]: the `pto` binary of this crate, or a user's own binary (README, "Write
+//! your own workload"), which gets the same commands over its own scenes with one call.
 //!
-//! It lives here rather than in `pto-cli` so that a user's own binary, which links its own
-//! kernels, chip callables and scenes, gets the whole command line with one call (issue 15):
-//! `pto-cli` is `fn main() { pto_scene::main() }` plus the built-in kernels.
-//!
-//! [`args`] parses into plain values, [`commands`] runs one, and [`main`] maps the outcome to an
+//! `args` parses into plain values, `commands` runs one, and [`main`] maps the outcome to an
 //! exit status in one place: 0 success, 1 a failed check, 2 bad input (usage, an invalid
-//! config or, in strict mode, an environment problem).
+//! config or, in strict mode, an environment problem). The work itself lives in the libraries:
+//! `pto_scene` runs, tunes and advises, `pto_sizing` resolves and reports, `pto_bench` measures.
+#![forbid(unsafe_code)]
 
-pub(crate) mod args;
+mod args;
 mod commands;
 
 use std::process::ExitCode;
@@ -66,7 +66,7 @@ fn program_name() -> String {
 ///
 /// ```no_run
 /// fn main() -> std::process::ExitCode {
-///     pto_scene::main()
+///     pto_cli::main()
 /// }
 /// ```
 ///

@@ -3,38 +3,21 @@
 //! hand, per-task sizing found by `pto tune` — with the device memory each reserves, its heaps
 //! against their high-water, and each way against the global sizing.
 //!
-//! It lives with the scenes, not in `pto-bench`, because it runs one: [`benches`] is
-//! `pto-bench`'s list with this one in its place, the list `pto bench` runs.
+//! It runs the shipped scene file through `pto_scene`'s runner, so the figures are the ones
+//! `pto run` prints for the same cases ([`CaseFigures`]).
 
 use std::path::Path;
 
-use pto_bench::{Bench, Point, Stats};
 use pto_node::EndpointMode;
+use pto_scene::figures::CaseFigures;
+use pto_scene::runner::{Diagnostics, RunOptions, run_file};
+use pto_scene::{RunnerEnv, SceneFile};
 
-use crate::figures::CaseFigures;
-use crate::runner::{Diagnostics, RunOptions, run_file};
-use crate::{RunnerEnv, SceneFile};
+use crate::{Point, Stats};
 
 /// The shipped scene file (the main job), built into the binary.
 const SCENE: &str = include_str!("../../../scenes/heterogeneous_fanout.toml");
 const WAYS: [&str; 3] = ["global_max_sizing", "per_task_sizing", "per_task_tuned"];
-
-/// Every benchmark `pto bench` knows, in the order `all` runs them.
-pub fn benches() -> Vec<Bench> {
-    let mut all = pto_bench::BENCHES.to_vec();
-    let at = all
-        .iter()
-        .position(|b| b.name == "deadlock")
-        .unwrap_or(all.len());
-    all.insert(
-        at,
-        Bench {
-            name: "footprint",
-            run,
-        },
-    );
-    all
-}
 
 /// Runs B5 (`quick`: the scene's fast params).
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {

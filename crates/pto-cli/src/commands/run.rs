@@ -4,17 +4,17 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::params::{cut, key_list};
-use crate::report_html::{HtmlPage, render_html};
-use crate::runner::{
-    Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
-};
-use crate::{RunnerEnv, SceneFile};
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::remote::RemoteWorker;
+use pto_scene::params::{cut, key_list};
+use pto_scene::report_html::{HtmlPage, render_html};
+use pto_scene::runner::{
+    Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
+};
+use pto_scene::{RunnerEnv, SceneFile};
 
-use crate::cli::args::RunArgs;
-use crate::cli::{InputError, Outcome};
+use crate::args::RunArgs;
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     if args.enable_chip_swimlane > 4 {
@@ -78,10 +78,10 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     bar.finish_and_clear();
     if args.json {
         for line in render_json_lines(&reports) {
-            crate::cli::print_out(&format!("{line}\n"));
+            crate::print_out(&format!("{line}\n"));
         }
     } else {
-        crate::cli::print_out(&render_table(&file, &reports));
+        crate::print_out(&render_table(&file, &reports));
     }
     if let Some((path, out)) = report_file.as_mut() {
         let page = render_html(&HtmlPage::of_run(&file, &options, &reports), &reports);

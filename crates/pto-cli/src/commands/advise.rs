@@ -1,17 +1,17 @@
 //! `pto advise` (CHIP_RUNTIME.md §7, RING_CONFIG.md §8, issue 11): the recommendation on stdout
 //! in the chosen format, the per-ring tables on stderr.
 
-use crate::SceneFile;
-use crate::advice::{
+use pto_scene::SceneFile;
+use pto_scene::advice::{
     AdviceTarget, KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs,
     render_toml, write_case,
 };
-use crate::params::cut;
+use pto_scene::params::cut;
 use pto_sizing::advise::{AdviseFormat, Headroom};
 use serde_json::json;
 
-use crate::cli::args::{AdviseArgs, AdviseFormatArg};
-use crate::cli::{InputError, Outcome};
+use crate::args::{AdviseArgs, AdviseFormatArg};
+use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
     let headroom =
@@ -43,12 +43,15 @@ pub(crate) fn run(args: &AdviseArgs) -> anyhow::Result<Outcome> {
         (Some(file), Some(case)) => scene_case(file, case, &groups, args)?,
         _ => render(&groups, args.format)?,
     };
-    crate::cli::print_out(&out);
+    crate::print_out(&out);
     Ok(Outcome::Success)
 }
 
 /// The config block of case `name` of `file`.
-fn case_config<'f>(file: &'f SceneFile, name: &str) -> Result<&'f crate::CaseConfig, InputError> {
+fn case_config<'f>(
+    file: &'f SceneFile,
+    name: &str,
+) -> Result<&'f pto_scene::CaseConfig, InputError> {
     match file.cases.iter().find(|c| c.name == name) {
         Some(c) => Ok(&c.config),
         None => Err(InputError(format!(
@@ -71,7 +74,7 @@ fn scene_case(
             "--scene prints a scene case, which is TOML: drop --format".to_string(),
         ));
     }
-    let text = crate::file::read_text(&file.path, crate::file::MAX_FILE_BYTES)
+    let text = pto_scene::file::read_text(&file.path, pto_scene::file::MAX_FILE_BYTES)
         .map_err(|e| InputError(format!("{}: {e}", file.path.display())))?;
     let advised = advised_case(file, &text, case, groups).map_err(InputError)?;
     if args.write {
