@@ -176,7 +176,7 @@ impl PyOrchestrator {
     fn recorded(
         &self,
         py: Python<'_>,
-        r: Result<pto_node::TaskId, pto_node::SubmitError>,
+        r: Result<pto_node::NodeTaskId, pto_node::SubmitError>,
         config: &PyCallConfig,
     ) -> PyResult<u32> {
         match r {

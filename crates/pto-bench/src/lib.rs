@@ -147,11 +147,16 @@ pub(crate) const WIDTH: u32 = 16;
 /// The tensors of stencil task `(t, j)` over a 2 × WIDTH grid: step t writes row t % 2 and
 /// task j reads columns j-1..=j+1 (clamped at the edges) of the other row.
 pub(crate) fn stencil_views<'s>(
-    grid: &pto_chip::orch::Tensor<'s>,
+    grid: &pto_chip::orch::OrchTensor<'s>,
     t: u64,
     j: u32,
-) -> Result<(pto_chip::orch::Tensor<'s>, pto_chip::orch::Tensor<'s>), pto_chip::tensor::TensorError>
-{
+) -> Result<
+    (
+        pto_chip::orch::OrchTensor<'s>,
+        pto_chip::orch::OrchTensor<'s>,
+    ),
+    pto_chip::tensor::TensorError,
+> {
     let (row, prev) = ((t % 2) as u32, ((t + 1) % 2) as u32);
     let lo = j.saturating_sub(1);
     let len = (j + 2).min(WIDTH) - lo;
@@ -166,7 +171,7 @@ pub(crate) fn stencil_views<'s>(
 /// element), to which it may add scalars.
 pub(crate) fn stencil_1d<'r>(
     s: &mut pto_chip::orch::RootScope<'r>,
-    grid: &pto_chip::orch::Tensor<'r>,
+    grid: &pto_chip::orch::OrchTensor<'r>,
     steps: u64,
     mut submit: impl for<'i> FnMut(
         &mut pto_chip::orch::Scope<'i, 'r>,

@@ -125,7 +125,7 @@ const SHAPES: [Shape; 4] = [
 
 /// µs per task of one run of `shape` with `n` tasks and window `window`.
 fn run_once(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Result<f64> {
-    let buf = pto_chip::memory::HostBuffer::new((2 * WIDTH as usize) * 4)?;
+    let buf = pto_chip::memory::HostMemory::new((2 * WIDTH as usize) * 4)?;
     let id = BufferId {
         owner_uid: 0xBE7C,
         buffer_id: 1,

@@ -7,7 +7,7 @@
 //! registered by name ([`register_kernel!`]). The orchestration API is in [`orch`].
 //!
 //! Architecture invariants: this crate knows nothing about L3; it is usable directly. `unsafe`
-//! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/host_buffer.rs` and
+//! lives only in `kernel/view.rs`, `kernel/ctx.rs`, `memory/host_memory.rs` and
 //! `engine/heap.rs`: the crate denies it, and only those four modules allow it.
 #![deny(unsafe_code)]
 

@@ -2,8 +2,8 @@
 //! its task graph while it runs.
 //!
 //! Scopes are closures, so a scope cannot be left open. Lifetimes make scope misuse a compile
-//! error: a [`Tensor<'s>`] created in a scope cannot leave it, while tensors of enclosing scopes
-//! are usable inside (`Tensor` is covariant and `Scope<'i, 's>` implies `'s: 'i`):
+//! error: a [`OrchTensor<'s>`] created in a scope cannot leave it, while tensors of enclosing scopes
+//! are usable inside (`OrchTensor` is covariant and `Scope<'i, 's>` implies `'s: 'i`):
 //!
 //! ```compile_fail
 //! # use pto_chip::orch::*;
@@ -22,7 +22,7 @@
 //! # use pto_chip::orch::*;
 //! fn store<'r>(s: &mut RootScope<'r>) -> OrchResult<()> {
 //!     let ci = TensorCreateInfo::new(&[16], pto_types::DType::F32);
-//!     let mut kept: Vec<Tensor<'r>> = Vec::new();
+//!     let mut kept: Vec<OrchTensor<'r>> = Vec::new();
 //!     s.scope(|s| {
 //!         kept.push(s.alloc_tensors(&[ci])?.tensor(0)); // nor stored outside
 //!         Ok(())
@@ -33,7 +33,7 @@
 //!
 //! ```
 //! # use pto_chip::orch::*;
-//! fn nested<'r>(s: &mut RootScope<'r>, outer: Tensor<'r>) -> OrchResult<()> {
+//! fn nested<'r>(s: &mut RootScope<'r>, outer: OrchTensor<'r>) -> OrchResult<()> {
 //!     s.scope(|s| s.scope(|s| {
 //!         s.submit_dummy(KernelArgs::new().input(outer))?; // an outer tensor two scopes down
 //!         Ok(())
@@ -53,16 +53,17 @@ use crate::kernel::{CoreType, Element, KernelRef, Scalar};
 use crate::task_id::TaskId;
 use crate::tensor::{MAX_DIMS, TensorDesc};
 
-/// A tensor usable in scope `'s` and the scopes nested in it.
+/// The orchestration's handle to a chip tensor, usable in scope `'s` and the scopes nested in it.
+/// (A task argument over a buffer is `pto_types::Tensor`; the descriptor inside is [`TensorDesc`].)
 #[derive(Clone, Copy, Debug)]
-pub struct Tensor<'s> {
+pub struct OrchTensor<'s> {
     desc: TensorDesc,
     _scope: PhantomData<&'s ()>,
 }
 
-impl<'s> Tensor<'s> {
-    pub(crate) fn new(desc: TensorDesc) -> Tensor<'s> {
-        Tensor {
+impl<'s> OrchTensor<'s> {
+    pub(crate) fn new(desc: TensorDesc) -> OrchTensor<'s> {
+        OrchTensor {
             desc,
             _scope: PhantomData,
         }
@@ -86,8 +87,8 @@ impl<'s> Tensor<'s> {
         &self,
         shape: &[u32],
         offsets: &[u32],
-    ) -> Result<Tensor<'s>, crate::tensor::TensorError> {
-        self.desc.view(shape, offsets).map(Tensor::new)
+    ) -> Result<OrchTensor<'s>, crate::tensor::TensorError> {
+        self.desc.view(shape, offsets).map(OrchTensor::new)
     }
 
     /// A zero-copy slice of one dimension.
@@ -96,13 +97,13 @@ impl<'s> Tensor<'s> {
         dim: usize,
         start: u32,
         len: u32,
-    ) -> Result<Tensor<'s>, crate::tensor::TensorError> {
-        self.desc.slice(dim, start, len).map(Tensor::new)
+    ) -> Result<OrchTensor<'s>, crate::tensor::TensorError> {
+        self.desc.slice(dim, start, len).map(OrchTensor::new)
     }
 
     /// A zero-copy reshape of a contiguous tensor.
-    pub fn reshape(&self, shape: &[u32]) -> Result<Tensor<'s>, crate::tensor::TensorError> {
-        self.desc.reshape(shape).map(Tensor::new)
+    pub fn reshape(&self, shape: &[u32]) -> Result<OrchTensor<'s>, crate::tensor::TensorError> {
+        self.desc.reshape(shape).map(OrchTensor::new)
     }
 }
 
@@ -196,24 +197,24 @@ impl<'s> KernelArgs<'s> {
         }
     }
 
-    fn existing(mut self, tag: TensorTag, t: Tensor<'s>) -> KernelArgs<'s> {
+    fn existing(mut self, tag: TensorTag, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.tensors.push(ArgTensor::Existing { tag, desc: t.desc });
         self
     }
 
-    pub fn input(self, t: Tensor<'s>) -> KernelArgs<'s> {
+    pub fn input(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::Input, t)
     }
 
-    pub fn inout(self, t: Tensor<'s>) -> KernelArgs<'s> {
+    pub fn inout(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::InOut, t)
     }
 
-    pub fn output_existing(self, t: Tensor<'s>) -> KernelArgs<'s> {
+    pub fn output_existing(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::OutputExisting, t)
     }
 
-    pub fn no_dep(self, t: Tensor<'s>) -> KernelArgs<'s> {
+    pub fn no_dep(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::NoDep, t)
     }
 
@@ -296,8 +297,8 @@ impl<'s> TaskOutputs<'s> {
     }
 
     /// OUTPUT `i` (counting OUTPUT arguments only).
-    pub fn tensor(&self, i: usize) -> Tensor<'s> {
-        Tensor::new(self.tensors[i])
+    pub fn tensor(&self, i: usize) -> OrchTensor<'s> {
+        OrchTensor::new(self.tensors[i])
     }
 
     pub fn len(&self) -> usize {
@@ -312,14 +313,14 @@ impl<'s> TaskOutputs<'s> {
 /// The entry arguments of an orchestration.
 #[derive(Debug)]
 pub struct OrchArgs<'r> {
-    pub(crate) tensors: Vec<Tensor<'r>>,
+    pub(crate) tensors: Vec<OrchTensor<'r>>,
     pub(crate) scalars: Vec<u64>,
 }
 
 impl<'r> OrchArgs<'r> {
     /// Entry tensor `i` (panics if there is none: the orchestration is then caught as
     /// ORCH_PANIC).
-    pub fn tensor(&self, i: usize) -> Tensor<'r> {
+    pub fn tensor(&self, i: usize) -> OrchTensor<'r> {
         match self.tensors.get(i) {
             Some(t) => *t,
             None => panic!(
@@ -507,7 +508,7 @@ impl<'s, 'p> Scope<'s, 'p> {
     /// Reads one element of `t` once every task that writes it has completed (a blocking read
     /// for control flow, e.g. a loop bound). Waits at most the chip's `tensor_wait_timeout`
     /// (TENSOR_WAIT_TIMEOUT, 8). Readers that are plain INPUT tasks are not waited for.
-    pub fn get_tensor_data<T: Element>(&mut self, t: Tensor<'s>, idx: &[u32]) -> OrchResult<T> {
+    pub fn get_tensor_data<T: Element>(&mut self, t: OrchTensor<'s>, idx: &[u32]) -> OrchResult<T> {
         self.core.access_element(t.desc, idx, None)
     }
 
@@ -515,7 +516,7 @@ impl<'s, 'p> Scope<'s, 'p> {
     /// As upstream, plain INPUT readers of an external tensor are not waited for.
     pub fn set_tensor_data<T: Element>(
         &mut self,
-        t: Tensor<'s>,
+        t: OrchTensor<'s>,
         idx: &[u32],
         value: T,
     ) -> OrchResult<()> {

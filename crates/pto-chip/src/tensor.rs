@@ -8,7 +8,7 @@ use std::fmt;
 use std::ops::Range;
 
 use pto_types::DType;
-use pto_types::geometry::Geometry;
+use pto_types::geometry::{self, Geometry};
 
 use crate::task_id::TaskId;
 
@@ -32,12 +32,14 @@ pub enum AddrSpace {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(pub u32);
 
-/// The buffer a tensor views: where it lives and how many bytes it has.
+/// Where the buffer a tensor views lives in the chip's address space, and how many bytes it
+/// has. (A task argument names its buffer by identity instead: `pto_types::BufferRef`; a chip
+/// run registers that buffer and gives it a `BufferAddr`.)
 ///
-/// Any value is a valid `BufferRef`; [`TensorDesc`] constructors check that `base + bytes` does
+/// Any value is a valid `BufferAddr`; [`TensorDesc`] constructors check that `base + bytes` does
 /// not overflow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BufferRef {
+pub struct BufferAddr {
     pub space: AddrSpace,
     pub region: RegionId,
     /// Device address of the buffer's first byte; the TensorMap key.
@@ -46,10 +48,10 @@ pub struct BufferRef {
     pub bytes: u64,
 }
 
-impl BufferRef {
+impl BufferAddr {
     /// A device buffer in region 0.
-    pub const fn device(base: u64, bytes: u64) -> BufferRef {
-        BufferRef {
+    pub const fn device(base: u64, bytes: u64) -> BufferAddr {
+        BufferAddr {
             space: AddrSpace::Device,
             region: RegionId(0),
             base,
@@ -116,7 +118,7 @@ pub enum TensorError {
 /// `version`, `manual_dep` and `owner` are free-form metadata; views keep them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TensorDesc {
-    buffer: BufferRef,
+    buffer: BufferAddr,
     start_offset: u64,
     shape: [u32; MAX_DIMS],
     strides: [u64; MAX_DIMS],
@@ -130,7 +132,7 @@ pub struct TensorDesc {
 impl TensorDesc {
     /// A validated descriptor over `buffer` (version 0, no `manual_dep`, no owner).
     pub fn new(
-        buffer: BufferRef,
+        buffer: BufferAddr,
         start_offset: u64,
         shape: &[u32],
         strides: &[u64],
@@ -178,7 +180,7 @@ impl TensorDesc {
         }
         let strides = contiguous_strides(shape);
         TensorDesc::new(
-            BufferRef::device(base, buffer_bytes),
+            BufferAddr::device(base, buffer_bytes),
             0,
             shape,
             &strides[..shape.len()],
@@ -201,34 +203,23 @@ impl TensorDesc {
                 bytes: self.buffer.bytes,
             });
         }
-        if self.is_empty() {
-            return Ok(());
-        }
-        let capacity = self.capacity_elems();
-        // u128: five u32 × u64 products plus a u64 cannot overflow it.
-        let end = u128::from(self.start_offset) + self.extent_u128();
-        if end > u128::from(capacity) {
-            return Err(TensorError::OutOfBounds {
-                start: self.start_offset,
-                end: u64::try_from(end).unwrap_or(u64::MAX),
-                capacity,
-                dtype: self.dtype,
-            });
-        }
-        Ok(())
+        geometry::check_inside(
+            self.elem_size(),
+            self.start_offset,
+            self.shape(),
+            self.strides(),
+            self.buffer.bytes,
+        )
+        .map_err(|e| TensorError::OutOfBounds {
+            start: self.start_offset,
+            end: u64::try_from(e.end).unwrap_or(u64::MAX),
+            capacity: e.capacity,
+            dtype: self.dtype,
+        })
     }
 
     fn extent_u128(&self) -> u128 {
-        if self.shape().contains(&0) {
-            return 0;
-        }
-        let spread: u128 = self
-            .shape()
-            .iter()
-            .zip(self.strides())
-            .map(|(&n, &s)| u128::from(n - 1) * u128::from(s))
-            .sum();
-        1 + spread
+        geometry::element_extent(self.shape(), self.strides())
     }
 
     // ----- metadata builders (views keep metadata) -----
@@ -260,7 +251,7 @@ impl TensorDesc {
 
     // ----- getters -----
 
-    pub fn buffer(&self) -> BufferRef {
+    pub fn buffer(&self) -> BufferAddr {
         self.buffer
     }
     /// Buffer base address: the TensorMap key.
@@ -587,7 +578,7 @@ mod tests {
 
     #[test]
     fn new_with_explicit_strides_and_metadata() {
-        let buf = BufferRef {
+        let buf = BufferAddr {
             space: AddrSpace::Host,
             region: RegionId(3),
             base: BASE,
@@ -608,7 +599,7 @@ mod tests {
         let moved = m.with_location(AddrSpace::Device, RegionId(9));
         assert_eq!(
             moved.buffer(),
-            BufferRef {
+            BufferAddr {
                 space: AddrSpace::Device,
                 region: RegionId(9),
                 ..buf
@@ -628,7 +619,7 @@ mod tests {
 
     #[test]
     fn validation_errors() {
-        let buf = BufferRef::device(BASE, 64);
+        let buf = BufferAddr::device(BASE, 64);
         let f32 = DType::F32;
         assert_eq!(
             TensorDesc::new(buf, 0, &[], &[], f32),
@@ -655,7 +646,7 @@ mod tests {
             Err(TensorError::ZeroStride { dim: 1 })
         );
         assert_eq!(
-            TensorDesc::new(BufferRef::device(u64::MAX - 8, 16), 0, &[1], &[1], f32),
+            TensorDesc::new(BufferAddr::device(u64::MAX - 8, 16), 0, &[1], &[1], f32),
             Err(TensorError::BufferOverflow {
                 base: u64::MAX - 8,
                 bytes: 16
@@ -694,7 +685,7 @@ mod tests {
         ));
         // Aliasing strides are legal; numel saturates.
         let alias = TensorDesc::new(
-            BufferRef::device(BASE, 1 << 24),
+            BufferAddr::device(BASE, 1 << 24),
             0,
             &[1 << 16; 5],
             &[1; 5],
@@ -731,7 +722,13 @@ mod tests {
         assert_eq!(past.start_offset(), 5);
         assert_eq!(past.byte_span(), BASE..BASE);
         assert_eq!(past.element_offset(&[0, 0]), None);
-        let far = TensorDesc::new(BufferRef::device(BASE, 0), u64::MAX, &[0], &[1], DType::F32);
+        let far = TensorDesc::new(
+            BufferAddr::device(BASE, 0),
+            u64::MAX,
+            &[0],
+            &[1],
+            DType::F32,
+        );
         assert_eq!(far.unwrap().element_range(), u64::MAX..u64::MAX);
     }
 

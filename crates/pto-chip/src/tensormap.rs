@@ -954,7 +954,7 @@ mod tests {
         // that the outer stride does not divide changes nothing.
         let even = TensorDesc::new(m.buffer(), 0, &[2, 8], &[8, 1], DType::F32).unwrap();
         let odd_buf = TensorDesc::new(
-            crate::tensor::BufferRef {
+            crate::tensor::BufferAddr {
                 bytes: 4 * 20,
                 ..m.buffer()
             },

@@ -37,11 +37,11 @@ use crate::footprint::Footprint;
 use crate::kernel::{CoreType, KernelCtx, KernelNameError, KernelRef, register_kernel_closure};
 use crate::memory::arena::{AcquireError, ArenaCache, ArenaLease, ArenaOutcome};
 use crate::memory::device::{AllocId, DeviceLedger, DeviceMemoryError, HOST_ADDR_BASE};
-use crate::orch::{OrchArgs, OrchFn, Scope, Tensor};
+use crate::orch::{OrchArgs, OrchFn, OrchTensor, Scope};
 use crate::plan::{Plan, PlanError};
 use crate::spec::{ChipSpec, ChipSpecError, EffectiveChipSpec};
 use crate::task_id::TaskId;
-use crate::tensor::{AddrSpace, BufferRef as DeviceBufferRef, RegionId, TensorDesc};
+use crate::tensor::{AddrSpace, BufferAddr, RegionId, TensorDesc};
 use crate::tensormap::TensorMap;
 
 /// Where a run comes from: the chip index and, for runs dispatched by an L3, the label and the
@@ -647,7 +647,7 @@ fn register_host_buffers(args: &TaskArgs) -> Result<(Vec<HostRegion>, Vec<Tensor
         let elem = t.dtype().size() as u64;
         let strides: Vec<u64> = t.strides().iter().map(|&s| u64::from(s)).collect();
         let desc = TensorDesc::new(
-            DeviceBufferRef {
+            BufferAddr {
                 space: AddrSpace::Host,
                 region: RegionId(index as u32),
                 base: region.device_base,
@@ -716,7 +716,7 @@ fn run_orchestration(
     run: &RunShared,
 ) {
     let orch_args = OrchArgs {
-        tensors: entry_tensors.into_iter().map(Tensor::new).collect(),
+        tensors: entry_tensors.into_iter().map(OrchTensor::new).collect(),
         scalars: args.scalars().to_vec(),
     };
     let outcome_of_orch = catch_unwind(AssertUnwindSafe(|| {

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use pto_chip::memory::HostBuffer;
+use pto_chip::memory::HostMemory;
 use pto_chip::{ChipSpec, ChipWorker, EnvSource, RunContext};
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
 
 /// A host buffer of `n` f32 set to `value`, and a tensor over it.
-fn vector(id: u64, n: usize, value: f32) -> std::io::Result<(Arc<HostBuffer>, Tensor)> {
-    let buf = HostBuffer::new(n * 4)?;
+fn vector(id: u64, n: usize, value: f32) -> std::io::Result<(Arc<HostMemory>, Tensor)> {
+    let buf = HostMemory::new(n * 4)?;
     let bytes: Vec<u8> = std::iter::repeat_n(value.to_ne_bytes(), n)
         .flatten()
         .collect();

@@ -26,7 +26,7 @@ use std::fmt;
 use half::bf16;
 use pto_chip::kernel::{CoreType, Element, KernelCtx, View};
 use pto_chip::orch::{
-    KernelArgs, OrchArgs, OrchResult, RootScope, Scope, Tensor, TensorCreateInfo,
+    KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, Scope, TensorCreateInfo,
 };
 use pto_types::DType;
 
@@ -657,11 +657,11 @@ pto_chip::register_kernel!(
 /// A view of `t`, or EXPLICIT_ORCH_FATAL (latched) naming `what`.
 fn view_of<'s>(
     s: &mut Scope<'s, '_>,
-    t: Tensor<'s>,
+    t: OrchTensor<'s>,
     shape: &[u32],
     offsets: &[u32],
     what: &str,
-) -> OrchResult<Tensor<'s>> {
+) -> OrchResult<OrchTensor<'s>> {
     match t.view(shape, offsets) {
         Ok(v) => Ok(v),
         Err(e) => Err(s.report_fatal(format!("paged_attention: view of {what}: {e}"))),
@@ -669,9 +669,9 @@ fn view_of<'s>(
 }
 
 /// Checks the entry tensors' ranks and dtypes; returns `(batch, heads, d, block, bps)`.
-fn entry_dims(ts: &[Tensor<'_>; 6]) -> Result<(u32, u32, u32, u32, u32), String> {
+fn entry_dims(ts: &[OrchTensor<'_>; 6]) -> Result<(u32, u32, u32, u32, u32), String> {
     let [q, k, v, bt, cl, out] = ts;
-    let want = |t: &Tensor<'_>, name: &str, rank: usize, dtype: DType| {
+    let want = |t: &OrchTensor<'_>, name: &str, rank: usize, dtype: DType| {
         if t.shape().len() != rank || t.dtype() != dtype {
             Err(format!(
                 "{name} must be a rank-{rank} {dtype} tensor, got {:?} {}",
@@ -733,7 +733,7 @@ fn entry_dims(ts: &[Tensor<'_>; 6]) -> Result<(u32, u32, u32, u32, u32), String>
 /// descriptor, which has no such flag. Only the last UP of a chunk gets `out` (a disjoint view
 /// per chunk), so the cost is one TensorMap entry per chunk and no extra edges.
 pub fn paged_attention<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
-    let entry: [Tensor<'r>; 6] = std::array::from_fn(|i| a.tensor(i));
+    let entry: [OrchTensor<'r>; 6] = std::array::from_fn(|i| a.tensor(i));
     let [
         query,
         key_cache,

@@ -13,7 +13,7 @@ const N: usize = 16384;
 /// How the DAG dump's DOT file starts.
 const DOT_HEADER: &str = "digraph pto {";
 
-fn vector_args() -> (Vec<std::sync::Arc<pto_chip::memory::HostBuffer>>, TaskArgs) {
+fn vector_args() -> (Vec<std::sync::Arc<pto_chip::memory::HostMemory>>, TaskArgs) {
     let (a_buf, a) = f32_tensor(N, 2.0);
     let (b_buf, b) = f32_tensor(N, 3.0);
     let (f_buf, f) = f32_tensor(N, 0.0);

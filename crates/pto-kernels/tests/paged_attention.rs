@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use common::{chip, with_timeout};
 use half::bf16;
-use pto_chip::memory::HostBuffer;
+use pto_chip::memory::HostMemory;
 use pto_chip::{ChipRunReport, ChipWorker, RunContext};
 use pto_kernels::paged_attention::{
     Mismatch, PA_SMALL, PaCase, PaInputs, RINGBUFFER_STRESS, STRESS_DEP_POOL, STRESS_HEAP,
@@ -19,10 +19,10 @@ use pto_kernels::paged_attention::{
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
 
 /// A host buffer holding `bytes` (native order) and a contiguous tensor of `shape` over it.
-fn host_tensor(bytes: &[u8], shape: &[u32], dtype: DType) -> (Arc<HostBuffer>, Tensor) {
+fn host_tensor(bytes: &[u8], shape: &[u32], dtype: DType) -> (Arc<HostMemory>, Tensor) {
     // Ids distinct from the common helpers' (owner 7), so buffers never alias in a run.
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    let buffer = HostBuffer::new(bytes.len()).expect("host buffer");
+    let buffer = HostMemory::new(bytes.len()).expect("host buffer");
     buffer.write_bytes(0, bytes);
     let id = BufferId {
         owner_uid: 0x9A,

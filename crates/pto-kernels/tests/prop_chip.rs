@@ -22,9 +22,9 @@ use std::sync::Arc;
 use common::with_timeout;
 use proptest::prelude::*;
 use pto_chip::kernel::block_chunk;
-use pto_chip::memory::HostBuffer;
+use pto_chip::memory::HostMemory;
 use pto_chip::orch::{
-    KernelArgs, MixedKernels, OrchArgs, OrchResult, RootScope, Scope, Tensor, TensorCreateInfo,
+    KernelArgs, MixedKernels, OrchArgs, OrchResult, OrchTensor, RootScope, Scope, TensorCreateInfo,
 };
 use pto_chip::{ChipSpec, ChipWorker, Detector, RunContext, TaskId};
 use pto_kernels::prop::{APPLY_AIC, APPLY_AIV, unflatten};
@@ -564,26 +564,26 @@ fn orchestrate<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let program = PROGRAM
         .with(|p| p.borrow().clone())
         .expect("a program is installed");
-    let ext: Vec<Tensor<'r>> = (0..4).map(|i| a.tensor(i)).collect();
+    let ext: Vec<OrchTensor<'r>> = (0..4).map(|i| a.tensor(i)).collect();
     let mut ids: Vec<TaskId> = Vec::new();
-    let mut created: Vec<Option<Tensor<'r>>> = vec![None; program.builder.created_len.len()];
+    let mut created: Vec<Option<OrchTensor<'r>>> = vec![None; program.builder.created_len.len()];
     run_ops(s, &program.ops, &ext, &mut ids, &mut created)
 }
 
 fn run_ops<'s, 'p>(
     s: &mut Scope<'s, 'p>,
     ops: &[Op],
-    ext: &[Tensor<'s>],
+    ext: &[OrchTensor<'s>],
     ids: &mut Vec<TaskId>,
-    created: &mut Vec<Option<Tensor<'s>>>,
+    created: &mut Vec<Option<OrchTensor<'s>>>,
 ) -> OrchResult<()> {
     for op in ops {
         match op {
             Op::Scope(inner) => {
                 s.scope(|s| {
-                    let ext: Vec<Tensor<'_>> = ext.to_vec();
+                    let ext: Vec<OrchTensor<'_>> = ext.to_vec();
                     // Tensors created inside die with the scope: keep a scope-local table.
-                    let mut local: Vec<Option<Tensor<'_>>> = created.to_vec();
+                    let mut local: Vec<Option<OrchTensor<'_>>> = created.to_vec();
                     run_ops(s, inner, &ext, ids, &mut local)
                 })?;
             }
@@ -726,10 +726,10 @@ fn run_program(
         created: Vec::new(),
     };
     model.run(&builder, &ops);
-    let buffers: Vec<Arc<HostBuffer>> = initial_ext()
+    let buffers: Vec<Arc<HostMemory>> = initial_ext()
         .iter()
         .map(|data| {
-            let b = HostBuffer::new(data.len() * 4).unwrap();
+            let b = HostMemory::new(data.len() * 4).unwrap();
             b.write(0, data);
             b
         })

@@ -1,7 +1,7 @@
 //! L3 host buffers and `alloc` slabs: identity, in-use guard, typed copies (NODE_RUNTIME.md §1.3).
 //!
 //! Every buffer an L3 task may name is a [`BufferInner`]: a byte range of a [`Memory`] — a
-//! private `pto_chip::memory::HostBuffer` mapping in in-process mode, a shared `memfd`
+//! private `pto_chip::memory::HostMemory` mapping in in-process mode, a shared `memfd`
 //! [`Segment`] in child-process mode (a whole segment for `Worker::create_buffer`, a slab of
 //! the heap-ring segment for `orch.alloc`) — with the identity `(owner_uid, buffer_id,
 //! generation)`. Tensors carry an `Arc<BufferInner>` as their `BufferMemory`, and the Worker's
@@ -16,7 +16,7 @@
 //! scope hold until its scope ends; when both drop to zero the slab returns to its heap ring.
 //!
 //! No `unsafe` here: host and sub-task access copies through bounds-checked helpers
-//! (`pto_chip::memory::HostBuffer`'s locked ones, or `Segment`'s, rule S4 of `shm`).
+//! (`pto_chip::memory::HostMemory`'s locked ones, or `Segment`'s, rule S4 of `shm`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use pto_chip::memory::{HostBuffer as Mapping, HostScalar};
+pub use pto_chip::kernel::Element;
+use pto_chip::memory::{HostMemory, HostScalar};
 use pto_types::args::ArgsError;
 use pto_types::node_wire::args_blob::{TensorLocation, TensorSpace};
 use pto_types::{BufferId, BufferMemory, BufferRef, DType, Tensor};
@@ -33,27 +34,11 @@ use crate::error::BufferError;
 use crate::heap::HeapRings;
 use crate::shm::{Segment, SegmentKey};
 
-/// A number type tensors can hold, tied to its [`DType`]. Implemented for the primitive types
-/// with a dtype (`f32`, `i8`…`i64`, `u8`…`u64`).
-pub trait Element: HostScalar {
-    const DTYPE: DType;
-}
-
-macro_rules! element {
-    ($($t:ty => $d:ident),*) => {$(
-        impl Element for $t {
-            const DTYPE: DType = DType::$d;
-        }
-    )*};
-}
-element!(f32 => F32, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
-    u32 => U32, u64 => U64);
-
 /// The bytes of `src` in memory order (a remote buffer's `WriteBuffer` payload), copied
 /// through a staging mapping's bounds-checked accessors (no `unsafe` here).
 pub(crate) fn to_bytes<T: Element>(src: &[T]) -> Result<Vec<u8>, BufferError> {
     let n = std::mem::size_of_val(src);
-    let staging = Mapping::new(n.max(1)).map_err(|e| BufferError::Create {
+    let staging = HostMemory::new(n.max(1)).map_err(|e| BufferError::Create {
         bytes: n,
         reason: e.to_string(),
     })?;
@@ -64,7 +49,7 @@ pub(crate) fn to_bytes<T: Element>(src: &[T]) -> Result<Vec<u8>, BufferError> {
 /// The elements of `bytes` (a remote buffer's `ReadBuffer` payload, whole elements).
 pub(crate) fn from_bytes<T: Element>(bytes: &[u8]) -> Result<Vec<T>, BufferError> {
     let count = bytes.len() / std::mem::size_of::<T>();
-    let staging = Mapping::new(bytes.len().max(1)).map_err(|e| BufferError::Create {
+    let staging = HostMemory::new(bytes.len().max(1)).map_err(|e| BufferError::Create {
         bytes: bytes.len(),
         reason: e.to_string(),
     })?;
@@ -76,7 +61,7 @@ pub(crate) fn from_bytes<T: Element>(bytes: &[u8]) -> Result<Vec<T>, BufferError
 /// `memfd` segment (child-process mode, and every buffer a child maps).
 #[derive(Clone, Debug)]
 pub(crate) enum Memory {
-    Anon(Arc<Mapping>),
+    Anon(Arc<HostMemory>),
     Shared(Arc<Segment>),
     /// A chip's device allocation (`alloc_child_tensor`): no host bytes in this process; the
     /// chip resolves it (in-process lane: `ChipWorker::device_buffer`; child: the wire tensor).
@@ -192,7 +177,7 @@ impl BufferMemory for BufferInner {
 impl BufferInner {
     /// A whole mapping of `bytes` bytes.
     pub(crate) fn new_buffer(id: BufferId, bytes: usize) -> Result<Arc<BufferInner>, BufferError> {
-        let mapping = Mapping::new(bytes).map_err(|e| BufferError::Create {
+        let mapping = HostMemory::new(bytes).map_err(|e| BufferError::Create {
             bytes,
             reason: e.to_string(),
         })?;

@@ -12,7 +12,7 @@ use std::fmt;
 use pto_types::{BufferId, ConfigError, ErrorCode};
 
 use crate::callable::CallableKind;
-use crate::report::{RunReport, TaskId};
+use crate::report::{NodeTaskId, RunReport};
 
 /// A builder option with an illegal value (`Worker::builder(..).build()`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -303,7 +303,7 @@ pub enum FailureKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskFailure {
     /// `None` for a run-level failure (orchestration).
-    pub task: Option<TaskId>,
+    pub task: Option<NodeTaskId>,
     pub label: Option<String>,
     /// The worker that ran it (`chip[0]`, `sub[1]`); empty when it never ran.
     pub worker: String,

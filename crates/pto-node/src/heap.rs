@@ -91,7 +91,7 @@ pub(crate) struct HeapRings {
 impl HeapRings {
     /// Rings over a private anonymous mapping (in-process mode).
     pub(crate) fn new(ring_size: u64, spin: SpinPolicy) -> std::io::Result<HeapRings> {
-        let mapping = pto_chip::memory::HostBuffer::new((ring_size * HEAP_RINGS as u64) as usize)?;
+        let mapping = pto_chip::memory::HostMemory::new((ring_size * HEAP_RINGS as u64) as usize)?;
         Ok(HeapRings::over(Memory::Anon(mapping), ring_size, spin))
     }
 

@@ -84,7 +84,7 @@ pub use orch::{MAX_SCOPE_DEPTH, Orchestrator};
 /// re-exported so that depending on `pto-node` is enough to drive a Worker.
 pub use pto_types::{EnvSource, ResolvedSizing, SizeSource};
 pub use report::{
-    CloseReport, LaneStats, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport,
+    CloseReport, LaneStats, MemberReport, NodeTaskId, RunReport, TaskKind, TaskOutcome, TaskReport,
     WorkerStats,
 };
 pub use sub::{MappedArgs, SubContext, TaskError};

@@ -26,7 +26,7 @@ use crate::engine::tensormap::BufferKey;
 use crate::engine::{Access, NewTask, Placement, SlotId};
 use crate::error::{AllocError, ControlError, OrchError, ScopeError, SubmitError};
 use crate::heap::HEAP_RINGS;
-use crate::report::{TaskId, TaskKind};
+use crate::report::{NodeTaskId, TaskKind};
 use crate::worker::WorkerShared;
 
 /// Deepest scope nesting, the run's outer scope included.
@@ -120,7 +120,7 @@ impl<'run> Orchestrator<'run> {
         args: TaskArgs,
         config: &CallConfig,
         worker: usize,
-    ) -> Result<TaskId, SubmitError> {
+    ) -> Result<NodeTaskId, SubmitError> {
         let callable = self.shared.callables.check(h, self.next_level_kind())?;
         config.validate().map_err(SubmitError::InvalidConfig)?;
         self.check_worker(worker)?;
@@ -149,7 +149,7 @@ impl<'run> Orchestrator<'run> {
         args_list: Vec<TaskArgs>,
         config: &CallConfig,
         workers: &[usize],
-    ) -> Result<TaskId, SubmitError> {
+    ) -> Result<NodeTaskId, SubmitError> {
         let callable = self.shared.callables.check(h, self.next_level_kind())?;
         config.validate().map_err(SubmitError::InvalidConfig)?;
         if args_list.len() != workers.len() || workers.is_empty() {
@@ -185,7 +185,7 @@ impl<'run> Orchestrator<'run> {
         &mut self,
         h: &CallableHandle,
         args: TaskArgs,
-    ) -> Result<TaskId, SubmitError> {
+    ) -> Result<NodeTaskId, SubmitError> {
         self.submit_sub_group(h, vec![args])
     }
 
@@ -194,7 +194,7 @@ impl<'run> Orchestrator<'run> {
         &mut self,
         h: &CallableHandle,
         args_list: Vec<TaskArgs>,
-    ) -> Result<TaskId, SubmitError> {
+    ) -> Result<NodeTaskId, SubmitError> {
         let callable = self.shared.callables.check(h, CallableKind::Sub)?;
         let size = args_list.len();
         let sub_workers = self.shared.options.sub_workers;
@@ -497,7 +497,7 @@ impl<'run> Orchestrator<'run> {
         })
     }
 
-    fn push(&mut self, task: NewTask) -> Result<TaskId, SubmitError> {
+    fn push(&mut self, task: NewTask) -> Result<NodeTaskId, SubmitError> {
         let (id, slot) = self.shared.engine.state.lock().submit(self.run_id, task)?;
         self.frames
             .last_mut()
@@ -509,7 +509,7 @@ impl<'run> Orchestrator<'run> {
 
     /// RING_CONFIG.md §10 guard (T74): once per run, a chip task whose config has every
     /// diagnostic off while the run's base config enables one.
-    fn warn_blank_config(&mut self, id: TaskId, label: Option<&str>, config: &CallConfig) {
+    fn warn_blank_config(&mut self, id: NodeTaskId, label: Option<&str>, config: &CallConfig) {
         if self.warned_blank_config
             || !self.base.diagnostics_enabled()
             || config.diagnostics_enabled()

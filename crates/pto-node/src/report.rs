@@ -9,16 +9,17 @@ use pto_chip::ChipRunReport;
 
 use crate::error::TaskFailure;
 
-/// A task of a run: the run id and the task's index in submission order (0-based).
+/// A task of a node run: the run id and the task's index in submission order (0-based).
+/// (A chip's own tasks are `pto_chip::TaskId`: ring and local id.)
 ///
 /// The index also names the chip's diagnostics directory (`run<r>_task<t>`, RING_CONFIG.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId {
+pub struct NodeTaskId {
     pub run_id: u64,
     pub index: u32,
 }
 
-impl fmt::Display for TaskId {
+impl fmt::Display for NodeTaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "task {}", self.index)
     }
@@ -64,14 +65,14 @@ pub struct MemberReport {
 /// One task of a run. Times are offsets from the run's start (`submit`).
 #[derive(Clone, Debug)]
 pub struct TaskReport {
-    pub id: TaskId,
+    pub id: NodeTaskId,
     pub label: Option<String>,
     pub kind: TaskKind,
     /// The callable's registered name.
     pub callable: String,
     pub outcome: TaskOutcome,
     /// Producers this task waited for (distinct, not yet consumed at submit), in task order.
-    pub producers: Vec<TaskId>,
+    pub producers: Vec<NodeTaskId>,
     pub members: Vec<MemberReport>,
     pub submitted: Duration,
     /// When the last producer finished (or at submit).
@@ -171,7 +172,7 @@ pub(crate) mod wire {
         WireChipReport, WireFailure, WireMember, WireRunReport, WireTaskReport,
     };
 
-    use super::{MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport};
+    use super::{MemberReport, NodeTaskId, RunReport, TaskKind, TaskOutcome, TaskReport};
     use crate::error::{FailureKind, TaskFailure};
 
     /// The report area and reply extension of a chip run.
@@ -332,7 +333,7 @@ pub(crate) mod wire {
         let wall = Duration::from_nanos(w.wall_ns);
         let mut tasks = Vec::with_capacity(w.tasks.len());
         for t in &w.tasks {
-            let id = TaskId {
+            let id = NodeTaskId {
                 run_id: w.run_id,
                 index: t.index,
             };
@@ -383,7 +384,7 @@ pub(crate) mod wire {
                 producers: t
                     .producers
                     .iter()
-                    .map(|&index| TaskId {
+                    .map(|&index| NodeTaskId {
                         run_id: w.run_id,
                         index,
                     })

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use pto_types::{Tensor, TensorTag};
 
 use crate::buffer::{BufferInner, Element};
-use crate::report::TaskId;
+use crate::report::NodeTaskId;
 
 /// The error a sub function returns; its message becomes the task's failure message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl From<crate::error::BufferError> for TaskError {
 pub struct SubContext {
     /// The sub worker's index.
     pub worker: usize,
-    pub task: TaskId,
+    pub task: NodeTaskId,
     pub label: Option<String>,
     /// Group members: `(index, size)`; `(0, 1)` for a single task.
     pub member: (u32, u32),
@@ -124,7 +124,7 @@ impl MappedArgs {
                 self.tensors.len()
             )));
         };
-        if entry.1.dtype() != T::DTYPE {
+        if !T::accepts(entry.1.dtype()) {
             return Err(TaskError(format!(
                 "tensor {i} holds {}, not {}",
                 entry.1.dtype(),

@@ -126,7 +126,7 @@ fn n05_closure_requires_in_process() {
 /// checking that nothing was created.
 fn rejected(
     w: &Worker,
-    submit: impl FnOnce(&mut pto_node::Orchestrator<'_>) -> Result<pto_node::TaskId, SubmitError>
+    submit: impl FnOnce(&mut pto_node::Orchestrator<'_>) -> Result<pto_node::NodeTaskId, SubmitError>
     + Send
     + 'static,
 ) -> SubmitError {

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use pto_node::{TaskId, TaskReport};
+use pto_node::{NodeTaskId, TaskReport};
 use pto_types::{CallConfig, DType, TaskArgs};
 
 use crate::common::*;
 
 fn producers(t: &TaskReport) -> Vec<u32> {
-    t.producers.iter().map(|p: &TaskId| p.index).collect()
+    t.producers.iter().map(|p: &NodeTaskId| p.index).collect()
 }
 
 fn n25_inout_chain_runs_in_submit_order(mode: Mode) {

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use anyhow::Context as _;
-use pto_chip::memory::HostBuffer as ChipBuffer;
+use pto_chip::memory::HostMemory;
 use pto_chip::{ChipRunError, ChipSpec, RunContext};
 use pto_node::{Callable, EndpointMode};
 use pto_types::ring_config::env::EnvSnapshot;
@@ -244,7 +244,7 @@ fn run_direct(
     let mut buffers = Vec::with_capacity(tensors.len());
     let mut args = TaskArgs::new();
     for (i, t) in tensors.iter().enumerate() {
-        let buf = ChipBuffer::new(t.bytes.len().max(1))?;
+        let buf = HostMemory::new(t.bytes.len().max(1))?;
         buf.write_bytes(0, &t.bytes);
         let id = BufferId {
             owner_uid: 0x5CE0E,

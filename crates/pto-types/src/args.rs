@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::DType;
-use crate::geometry::Geometry;
+use crate::geometry::{self, Geometry};
 
 /// Most dimensions of a tensor.
 pub const MAX_TENSOR_DIMS: usize = 5;
@@ -243,25 +243,18 @@ impl Tensor {
         if !byte_offset.is_multiple_of(elem) {
             return Err(ArgsError::MisalignedOffset { byte_offset, dtype });
         }
-        let empty = shape.contains(&0);
-        if !empty {
-            let extent: u64 = 1 + shape
-                .iter()
-                .zip(strides)
-                .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
-                .sum::<u64>();
-            let end = byte_offset.saturating_add(extent.saturating_mul(elem));
-            if end > buffer.bytes() {
-                return Err(ArgsError::OutOfBounds {
-                    end,
-                    buffer_bytes: buffer.bytes(),
-                });
-            }
-        }
         let mut s = [0u32; MAX_TENSOR_DIMS];
         let mut t = [0u32; MAX_TENSOR_DIMS];
         s[..ndims].copy_from_slice(shape);
         t[..ndims].copy_from_slice(strides);
+        let wide = t.map(u64::from);
+        let start = byte_offset / elem;
+        if let Err(e) = geometry::check_inside(elem, start, shape, &wide[..ndims], buffer.bytes()) {
+            return Err(ArgsError::OutOfBounds {
+                end: u64::try_from(e.end * u128::from(elem)).unwrap_or(u64::MAX),
+                buffer_bytes: buffer.bytes(),
+            });
+        }
         Ok(Tensor {
             buffer,
             byte_offset,

@@ -447,7 +447,7 @@ mod tests {
 
     use super::testing::{DEVICE_BASE, Harness, panic_message};
     use super::*;
-    use crate::tensor::BufferRef;
+    use crate::tensor::BufferAddr;
 
     /// A 4×8 f32 buffer holding `i as f32` at element `i`.
     fn f32_buffer(n: usize) -> Vec<u32> {
@@ -547,7 +547,7 @@ mod tests {
             0,
         );
         // Explicit strides: every other element.
-        let buf = BufferRef::device(DEVICE_BASE, 256);
+        let buf = BufferAddr::device(DEVICE_BASE, 256);
         let evens = TensorDesc::new(buf, 1, &[3, 5], &[20, 2], DType::F32).unwrap();
         check_view(evens, &[3, 5], &[20, 2], 1);
         // Empty views.
@@ -580,7 +580,7 @@ mod tests {
         let whole = TensorDesc::contiguous(DEVICE_BASE, 128, &[4, 8], DType::F32).unwrap();
         let cols = whole.slice(1, 2, 2).unwrap(); // columns 2 and 3
         let diag = TensorDesc::new(
-            BufferRef::device(DEVICE_BASE, 128),
+            BufferAddr::device(DEVICE_BASE, 128),
             4,
             &[4],
             &[9],

@@ -6,6 +6,8 @@
 use half::{bf16, f16};
 use pto_types::DType;
 
+use crate::memory::HostScalar;
+
 mod sealed {
     /// Only this module implements [`super::Element`]; see its requirements.
     pub trait Sealed {}
@@ -20,7 +22,11 @@ mod sealed {
 ///
 /// That is why `bool` is not an element: a `Bool` tensor is read as `u8`
 /// (`u8::accepts(DType::Bool)` holds).
-pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
+///
+/// The one element trait of the workspace: kernels view tensors as `T: Element`, and host code
+/// reads and writes buffers as `T: Element` (`pto_node::HostBuffer`, `SubContext`), which is
+/// why it extends [`HostScalar`] (bytes copied to and from host memory).
+pub trait Element: sealed::Sealed + HostScalar + Send + Sync {
     /// The tensor dtype this type represents.
     const DTYPE: DType;
 

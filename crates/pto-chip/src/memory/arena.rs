@@ -21,7 +21,7 @@ use pto_types::Resource;
 use pto_types::ring_config::resolve::{ResolvedSizing, SizingError, SizingKey};
 
 use super::device::{DeviceLedger, DeviceMemoryError, DeviceRange};
-use super::host_buffer::HostBuffer;
+use super::host_memory::HostMemory;
 use crate::footprint::{Footprint, footprint};
 
 /// The memory of one sizing: device reservation, heap memory and the runtime's payload.
@@ -33,7 +33,7 @@ pub struct Arena<T> {
     key: SizingKey,
     footprint: Footprint,
     range: DeviceRange,
-    heap: HostBuffer,
+    heap: HostMemory,
     payload: T,
 }
 
@@ -69,7 +69,7 @@ impl<T> Arena<T> {
     }
 
     /// The host memory behind the heaps (zeroed when built; keeps old contents on reuse).
-    pub fn heap(&self) -> &HostBuffer {
+    pub fn heap(&self) -> &HostMemory {
         &self.heap
     }
 
@@ -485,19 +485,19 @@ impl<T> fmt::Debug for ArenaCache<T> {
 }
 
 /// Lazily committed host memory for `bytes` of heaps.
-fn map_heap(bytes: u64) -> Result<HostBuffer, AcquireError> {
+fn map_heap(bytes: u64) -> Result<HostMemory, AcquireError> {
     let host_map =
         |message: String| AcquireError::Device(DeviceMemoryError::HostMap { bytes, message });
     let len = usize::try_from(bytes)
         .map_err(|_| host_map("larger than the host address space".to_owned()))?;
-    HostBuffer::zeroed(len).map_err(|error| host_map(error.to_string()))
+    HostMemory::zeroed(len).map_err(|error| host_map(error.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::device::HOST_ADDR_BASE;
-    use crate::memory::host_buffer::vm_rss_bytes;
+    use crate::memory::host_memory::vm_rss_bytes;
     use pto_types::RuntimeEnv;
     use pto_types::ring_config::env::{EnvSnapshot, EnvSource};
     use pto_types::ring_config::resolve::{RingDefaults, SizeSource, resolve};
@@ -881,7 +881,7 @@ mod tests {
     #[test]
     fn arena_types_cross_threads() {
         fn send_sync<X: Send + Sync>() {}
-        send_sync::<HostBuffer>();
+        send_sync::<HostMemory>();
         send_sync::<DeviceLedger>();
         send_sync::<ArenaCache<Vec<u64>>>();
         send_sync::<ArenaLease<Vec<u64>>>();

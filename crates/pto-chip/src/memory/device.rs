@@ -6,7 +6,7 @@
 //!
 //! Reservation is accounting: the ledger counts committed bytes against the capacity and hands
 //! out address ranges; the host memory behind them is a lazily committed
-//! [`HostBuffer`] owned by the arena or allocation.
+//! [`HostMemory`] owned by the arena or allocation.
 //!
 //! Addresses: every reservation gets a fresh, 4096-aligned range from a bump counter starting at
 //! [`DEVICE_ADDR_BASE`], followed by one unused guard page; ranges are never reused, so a
@@ -18,7 +18,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::host_buffer::HostBuffer;
+use super::host_memory::HostMemory;
 
 /// First address of the host range: buffers registered per run are addressed at or above this,
 /// device reservations always below it.
@@ -115,7 +115,7 @@ impl std::error::Error for DeviceMemoryError {}
 pub struct DeviceAllocation {
     id: AllocId,
     range: DeviceRange,
-    memory: Arc<HostBuffer>,
+    memory: Arc<HostMemory>,
 }
 
 impl DeviceAllocation {
@@ -140,7 +140,7 @@ impl DeviceAllocation {
     }
 
     /// The zero-initialised host memory backing it (page-aligned, `bytes` long).
-    pub fn memory(&self) -> &Arc<HostBuffer> {
+    pub fn memory(&self) -> &Arc<HostMemory> {
         &self.memory
     }
 }
@@ -247,7 +247,7 @@ impl DeviceLedger {
             bytes,
             message: "larger than the host address space".to_owned(),
         })?;
-        let memory = HostBuffer::new(host_len).map_err(|error| DeviceMemoryError::HostMap {
+        let memory = HostMemory::new(host_len).map_err(|error| DeviceMemoryError::HostMap {
             bytes,
             message: error.to_string(),
         })?;

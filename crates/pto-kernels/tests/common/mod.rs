@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use pto_chip::memory::HostBuffer;
+use pto_chip::memory::HostMemory;
 use pto_chip::{ChipSpec, ChipWorker};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, DType, Tensor};
@@ -23,9 +23,9 @@ pub(crate) fn chip(clusters: u32, env: &[(&str, &str)]) -> ChipWorker {
 }
 
 /// A host buffer of `n` f32 values, filled with `value`, and a 1-D tensor over it.
-pub(crate) fn f32_tensor(n: usize, value: f32) -> (Arc<HostBuffer>, Tensor) {
+pub(crate) fn f32_tensor(n: usize, value: f32) -> (Arc<HostMemory>, Tensor) {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    let buffer = HostBuffer::new(n * 4).expect("host buffer");
+    let buffer = HostMemory::new(n * 4).expect("host buffer");
     buffer.write_f32(0, &vec![value; n]);
     let id = BufferId {
         owner_uid: 7,

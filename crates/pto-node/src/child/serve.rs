@@ -31,7 +31,7 @@ use crate::buffer::{BufferInner, Memory};
 use crate::callable::{find_node_callable, find_sub_callable};
 use crate::endpoint::in_process::{chip_failure, panic_message};
 use crate::error::FailureKind;
-use crate::report::TaskId;
+use crate::report::NodeTaskId;
 use crate::report::wire::run_to_wire;
 use crate::shm::{Segment, SegmentKey, SegmentWindow};
 use crate::sub::{MappedArgs, SubContext};
@@ -336,7 +336,7 @@ impl Child {
             Ok(w) => w,
             Err(e) => return frame_error(e),
         };
-        let task = TaskId {
+        let task = NodeTaskId {
             run_id: h.run_id,
             index: (h.task_id >> 32) as u32,
         };
@@ -362,7 +362,7 @@ impl Child {
         &self,
         index: u32,
         chip: &ChipWorker,
-        task: TaskId,
+        task: NodeTaskId,
         callable: &CallableSection,
         wire: &WireArgs,
         fixed: &[u8],
@@ -398,7 +398,7 @@ impl Child {
         &self,
         index: u32,
         h: &frame::RequestHeader,
-        task: TaskId,
+        task: NodeTaskId,
         callable: &CallableSection,
         wire: &WireArgs,
     ) -> Reply {

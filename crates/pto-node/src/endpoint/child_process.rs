@@ -49,7 +49,7 @@ use crate::engine::SlotId;
 use crate::error::FailureKind;
 use crate::launch::ChildFactory;
 use crate::monitor::ChildStatus;
-use crate::report::TaskId;
+use crate::report::NodeTaskId;
 use crate::shm::{Mailbox, Segment, SegmentKey};
 
 /// Which kind of lane a child serves.
@@ -66,7 +66,7 @@ struct InFlight {
     seq: u64,
     slot: SlotId,
     member: u32,
-    task: TaskId,
+    task: NodeTaskId,
     label: Option<String>,
     kind: CallableKind,
     callable: Arc<str>,

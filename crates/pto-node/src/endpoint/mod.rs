@@ -41,13 +41,13 @@ use crate::buffer::BufferInner;
 use crate::callable::CallableKind;
 use crate::engine::SlotId;
 use crate::error::FailureKind;
-use crate::report::TaskId;
+use crate::report::NodeTaskId;
 
 /// One task (or one group member) for one lane.
 #[derive(Clone, Debug)]
 pub(crate) struct TaskRequest {
     pub(crate) slot: SlotId,
-    pub(crate) task: TaskId,
+    pub(crate) task: NodeTaskId,
     /// Group member index and group size (0 and 1 for a single task).
     pub(crate) member: u32,
     pub(crate) group_size: u32,

@@ -41,7 +41,7 @@ use crate::endpoint::{
 };
 use crate::error::{FailureKind, RunError, SubmitError, TaskFailure};
 use crate::report::{
-    LaneStats, MemberReport, RunReport, TaskId, TaskKind, TaskOutcome, TaskReport,
+    LaneStats, MemberReport, NodeTaskId, RunReport, TaskKind, TaskOutcome, TaskReport,
 };
 use crate::shm::doorbell::Doorbell;
 use tensormap::{BufferKey, Entries, EntryHandle, TensorMap};
@@ -174,7 +174,7 @@ struct Slot {
     fanin_count: u32,
     fanin_done: u32,
     producers: Vec<SlotId>,
-    producer_ids: Vec<TaskId>,
+    producer_ids: Vec<NodeTaskId>,
     consumers: Vec<SlotId>,
     refs_total: u32,
     refs_released: u32,
@@ -263,8 +263,8 @@ impl Slot {
         }
     }
 
-    fn task_id(&self) -> TaskId {
-        TaskId {
+    fn task_id(&self) -> NodeTaskId {
+        NodeTaskId {
             run_id: self.run_id,
             index: self.index,
         }
@@ -714,7 +714,7 @@ impl EngineState {
         &mut self,
         run_id: u64,
         new: NewTask,
-    ) -> Result<(TaskId, SlotId), SubmitError> {
+    ) -> Result<(NodeTaskId, SlotId), SubmitError> {
         self.check_submittable(run_id, &new.placement)?;
         let buffers = acquire_buffers(&new.members)?;
         let index = self.claim_slot();
@@ -789,9 +789,9 @@ impl EngineState {
         &mut self,
         me: SlotId,
         producers: Vec<SlotId>,
-    ) -> (u32, Option<(TaskId, Option<String>)>) {
+    ) -> (u32, Option<(NodeTaskId, Option<String>)>) {
         let mut live = 0u32;
-        let mut poisoned: Option<(TaskId, Option<String>)> = None;
+        let mut poisoned: Option<(NodeTaskId, Option<String>)> = None;
         let mut wired = Vec::new();
         let mut wired_ids = Vec::new();
         for p in producers {
@@ -822,7 +822,7 @@ impl EngineState {
         &mut self,
         me: SlotId,
         live: u32,
-        poisoned: Option<(TaskId, Option<String>)>,
+        poisoned: Option<(NodeTaskId, Option<String>)>,
         now: Instant,
     ) {
         let slot = &mut self.slots[me.index as usize];
@@ -1454,7 +1454,7 @@ fn skipped(s: &Slot, message: String) -> TaskFailure {
     }
 }
 
-fn producer_failed(task: TaskId, label: Option<&str>) -> String {
+fn producer_failed(task: NodeTaskId, label: Option<&str>) -> String {
     match label {
         Some(l) => format!("skipped: producer {task} ('{l}') failed"),
         None => format!("skipped: producer {task} failed"),

@@ -73,6 +73,52 @@ pub use forest::{IntervalForest, NIL, Summary};
 
 use crate::args::MAX_TENSOR_DIMS;
 
+/// How many elements a strided view spans: `1 + Σ (shape_i − 1)·stride_i`, or 0 for an empty
+/// view (some `shape_i` is 0). In `u128`, where five `u32 × u64` products and a `u64` cannot
+/// overflow.
+pub fn element_extent(shape: &[u32], strides: &[u64]) -> u128 {
+    if shape.contains(&0) {
+        return 0;
+    }
+    let spread: u128 = shape
+        .iter()
+        .zip(strides)
+        .map(|(&n, &s)| u128::from(n - 1) * u128::from(s))
+        .sum();
+    1 + spread
+}
+
+/// A view that ends past its buffer: it needs elements up to `end` (exclusive), the buffer
+/// holds `capacity` whole elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfBounds {
+    pub end: u128,
+    pub capacity: u64,
+}
+
+/// **The bounds rule of a strided view**, for a task argument (`pto_types::Tensor`) and the
+/// chip's descriptor (`pto_chip`'s `TensorDesc`) alike: a view whose first element is element
+/// `start` of its buffer must end inside it, `start + element_extent ≤ buffer_bytes / elem_bytes`.
+/// An empty view touches no element and always fits, wherever it starts.
+pub fn check_inside(
+    elem_bytes: u64,
+    start: u64,
+    shape: &[u32],
+    strides: &[u64],
+    buffer_bytes: u64,
+) -> Result<(), OutOfBounds> {
+    let extent = element_extent(shape, strides);
+    if extent == 0 {
+        return Ok(());
+    }
+    let capacity = buffer_bytes / elem_bytes.max(1);
+    let end = u128::from(start) + extent;
+    if end > u128::from(capacity) {
+        return Err(OutOfBounds { end, capacity });
+    }
+    Ok(())
+}
+
 /// Most axes of a canonical form: a tensor's dimensions and the bytes of one element.
 pub const MAX_AXES: usize = MAX_TENSOR_DIMS + 1;
 

@@ -475,3 +475,43 @@ fn constructor_limits_and_degenerate_axes() {
     assert_eq!(row.axes().collect::<Vec<_>>(), [(16, 1)]);
     assert!(row.is_contiguous());
 }
+
+#[test]
+fn the_bounds_rule_counts_whole_elements_and_lets_empty_views_start_anywhere() {
+    // 4 f32 rows of 3, row stride 4: extent 1 + 3·4 + 2·1 = 15 elements.
+    assert_eq!(element_extent(&[4, 3], &[4, 1]), 15);
+    assert_eq!(check_inside(4, 0, &[4, 3], &[4, 1], 60), Ok(()));
+    assert_eq!(
+        check_inside(4, 1, &[4, 3], &[4, 1], 60),
+        Err(OutOfBounds {
+            end: 16,
+            capacity: 15
+        })
+    );
+    // A partial trailing element does not count: 63 bytes hold 15 whole f32.
+    assert_eq!(
+        check_inside(4, 1, &[4, 3], &[4, 1], 63),
+        Err(OutOfBounds {
+            end: 16,
+            capacity: 15
+        })
+    );
+    assert_eq!(check_inside(4, 1, &[4, 3], &[4, 1], 64), Ok(()));
+    // Empty: no element touched, wherever it starts, even in an empty buffer.
+    assert_eq!(element_extent(&[0, 3], &[4, 1]), 0);
+    assert_eq!(check_inside(4, u64::MAX, &[0, 3], &[4, 1], 0), Ok(()));
+}
+
+#[test]
+fn the_bounds_rule_never_overflows() {
+    let shape = [u32::MAX; 5];
+    let strides = [u64::MAX; 5];
+    let extent = element_extent(&shape, &strides);
+    assert_eq!(
+        extent,
+        1 + 5 * u128::from(u32::MAX - 1) * u128::from(u64::MAX)
+    );
+    let err = check_inside(1, u64::MAX, &shape, &strides, u64::MAX).unwrap_err();
+    assert_eq!(err.end, u128::from(u64::MAX) + extent);
+    assert_eq!(err.capacity, u64::MAX);
+}

@@ -1,4 +1,4 @@
-//! [`HostBuffer`]: zeroed, page-aligned, lazily committed bytes shared with a chip.
+//! [`HostMemory`]: zeroed, page-aligned, lazily committed bytes shared with a chip.
 //!
 //! Implements the memory side of CHIP_RUNTIME.md §1.3: every block that backs a device
 //! allocation, a run heap or a caller tensor is an anonymous private mapping, zero-initialised
@@ -7,7 +7,7 @@
 //!
 //! # Host access rule
 //!
-//! The host helpers ([`HostBuffer::write_bytes`], [`HostBuffer::read_f32`], …) are safe to call
+//! The host helpers ([`HostMemory::write_bytes`], [`HostMemory::read_f32`], …) are safe to call
 //! from any thread: they check bounds and serialise with each other through a per-buffer lock.
 //! They must not run while a chip run uses the buffer, because kernels reach the same bytes
 //! through [`BufferMemory::as_ptr`] without that lock. The L2 API guarantees this by being
@@ -30,10 +30,11 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A primitive number that may be copied to and from a [`HostBuffer`] as raw bytes.
+/// A primitive number that may be copied to and from a [`HostMemory`] as raw bytes.
 ///
-/// Implemented for `u8`, `i8`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f32` and `f64`: types
-/// without padding for which every bit pattern is a valid value. Sealed.
+/// Implemented for `u8`, `i8`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f16`, `bf16`, `f32`
+/// and `f64`: types without padding for which every bit pattern is a valid value. Sealed. Every
+/// tensor element type (`pto_chip::kernel::Element`) is one.
 pub trait HostScalar: Copy + sealed::Sealed + 'static {}
 
 macro_rules! host_scalar {
@@ -42,13 +43,26 @@ macro_rules! host_scalar {
         impl HostScalar for $t {}
     )*};
 }
-host_scalar!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+host_scalar!(
+    u8,
+    i8,
+    u16,
+    i16,
+    u32,
+    i32,
+    u64,
+    i64,
+    half::f16,
+    half::bf16,
+    f32,
+    f64
+);
 
 /// Zero-initialised, page-aligned bytes at a fixed address, committed lazily by the OS.
 ///
 /// Implements [`BufferMemory`], so it can back a [`BufferRef`]. See the module documentation
 /// for the rule on host access while a run uses the buffer.
-pub struct HostBuffer {
+pub struct HostMemory {
     /// Owns the mapping; only `ptr` is used to reach the bytes.
     _map: MmapMut,
     /// First byte of the mapping (page-aligned); valid for `max(len, 1)` bytes.
@@ -64,24 +78,24 @@ pub struct HostBuffer {
 // raw-pointer copy done under `host_access`, so the safe methods never race each other; access
 // through `BufferMemory::as_ptr` is governed by the documented host access rule, whose
 // obligations rest on the (unsafe) code that dereferences that pointer.
-unsafe impl Send for HostBuffer {}
+unsafe impl Send for HostMemory {}
 // SAFETY: see `Send` above; shared references only reach the bytes through the locked helpers or
 // the raw pointer.
-unsafe impl Sync for HostBuffer {}
+unsafe impl Sync for HostMemory {}
 
-impl HostBuffer {
+impl HostMemory {
     /// A zero-filled buffer of `bytes` bytes (0 is allowed), shared through an `Arc`.
     ///
     /// The mapping is reserved, not committed: untouched pages cost no resident memory.
-    pub fn new(bytes: usize) -> io::Result<Arc<HostBuffer>> {
-        HostBuffer::zeroed(bytes).map(Arc::new)
+    pub fn new(bytes: usize) -> io::Result<Arc<HostMemory>> {
+        HostMemory::zeroed(bytes).map(Arc::new)
     }
 
     /// A zero-filled, lazily committed mapping of `bytes` bytes, not yet shared.
     ///
     /// Maps with `MAP_NORESERVE` where supported, so a large heap is not refused by the
     /// kernel's overcommit heuristic before any page is touched.
-    pub(crate) fn zeroed(bytes: usize) -> io::Result<HostBuffer> {
+    pub(crate) fn zeroed(bytes: usize) -> io::Result<HostMemory> {
         // A zero-length mapping is not possible; map one page's worth (the OS rounds up).
         let map_len = bytes.max(1);
         let mut map = MmapOptions::new()
@@ -90,7 +104,7 @@ impl HostBuffer {
             .map_anon()?;
         let ptr = NonNull::new(map.as_mut_ptr())
             .ok_or_else(|| io::Error::other("anonymous mapping returned a null pointer"))?;
-        Ok(HostBuffer {
+        Ok(HostMemory {
             _map: map,
             ptr,
             len: bytes,
@@ -110,7 +124,7 @@ impl HostBuffer {
 
     /// The first byte (page-aligned, never null, also for an empty buffer).
     ///
-    /// Valid for [`HostBuffer::len`] bytes while `self` lives. Dereferencing it is unsafe and
+    /// Valid for [`HostMemory::len`] bytes while `self` lives. Dereferencing it is unsafe and
     /// subject to the host access rule of the module documentation.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -261,9 +275,9 @@ impl HostBuffer {
     }
 }
 
-impl BufferMemory for HostBuffer {
+impl BufferMemory for HostMemory {
     fn as_ptr(&self) -> *mut u8 {
-        HostBuffer::as_ptr(self)
+        HostMemory::as_ptr(self)
     }
 
     fn len(&self) -> usize {
@@ -271,9 +285,9 @@ impl BufferMemory for HostBuffer {
     }
 }
 
-impl fmt::Debug for HostBuffer {
+impl fmt::Debug for HostMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HostBuffer")
+        f.debug_struct("HostMemory")
             .field("ptr", &self.ptr)
             .field("len", &self.len)
             .finish()
@@ -308,8 +322,8 @@ mod tests {
     }
 
     #[test]
-    fn host_buffer_starts_zeroed_and_page_aligned() {
-        let buf = HostBuffer::new(10_000).unwrap();
+    fn host_memory_starts_zeroed_and_page_aligned() {
+        let buf = HostMemory::new(10_000).unwrap();
         assert_eq!(buf.len(), 10_000);
         assert!(!buf.is_empty());
         assert_eq!(buf.as_ptr() as usize % 4096, 0);
@@ -317,8 +331,8 @@ mod tests {
     }
 
     #[test]
-    fn host_buffer_of_zero_bytes_works() {
-        let buf = HostBuffer::new(0).unwrap();
+    fn host_memory_of_zero_bytes_works() {
+        let buf = HostMemory::new(0).unwrap();
         assert_eq!(buf.len(), 0);
         assert!(buf.is_empty());
         assert!(!buf.as_ptr().is_null());
@@ -332,8 +346,8 @@ mod tests {
     }
 
     #[test]
-    fn host_buffer_round_trips_bytes_and_scalars() {
-        let buf = HostBuffer::new(64).unwrap();
+    fn host_memory_round_trips_bytes_and_scalars() {
+        let buf = HostMemory::new(64).unwrap();
         buf.write_bytes(3, &[1, 2, 3]);
         assert_eq!(buf.read_bytes(2, 5), vec![0, 1, 2, 3, 0]);
         buf.fill_bytes(10, 4, 0xAB);
@@ -352,21 +366,21 @@ mod tests {
 
     #[test]
     #[should_panic(expected = "outside the 64-byte buffer")]
-    fn host_buffer_rejects_out_of_bounds_writes() {
-        let buf = HostBuffer::new(64).unwrap();
+    fn host_memory_rejects_out_of_bounds_writes() {
+        let buf = HostMemory::new(64).unwrap();
         buf.write_f32(15, &[1.0, 2.0]);
     }
 
     #[test]
     #[should_panic(expected = "outside the 8-byte buffer")]
-    fn host_buffer_rejects_overflowing_ranges() {
-        let buf = HostBuffer::new(8).unwrap();
+    fn host_memory_rejects_overflowing_ranges() {
+        let buf = HostMemory::new(8).unwrap();
         let _ = buf.read_bytes(usize::MAX, 2);
     }
 
     #[test]
-    fn host_buffer_backs_a_buffer_ref() {
-        let buf = HostBuffer::new(256).unwrap();
+    fn host_memory_backs_a_buffer_ref() {
+        let buf = HostMemory::new(256).unwrap();
         let r = buf.buffer_ref(id());
         assert_eq!(r.id(), id());
         assert_eq!(r.bytes(), 256);
@@ -380,8 +394,8 @@ mod tests {
     }
 
     #[test]
-    fn host_buffer_helpers_are_safe_across_threads() {
-        let buf = HostBuffer::new(4096).unwrap();
+    fn host_memory_helpers_are_safe_across_threads() {
+        let buf = HostMemory::new(4096).unwrap();
         std::thread::scope(|s| {
             for t in 0..4u8 {
                 let buf = &buf;
@@ -401,11 +415,11 @@ mod tests {
     }
 
     #[test]
-    fn host_buffer_memory_is_committed_lazily() {
+    fn host_memory_memory_is_committed_lazily() {
         let Some(before) = vm_rss_bytes() else {
             return; // not Linux
         };
-        let buf = HostBuffer::new(1 << 30).unwrap();
+        let buf = HostMemory::new(1 << 30).unwrap();
         buf.write_bytes((1 << 30) - 1, &[1]);
         let after = vm_rss_bytes().unwrap();
         assert_eq!(buf.read_bytes((1 << 30) - 1, 1), vec![1]);
