@@ -365,6 +365,38 @@ fn n52_host_access_while_a_task_uses_the_buffer(mode: Mode) {
     });
 }
 
+/// Host buffers take every tensor element type of the chip (one `Element` trait), half floats
+/// included, bit for bit.
+#[test]
+fn host_buffers_hold_every_chip_element_type() {
+    use half::{bf16, f16};
+    let w = start(builder(Mode::InProcess, 0, 1));
+    // Offsets count elements of the type read or written.
+    let b = w.create_buffer(32).unwrap();
+    let halves = [
+        f16::from_f32(1.5),
+        f16::NAN,
+        f16::NEG_INFINITY,
+        f16::MIN_POSITIVE,
+    ];
+    b.write_from(0, &halves).unwrap();
+    let back: Vec<u16> = b
+        .read_vec::<f16>(0, 4)
+        .unwrap()
+        .iter()
+        .map(|h| h.to_bits())
+        .collect();
+    assert_eq!(back, halves.map(f16::to_bits));
+    b.write_from(8, &[bf16::from_f32(-2.25)]).unwrap();
+    assert_eq!(
+        b.read_vec::<bf16>(8, 1).unwrap(),
+        vec![bf16::from_f32(-2.25)]
+    );
+    assert!(b.read_vec::<f16>(16, 1).is_err(), "32 bytes hold 16 halves");
+    assert!(b.tensor(&[16], DType::F16).is_ok());
+    w.close();
+}
+
 fn n54_submits_from_two_threads_are_serialised(mode: Mode) {
     with_timeout(30, move || {
         let w = std::sync::Arc::new(start(builder(mode, 0, 2)));
