@@ -113,8 +113,7 @@ struct ChipState {
 /// What checkpoint C6 hands the run: the thread count, the sizing and the entry tensors.
 struct CheckedCall {
     threads: u32,
-    sizing: ResolvedSizing,
-    derived: DerivedCapacities,
+    plan: Plan,
     regions: Vec<HostRegion>,
     entry_tensors: Vec<TensorDesc>,
 }
@@ -336,9 +335,7 @@ impl ChipWorker {
             }
             n => n,
         };
-        let Plan {
-            sizing, derived, ..
-        } = Plan::resolve(&cfg.runtime_env, &self.env).map_err(|e| match e {
+        let plan = Plan::resolve(&cfg.runtime_env, &self.env).map_err(|e| match e {
             PlanError::Config(e) => bind(BindError::InvalidConfig(e)),
             PlanError::Sizing(e) => bind(BindError::Sizing(e)),
         })?;
@@ -361,8 +358,7 @@ impl ChipWorker {
         }
         Ok(CheckedCall {
             threads,
-            sizing,
-            derived,
+            plan,
             regions,
             entry_tensors,
         })
@@ -381,16 +377,16 @@ impl ChipWorker {
         check_poisoned(&mut state, ctx)?;
         let CheckedCall {
             threads,
-            sizing,
-            derived,
+            plan,
             regions,
             entry_tensors,
         } = self.check_call(&callable, args, cfg)?;
+        let (sizing, derived) = (plan.sizing, plan.derived);
         // Bind an arena for exactly this sizing.
         let state = &mut *state;
         let (lease, outcome) = state
             .arenas
-            .acquire(&sizing, ctx.chip, &mut state.ledger, |_| ())
+            .acquire(&plan, ctx.chip, &mut state.ledger, |_| ())
             .map_err(|e| bind(acquire_error(e)))?;
         log_binding(ctx, &sizing, &outcome);
         let footprint = *lease.footprint();

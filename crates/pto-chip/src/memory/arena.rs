@@ -22,7 +22,8 @@ use pto_types::ring_config::resolve::{ResolvedSizing, SizingError, SizingKey};
 
 use super::device::{DeviceLedger, DeviceMemoryError, DeviceRange};
 use super::host_memory::HostMemory;
-use crate::footprint::{Footprint, footprint};
+use crate::footprint::Footprint;
+use crate::plan::Plan;
 
 /// The memory of one sizing: device reservation, heap memory and the runtime's payload.
 ///
@@ -292,11 +293,11 @@ impl<T> ArenaCache<T> {
             .sum()
     }
 
-    /// An arena for `sizing`, leased for one run.
+    /// An arena for the plan's sizing, leased for one run.
     ///
     /// Hit (an idle arena with the same `SizingKey`): reused as is, with no new reservation;
-    /// the runtime resets its state. Miss: the footprint is computed (errors propagate), idle
-    /// arenas are evicted least recently used first until the reservation fits in `ledger`
+    /// the runtime resets its state. Miss: the plan's footprint (computed once, by
+    /// [`Plan::resolve`]) is reserved: idle arenas are evicted least recently used first until the reservation fits in `ledger`
     /// (nothing is evicted when even evicting all of them would not suffice:
     /// `SizingError::DeviceMemoryExhausted`, whose `free` counts the bytes of idle arenas as
     /// available), the heaps are mapped, `make(sizing)` builds the payload, and the entry is
@@ -307,12 +308,13 @@ impl<T> ArenaCache<T> {
     /// If `ledger` is not the ledger of earlier calls.
     pub fn acquire(
         &mut self,
-        sizing: &ResolvedSizing,
+        plan: &Plan,
         chip: u32,
         ledger: &mut DeviceLedger,
         make: impl FnOnce(&ResolvedSizing) -> T,
     ) -> Result<(ArenaLease<T>, ArenaOutcome), AcquireError> {
         self.take_back_returned(ledger);
+        let (sizing, fp) = (&plan.sizing, plan.footprint);
         let key = sizing.key();
         let tick = self.next_tick();
         if let Some(entry) = self
@@ -325,7 +327,6 @@ impl<T> ArenaCache<T> {
             return Ok((self.lease(arena), ArenaOutcome::Hit));
         }
 
-        let fp = footprint(sizing)?;
         let available = ledger.free_bytes() + self.idle_bytes();
         if fp.arena > available {
             return Err(AcquireError::Sizing(SizingError::DeviceMemoryExhausted {
@@ -496,6 +497,7 @@ fn map_heap(bytes: u64) -> Result<HostMemory, AcquireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::footprint::footprint;
     use crate::memory::device::HOST_ADDR_BASE;
     use crate::memory::host_memory::vm_rss_bytes;
     use pto_types::RuntimeEnv;
@@ -534,7 +536,12 @@ mod tests {
         sizing: &ResolvedSizing,
         ledger: &mut DeviceLedger,
     ) -> Result<(ArenaLease<SizingKey>, ArenaOutcome), AcquireError> {
-        cache.acquire(sizing, 0, ledger, |s| s.key())
+        let plan = Plan::of(*sizing).map_err(AcquireError::Sizing)?;
+        cache.acquire(&plan, 0, ledger, |s| s.key())
+    }
+
+    fn plan(sizing: &ResolvedSizing) -> Plan {
+        Plan::of(*sizing).unwrap()
     }
 
     /// Acquires and releases at once; returns the outcome.
@@ -757,15 +764,18 @@ mod tests {
     }
 
     #[test]
-    fn arena_footprint_errors_propagate() {
+    fn an_unbindable_sizing_never_reaches_the_cache() {
+        // `acquire` takes a `Plan`, and a sizing whose limits or footprint overflow has none.
+        let huge = sizing(RuntimeEnv::default().with_heap([u64::MAX - 63, 1024, 1024, 1024]));
+        assert_eq!(Plan::of(huge).unwrap_err(), SizingError::HeapSumOverflow);
         let mut ledger = DeviceLedger::new(GIB);
         let mut cache = Cache::new(4);
-        let huge = sizing(RuntimeEnv::default().with_heap([u64::MAX - 63, 1024, 1024, 1024]));
         assert_eq!(
             acquire(&mut cache, &huge, &mut ledger).unwrap_err(),
-            AcquireError::Sizing(SizingError::ArenaSizeOverflow)
+            AcquireError::Sizing(SizingError::HeapSumOverflow)
         );
         assert!(cache.is_empty());
+        assert_eq!(ledger.committed_bytes(), 0);
     }
 
     #[test]
@@ -791,7 +801,9 @@ mod tests {
         let mut cache: ArenaCache<Vec<u32>> = ArenaCache::new(4);
         let s = small(4096);
         let (mut lease, _) = cache
-            .acquire(&s, 3, &mut ledger, |s| vec![0; s.task_window(0) as usize])
+            .acquire(&plan(&s), 3, &mut ledger, |s| {
+                vec![0; s.task_window(0) as usize]
+            })
             .unwrap();
         let fp = *lease.footprint();
         assert_eq!(lease.device_range().bytes, fp.arena);
@@ -808,7 +820,9 @@ mod tests {
         assert_eq!(lease.payload(), &vec![0, 7, 0, 0]);
         cache.release(lease, &mut ledger);
         let (lease, outcome) = cache
-            .acquire(&s, 3, &mut ledger, |_| unreachable!("a hit builds nothing"))
+            .acquire(&plan(&s), 3, &mut ledger, |_| {
+                unreachable!("a hit builds nothing")
+            })
             .unwrap();
         assert_eq!(outcome, ArenaOutcome::Hit);
         // Reuse keeps contents; resetting is the runtime's job.
