@@ -313,7 +313,7 @@ impl PyResolution {
 
     /// The JSON object of `pto config resolve --json`, as text.
     fn to_json(&self) -> String {
-        self.report.to_json().to_string()
+        pto_chip::diag::json_text(&self.report.to_json())
     }
 
     fn __str__(&self) -> String {

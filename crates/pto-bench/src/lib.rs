@@ -1,7 +1,8 @@
 //! `pto bench` (BENCHMARKS.md): each benchmark measures pto and, where one exists, a peer in the
-//! same process run, and reports one [`Point`] per measured figure — a readable table or one
-//! JSON object per line with stable field names (`bench`, `case`, `unit`, `median`, `min`,
-//! `max`, `runs`, and `peer`, `peer_median`, `ratio` = ours / peer where a peer exists).
+//! same process run, and reports one [`Point`] per measured figure — a readable table or, with
+//! `--json`, one [`JsonPoint`] per line: `bench`, `case`, `unit`, `median`, `min`, `max`,
+//! `runs`; `peer`, `peer_median` and `ratio` = ours / peer where a peer exists; `anchor`
+//! where a published figure is printed beside it. Fields are added, never renamed.
 //!
 //! - [`submit`] — B1, L2 orchestration cost per task (rayon `scope.spawn` and a sequential
 //!   loop as peers);
@@ -26,7 +27,7 @@ pub mod submit;
 
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// One measured figure.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,26 +78,68 @@ impl Point {
             .map(|(_, m)| self.stats.median / m)
     }
 
-    /// The JSON object of this point (field names are stable: add, never rename).
-    pub fn to_json(&self) -> Value {
-        let mut o = Map::new();
-        o.insert("bench".into(), json!(self.bench));
-        o.insert("case".into(), json!(self.case));
-        o.insert("unit".into(), json!(self.unit));
-        o.insert("median".into(), json!(self.stats.median));
-        o.insert("min".into(), json!(self.stats.min));
-        o.insert("max".into(), json!(self.stats.max));
-        o.insert("runs".into(), json!(self.stats.runs));
-        if let Some((peer, median)) = &self.peer {
-            o.insert("peer".into(), json!(peer));
-            o.insert("peer_median".into(), json!(median));
-            o.insert("ratio".into(), json!(self.ratio()));
+    /// The line `pto bench --json` prints for this point.
+    pub fn to_json(&self) -> JsonPoint {
+        let peer = self.peer.as_ref().map(|(name, median)| JsonPeer {
+            peer: name.clone(),
+            peer_median: *median,
+            ratio: self.ratio(),
+        });
+        JsonPoint {
+            bench: self.bench.to_string(),
+            case: self.case.clone(),
+            unit: self.unit.to_string(),
+            median: self.stats.median,
+            min: self.stats.min,
+            max: self.stats.max,
+            runs: self.stats.runs,
+            peer,
+            anchor: self.anchor.clone(),
         }
-        if let Some(anchor) = &self.anchor {
-            o.insert("anchor".into(), json!(anchor));
-        }
-        Value::Object(o)
     }
+}
+
+/// One line of `pto bench --json` ([module docs](self)). A figure no run measured (NaN) is
+/// printed as null and read back as NaN.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JsonPoint {
+    /// The benchmark: `submit`, `metg`, `dispatch`, `idle`, `footprint`, `deadlock`.
+    pub bench: String,
+    /// What was measured, e.g. `independent window=1024 n=200000`.
+    pub case: String,
+    /// The unit of `median`, `min`, `max` and `peer_median`, e.g. `us/task`.
+    pub unit: String,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub median: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub min: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub max: f64,
+    /// Finite values measured.
+    pub runs: usize,
+    /// The peer measured in the same run: `peer`, `peer_median`, `ratio`; absent without one.
+    #[serde(flatten)]
+    pub peer: Option<JsonPeer>,
+    /// A published figure printed beside it, with its source (not measured here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<String>,
+}
+
+/// The peer of a point.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JsonPeer {
+    /// What the peer is, e.g. `rayon scope.spawn`.
+    pub peer: String,
+    /// The peer's median, in the point's unit.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub peer_median: f64,
+    /// `median / peer_median`; null when the peer's median is not positive.
+    pub ratio: Option<f64>,
+}
+
+/// A JSON number, or NaN for the null serde_json prints for it.
+fn nan_if_null<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
 }
 
 /// Median, minimum and maximum of a sample.
@@ -308,7 +351,7 @@ mod tests {
         let s = Stats::of(&[3.0, 1.0, 2.0, f64::NAN]);
         assert_eq!((s.median, s.min, s.max, s.runs), (2.0, 1.0, 3.0, 3));
         let p = Point::new("submit", "c", "us/task", s).with_peer("rayon", 1.0);
-        let v = p.to_json();
+        let v = serde_json::to_value(p.to_json()).unwrap();
         for field in [
             "bench",
             "case",
@@ -324,5 +367,37 @@ mod tests {
             assert!(v.get(field).is_some(), "{field}");
         }
         assert_eq!(v["ratio"], 2.0);
+    }
+
+    /// Lines `pto bench --json` printed before the output was typed: without a peer, with a
+    /// peer and an anchor, with a peer that measured nothing (null), with an anchor only.
+    const OLD_LINES: [&str; 4] = [
+        r#"{"bench":"submit","case":"independent window=1024 n=2000: CPU per task","unit":"us CPU/task","median":0.0,"min":0.0,"max":0.0,"runs":1}"#,
+        r#"{"bench":"submit","case":"independent window=1024 n=2000","unit":"us/task","median":4.6588205,"min":4.6588205,"max":4.6588205,"runs":1,"peer":"rayon scope.spawn","peer_median":0.45041450000000005,"ratio":10.343407017314052,"anchor":"upstream simulator ~4.8 us per no-op kernel task on this machine (issue 12); upstream device orchestrator 0.87 us/task (BENCHMARKS.md B1)"}"#,
+        r#"{"bench":"metg","case":"stencil_1d width 16 W=2: METG(50%)","unit":"us","median":72.92057114214049,"min":72.92057114214049,"max":72.92057114214049,"runs":1,"peer":"rayon bulk-synchronous","peer_median":null,"ratio":null,"anchor":"Task Bench (32 cores): MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)"}"#,
+        r#"{"bench":"dispatch","case":"chip task end to end above the empty L2 run, in-process","unit":"us","median":161.648,"min":161.648,"max":161.648,"runs":1,"anchor":"a run of one chip task 174.86 us minus the chip's empty L2 run 13.21 us"}"#,
+    ];
+
+    #[test]
+    fn lines_printed_before_read_and_print_back_byte_for_byte() {
+        for line in OLD_LINES {
+            let point: JsonPoint = serde_json::from_str(line).unwrap();
+            assert_eq!(pto_chip::diag::json_text(&point), line);
+        }
+        let unmeasured: JsonPoint = serde_json::from_str(OLD_LINES[2]).unwrap();
+        let peer = unmeasured.peer.unwrap();
+        assert!(peer.peer_median.is_nan() && peer.ratio.is_none());
+    }
+
+    #[test]
+    fn points_read_back_equal() {
+        let s = Stats::of(&[3.0, 1.0, 2.0]);
+        let plain = Point::new("idle", "c", "%", s);
+        let full = plain.clone().with_peer("rayon", 4.0).with_anchor("a");
+        for point in [plain, full] {
+            let json = point.to_json();
+            let text = pto_chip::diag::json_text(&json);
+            assert_eq!(serde_json::from_str::<JsonPoint>(&text).unwrap(), json);
+        }
     }
 }

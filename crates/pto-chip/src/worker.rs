@@ -24,7 +24,8 @@ use pto_types::{
 
 use crate::callable::{ChipCallable, find_chip_callable};
 use crate::diag::scope_stats::RunInfo;
-use crate::diag::{diagnostics_dir, write_file};
+use crate::diag::trace::TraceRun;
+use crate::diag::{diagnostics_dir, json_text, write_file};
 use crate::engine::ChipShared;
 use crate::engine::core::panic_message;
 use crate::engine::executor::executor_main;
@@ -504,7 +505,7 @@ impl ChipWorker {
         }
         let deps = core.deps.take();
         if let (Some(graph), true) = (&deps, cfg.enable_dep_gen) {
-            write("dep_gen", "deps.json", graph.to_json().to_string());
+            write("dep_gen", "deps.json", json_text(&graph.to_deps()));
             write("dep_gen", "deps.dot", graph.to_dot());
         }
         if let Some(trace) = &run.trace {
@@ -512,24 +513,18 @@ impl ChipWorker {
                 .as_ref()
                 .map(|g| g.edge_pairs().collect())
                 .unwrap_or_default();
-            let other = serde_json::json!({
-                "schema": "pto.swimlane",
-                "version": 1,
-                "level": cfg.enable_chip_swimlane,
-                "chip": ctx.chip,
-                "label": ctx.label,
-                "clusters": self.spec.clusters,
-                "aicpu_thread_num": threads,
-                "ring_sizing": sizing.to_string(),
-                "error": error.map(|e| e.code.to_string()),
-            });
-            let text = trace.lock().render(
-                cfg.enable_chip_swimlane,
-                self.spec.clusters,
-                self.shared.executors,
-                &edges,
-                other,
-            );
+            let trace_run = TraceRun {
+                level: cfg.enable_chip_swimlane,
+                chip: ctx.chip,
+                label: ctx.label.as_deref(),
+                clusters: self.spec.clusters,
+                aicpu_thread_num: threads,
+                sizing,
+                error,
+            };
+            let text = trace
+                .lock()
+                .render(&trace_run, self.shared.executors, &edges);
             write("swimlane", "chip_swimlane.json", text);
         }
         files

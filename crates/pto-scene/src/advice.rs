@@ -10,12 +10,16 @@
 //! counts, other overrides kept) with each advised key's `runtime_env` replaced, named
 //! `<case>_advised`; [`write_case`] replaces a case of that name or appends it, keeping the
 //! rest of the file byte for byte.
+//!
+//! `pto advise --format json` prints one line per key, [`JsonKeyAdvice`]: the key's
+//! [`JsonAdvice`] with `label` and `runs` after it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use pto_sizing::advise::{Advice, Headroom, ScopeStats, advise_all};
+use pto_sizing::advise::{Advice, Headroom, JsonAdvice, ScopeStats, advise_all};
 use pto_types::{Resource, RuntimeEnv};
+use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 use crate::config_block::CaseConfig;
@@ -100,6 +104,30 @@ pub struct KeyAdvice {
     pub key: Option<String>,
     pub runs: usize,
     pub advice: Advice,
+}
+
+/// One line of `pto advise --format json`: one key's advice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonKeyAdvice {
+    /// `runtime_env` and `rings`, first.
+    #[serde(flatten)]
+    pub advice: JsonAdvice,
+    /// The runs' label or, with a scene, the `config.tasks` key that sizes them; null for
+    /// runs that size the case's `runtime_env`.
+    pub label: Option<String>,
+    /// How many runs were merged.
+    pub runs: usize,
+}
+
+impl KeyAdvice {
+    /// The line `pto advise --format json` prints for this key.
+    pub fn to_json(&self) -> JsonKeyAdvice {
+        JsonKeyAdvice {
+            advice: self.advice.to_json(),
+            label: self.key.clone(),
+            runs: self.runs,
+        }
+    }
 }
 
 /// What the advice is for: the scene whose runs these are and, when known, the case whose
@@ -283,4 +311,33 @@ pub fn write_case(path: &Path, case: &Table) -> Result<(), String> {
     let text = read_text(path, MAX_FILE_BYTES).map_err(at)?;
     let out = with_case(&text, case).map_err(at)?;
     std::fs::write(path, out).map_err(|e| at(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pto_chip::diag::json_text;
+
+    /// A line `pto advise --format json` printed before the output was typed.
+    const OLD_LINE: &str = r#"{"runtime_env":{"ring_task_window":[16384,8,16384,16384],"ring_heap":[268435456,268435456,268435456,268435456],"ring_dep_pool":[16384,16384,16384,16384]},"rings":[{"ring":0,"end_records":1,"peaks":{"task_window_peak":1,"heap_peak":4096,"heap_largest_alloc":4096,"dep_pool_peak":0,"spill_peak":0},"task_window":{"demand":1,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0},"heap":{"demand":8192,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":0,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}},{"ring":1,"end_records":1,"peaks":{"task_window_peak":3,"heap_peak":12288,"heap_largest_alloc":4096,"dep_pool_peak":4,"spill_peak":0},"task_window":{"demand":3,"capacity":4,"source":"call_config","recommended":8,"lower_bound":true,"bytes_delta":19840},"heap":{"demand":16384,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":4,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}},{"ring":2,"end_records":0,"peaks":null,"task_window":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0},"heap":{"demand":null,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}},{"ring":3,"end_records":0,"peaks":null,"task_window":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0},"heap":{"demand":null,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}}],"label":"vector_example","runs":1}"#;
+
+    #[test]
+    fn a_line_printed_before_reads_and_prints_back_byte_for_byte() {
+        let line: JsonKeyAdvice = serde_json::from_str(OLD_LINE).unwrap();
+        assert_eq!(
+            (line.label.as_deref(), line.runs),
+            (Some("vector_example"), 1)
+        );
+        assert!(line.advice.rings[1].task_window.lower_bound);
+        assert_eq!(json_text(&line), OLD_LINE);
+    }
+
+    #[test]
+    fn the_case_runtime_env_is_a_null_label() {
+        let mut line: JsonKeyAdvice = serde_json::from_str(OLD_LINE).unwrap();
+        line.label = None;
+        let text = json_text(&line);
+        assert!(text.ends_with(r#"}],"label":null,"runs":1}"#), "{text}");
+        assert_eq!(serde_json::from_str::<JsonKeyAdvice>(&text).unwrap(), line);
+    }
 }

@@ -209,10 +209,7 @@ impl Harness {
                 continue;
             }
             let shown = match self.json {
-                true => render_json_lines(&reports)
-                    .iter()
-                    .map(|v| format!("{v}\n"))
-                    .collect(),
+                true => render_json_lines(&reports),
                 false => render_table(file, &reports),
             };
             let why: Vec<String> = reports

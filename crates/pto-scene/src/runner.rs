@@ -1,19 +1,23 @@
 //! The case runner behind `pto run` (RING_CONFIG.md §11.1): runs the cases of a scene file,
-//! prints a result table (or one JSON object per case and task) and says whether all passed.
+//! prints a result table (or one JSON object per case and task, [`JsonRow`]) and says whether
+//! all passed.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use pto_chip::diag::json_line;
 use pto_types::{CallConfig, RING_COUNT, Resource};
-use serde_json::{Value, json};
 
 use crate::figures::CaseFigures;
 use crate::file::{Case, SceneFile};
 use crate::params::{cut, key_list};
 use crate::scene::{CaseResult, CaseRun, RunnerEnv, TaskRow};
-use pto_sizing::report::{human_bytes, rings_json};
+use pto_sizing::report::human_bytes;
+
+mod json;
+pub use json::{JsonCaseFigures, JsonRow, JsonTaskError, json_rows};
 
 /// Diagnostics chosen on the command line; each case writes under `<output>/<case name>`.
 #[derive(Clone, Debug, Default)]
@@ -486,61 +490,9 @@ pub fn case_footer(report: &CaseReport) -> Vec<String> {
     lines
 }
 
-/// One JSON object per (case, task), with `rings` exactly as `pto config resolve --json`
-/// (also for failed tasks: the sizing they tried to bind). `status` and `task_check` are the
-/// task's own; `check` and `case_status` are the case's.
-pub fn render_json_lines(reports: &[CaseReport]) -> Vec<Value> {
-    let mut lines = Vec::new();
-    for report in reports {
-        let case_status = if report.result.passed() {
-            "ok"
-        } else {
-            "failed"
-        };
-        let check = report.result.check.as_ref().err();
-        let figures = CaseFigures::of(&report.result);
-        let case_figures = json!({
-            "device_memory_bytes": figures.device_memory(),
-            "device_memory_per_chip": figures.per_chip,
-            "heap_reserved_bytes": figures.heap_reserved,
-            "heap_high_water_bytes": figures.heap_high_water,
-        });
-        for row in &report.result.rows {
-            let error = match &row.error {
-                Some(e) => json!({"code": e.code, "name": e.name, "message": e.message}),
-                None => Value::Null,
-            };
-            lines.push(json!({
-                "case": report.name,
-                "task": row.task,
-                "chip": row.chip,
-                "status": row.status(),
-                "rings": row.sizing.as_ref().map(|s| rings_json(s, row.blocks.as_ref())),
-                "arena": row.arena,
-                "reserved_bytes": row.reserved_bytes,
-                "high_water_bytes": row.high_water_bytes,
-                "wall_us": row.wall.map(|w| w.as_micros() as u64),
-                "check": check,
-                "case_status": case_status,
-                "task_check": row.check_cell(),
-                "error": error,
-                "env_problems": row.env_problems,
-                "diagnostics_dir": row.diagnostics_dir.as_ref().map(|d| d.display().to_string()),
-                "case_figures": case_figures,
-            }));
-        }
-        if report.result.rows.is_empty() {
-            lines.push(json!({
-                "case": report.name, "task": null, "chip": null, "status": case_status,
-                "rings": null, "arena": null, "reserved_bytes": 0, "high_water_bytes": null,
-                "wall_us": report.wall.as_micros() as u64, "check": check,
-                "case_status": case_status, "task_check": null, "error": null,
-                "env_problems": report.env_problems, "diagnostics_dir": null,
-                "case_figures": case_figures,
-            }));
-        }
-    }
-    lines
+/// `pto run --json`: one [`JsonRow`] per line ([`json_rows`]).
+pub fn render_json_lines(reports: &[CaseReport]) -> String {
+    json_rows(reports).iter().map(json_line).collect()
 }
 
 /// The default output directory of `pto run`.

@@ -6,6 +6,8 @@
 //! through [`CaseRun::for_label`], and constructors for chips and Workers that apply the
 //! runner's environment tier and endpoint mode. Nothing here reads or changes the process
 //! environment except through `EnvSource`.
+//!
+//! `pto scenes --json` prints one [`JsonScene`] per line: what a scene accepts in a scene file.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -26,6 +28,7 @@ use crate::config_block::{CaseConfig, SceneLevel};
 use crate::labels::Label;
 use crate::params::{Param, Params};
 use pto_sizing::{Block, SizingBlocks};
+use serde::{Deserialize, Serialize};
 
 /// A registered workload.
 pub trait Scene: Sync {
@@ -184,6 +187,74 @@ pub fn find_scene(name: &str) -> Result<&'static dyn Scene, String> {
 /// Registered scene names, sorted.
 pub fn scene_names() -> Vec<&'static str> {
     scenes().iter().map(|s| s.name()).collect()
+}
+
+/// One line of `pto scenes --json` ([`JsonScene::of`]). Fields are added, never renamed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonScene {
+    /// The name a scene file's `scene` key gives.
+    pub scene: String,
+    /// 2, 3 or 4 (`level` in the file).
+    pub level: u32,
+    /// Chips a case may ask for, `[min, max]` ([`WorkerBounds`]).
+    pub device_count: [u32; 2],
+    /// Sub workers a case may ask for, `[min, max]`.
+    pub num_sub_workers: [u32; 2],
+    /// The params a case may set, in declaration order.
+    pub params: Vec<JsonParam>,
+    /// The labels `config.tasks` may size; empty: size tasks with `config.runtime_env`.
+    pub labels: Vec<JsonLabel>,
+}
+
+/// A declared param ([`Param`]): an integer in `min..=max`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonParam {
+    pub name: String,
+    pub min: u64,
+    pub max: u64,
+    /// The value when a case does not give one.
+    pub default: u64,
+    /// The value under `--fast` when a case does not give one; null: `default`.
+    pub fast_default: Option<u64>,
+    /// What the param means, in one line.
+    pub doc: String,
+}
+
+/// A task label ([`Label`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonLabel {
+    pub name: String,
+    /// Tasks are labelled `<name><N>`, and `tasks.<name>` sizes all of them.
+    pub family: bool,
+    pub doc: String,
+}
+
+impl JsonScene {
+    /// What `scene` accepts.
+    pub fn of(scene: &dyn Scene) -> JsonScene {
+        let b = scene.worker_bounds();
+        let params = scene.params().iter().map(|p| JsonParam {
+            name: p.name.to_string(),
+            min: p.min,
+            max: p.max,
+            default: p.default,
+            fast_default: p.fast_default,
+            doc: p.doc.to_string(),
+        });
+        let labels = scene.labels().iter().map(|l| JsonLabel {
+            name: l.name.to_string(),
+            family: l.family,
+            doc: l.doc.to_string(),
+        });
+        JsonScene {
+            scene: scene.name().to_string(),
+            level: scene.level().number(),
+            device_count: [b.device_count.0, b.device_count.1],
+            num_sub_workers: [b.num_sub_workers.0, b.num_sub_workers.1],
+            params: params.collect(),
+            labels: labels.collect(),
+        }
+    }
 }
 
 /// What the runner gives every case.
@@ -567,5 +638,40 @@ impl CaseResult {
             }
         }
         any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pto_chip::diag::json_text;
+
+    /// Lines `pto scenes --json` printed before the output was typed.
+    const OLD_LINES: [&str; 2] = [
+        r#"{"scene":"heterogeneous_fanout","level":3,"device_count":[4,4],"num_sub_workers":[0,4],"params":[{"name":"n","min":1,"max":4194304,"default":4096,"fast_default":null,"doc":"elements of each element-wise vector"},{"name":"chip_mib","min":1,"max":65536,"default":2048,"fast_default":null,"doc":"device memory of chip 0 (MiB)"},{"name":"small_chips_mib","min":0,"max":65536,"default":0,"fast_default":null,"doc":"device memory of chips 1-3 (MiB); 0 = chip_mib"},{"name":"expect_exhausted","min":0,"max":1,"default":0,"fast_default":null,"doc":"1: the case passes only if a task fails with DEVICE_MEMORY_EXHAUSTED"}],"labels":[{"name":"attn","family":false,"doc":"the paged-attention job on chip 0"},{"name":"ew","family":true,"doc":"the element-wise jobs ew0, ew1, … over all chips"}]}"#,
+        r#"{"scene":"vector_example","level":2,"device_count":[1,1],"num_sub_workers":[0,0],"params":[{"name":"n","min":1,"max":4194304,"default":16384,"fast_default":4096,"doc":"elements of each f32 vector"},{"name":"clusters","min":1,"max":64,"default":8,"fast_default":null,"doc":"clusters of the chip (1 AIC + 2 AIV cores each)"}],"labels":[]}"#,
+    ];
+
+    #[test]
+    fn lines_printed_before_read_and_print_back_byte_for_byte() {
+        for line in OLD_LINES {
+            let scene: JsonScene = serde_json::from_str(line).unwrap();
+            assert_eq!(json_text(&scene), line);
+        }
+    }
+
+    #[test]
+    fn every_registered_scene_reads_back_equal() {
+        for scene in scenes() {
+            let json = JsonScene::of(*scene);
+            assert_eq!(
+                (json.scene.as_str(), json.params.len()),
+                (scene.name(), scene.params().len())
+            );
+            assert_eq!(
+                serde_json::from_str::<JsonScene>(&json_text(&json)).unwrap(),
+                json
+            );
+        }
     }
 }

@@ -40,10 +40,13 @@
 //!   ```
 //! * [`AdviseFormat::Env`] — `PTO2_RING_TASK_WINDOW=a,b,c,d`, `PTO2_RING_HEAP=…`,
 //!   `PTO2_RING_DEP_POOL=…`.
-//! * [`AdviseFormat::Json`] — one line
+//! * [`AdviseFormat::Json`] — one line, [`JsonAdvice`]:
 //!   `{"runtime_env":{"ring_task_window":[…],"ring_heap":[…],"ring_dep_pool":[…]},"rings":[…]}`,
-//!   one `rings` entry per ring with its peaks and, per resource, the demand, capacity, source,
-//!   recommendation, lower-bound flag and arena bytes saved (negative) or added.
+//!   one `rings` entry per ring ([`JsonRingAdvice`]) with its peaks and, per resource, the
+//!   demand, capacity, source, recommendation, lower-bound flag and arena bytes saved
+//!   (negative) or added ([`JsonResourceAdvice`]). `pto advise --format json` prints one per
+//!   label, with `label` and `runs` after these (`pto_scene::advice::JsonKeyAdvice`). Fields
+//!   are added, never renamed.
 //!
 //! [`Advice::render_table`] is the human table (peak, capacity with source, recommendation,
 //! arena bytes saved or added) that the command prints on stderr.
@@ -52,7 +55,7 @@ use std::fmt;
 
 use pto_types::ring_config::resolve::{Resolved, SizeSource};
 use pto_types::{RING_COUNT, Resource, RuntimeEnv};
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
 
 use pto_chip::diag::scope_stats::{self, Meta, Peaks, Samples};
 pub use pto_chip::diag::scope_stats::{MetaError, ScopeStatsError};
@@ -521,7 +524,7 @@ impl Advice {
         match format {
             AdviseFormat::Toml => self.to_toml(),
             AdviseFormat::Env => self.to_env(),
-            AdviseFormat::Json => format!("{}\n", self.to_json()),
+            AdviseFormat::Json => pto_chip::diag::json_line(&self.to_json()),
         }
     }
 
@@ -546,13 +549,15 @@ impl Advice {
     }
 
     /// `{"runtime_env":{…},"rings":[…]}`.
-    pub fn to_json(&self) -> Value {
-        let mut env = Map::new();
-        for resource in Resource::ALL {
-            env.insert(resource.field().to_string(), json!(self.values(resource)));
+    pub fn to_json(&self) -> JsonAdvice {
+        JsonAdvice {
+            runtime_env: JsonRuntimeEnv {
+                ring_task_window: self.values(Resource::TaskWindow),
+                ring_heap: self.values(Resource::Heap),
+                ring_dep_pool: self.values(Resource::DepPool),
+            },
+            rings: self.rings.map(|r| r.to_json()),
         }
-        let rings: Vec<Value> = self.rings.iter().map(ring_json).collect();
-        json!({"runtime_env": env, "rings": rings})
     }
 
     /// The per-ring table printed on stderr.
@@ -578,36 +583,108 @@ impl Advice {
     }
 }
 
-fn ring_json(ring: &RingAdvice) -> Value {
-    let peaks = (ring.peaks.end_records > 0).then(|| {
-        json!({
-            "task_window_peak": ring.peaks.task_window_peak,
-            "heap_peak": ring.peaks.heap_peak,
-            "heap_largest_alloc": ring.peaks.heap_largest_alloc,
-            "dep_pool_peak": ring.peaks.dep_pool_peak,
-            "spill_peak": ring.peaks.spill_peak,
-        })
-    });
-    let mut obj = Map::new();
-    obj.insert("ring".into(), json!(ring.ring));
-    obj.insert("end_records".into(), json!(ring.peaks.end_records));
-    obj.insert("peaks".into(), peaks.unwrap_or(Value::Null));
-    for resource in Resource::ALL {
-        let entry = ring.get(resource);
-        let delta = i64::try_from(entry.bytes_delta(resource)).unwrap_or(i64::MAX);
-        obj.insert(
-            resource.short_name().into(),
-            json!({
-                "demand": entry.demand,
-                "capacity": entry.capacity.value,
-                "source": entry.capacity.source.as_str(),
-                "recommended": entry.recommended,
-                "lower_bound": entry.lower_bound,
-                "bytes_delta": delta,
-            }),
-        );
+/// The JSON of `pto advise --format json` ([`Advice::to_json`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonAdvice {
+    /// The recommendation, the keys and values of the TOML format's `[runtime_env]`.
+    pub runtime_env: JsonRuntimeEnv,
+    /// The details, ring by ring.
+    pub rings: [JsonRingAdvice; RING_COUNT],
+}
+
+/// A concrete `runtime_env`: one value per ring of each resource.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonRuntimeEnv {
+    /// Task slots.
+    pub ring_task_window: [u64; RING_COUNT],
+    /// Bytes.
+    pub ring_heap: [u64; RING_COUNT],
+    /// Entries.
+    pub ring_dep_pool: [u64; RING_COUNT],
+}
+
+/// One ring's observed peaks and recommendations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonRingAdvice {
+    /// 0 to 3.
+    pub ring: usize,
+    /// End records of scopes on this ring, over all runs merged (0 = no samples).
+    pub end_records: u64,
+    /// The largest peaks over those end records; null without samples.
+    pub peaks: Option<JsonPeaks>,
+    /// In task slots.
+    pub task_window: JsonResourceAdvice,
+    /// In bytes.
+    pub heap: JsonResourceAdvice,
+    /// In entries.
+    pub dep_pool: JsonResourceAdvice,
+}
+
+/// The largest peaks of a ring's scopes ([`RingPeaks`]), as scope stats name them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonPeaks {
+    /// Live tasks.
+    pub task_window_peak: u64,
+    /// Heap bytes in use.
+    pub heap_peak: u64,
+    /// The largest single heap allocation, in bytes.
+    pub heap_largest_alloc: u64,
+    /// Dep-pool entries in use.
+    pub dep_pool_peak: u64,
+    /// Fan-in spill entries in use.
+    pub spill_peak: u64,
+}
+
+/// The recommendation for one resource on one ring ([`ResourceAdvice`]), in the resource's
+/// unit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonResourceAdvice {
+    /// What the recommendation scales ([`RingPeaks::demand`]); null without samples.
+    pub demand: Option<u64>,
+    /// The capacity the runs had (the largest, when merged).
+    pub capacity: u64,
+    /// Where that capacity came from: `call_config`, `env` or `default`.
+    pub source: String,
+    /// The recommended value: legal and never 0.
+    pub recommended: u64,
+    /// Raised to a failed run's `recommended_min`: re-run with it and advise again.
+    pub lower_bound: bool,
+    /// Arena bytes the recommendation adds (positive) or saves (negative), saturated to
+    /// `i64`.
+    pub bytes_delta: i64,
+}
+
+impl RingAdvice {
+    fn to_json(self) -> JsonRingAdvice {
+        let p = &self.peaks;
+        let peaks = (p.end_records > 0).then_some(JsonPeaks {
+            task_window_peak: p.task_window_peak,
+            heap_peak: p.heap_peak,
+            heap_largest_alloc: p.heap_largest_alloc,
+            dep_pool_peak: p.dep_pool_peak,
+            spill_peak: p.spill_peak,
+        });
+        let resource = |resource: Resource| {
+            let entry = self.get(resource);
+            let delta = entry.bytes_delta(resource);
+            JsonResourceAdvice {
+                demand: entry.demand,
+                capacity: entry.capacity.value,
+                source: entry.capacity.source.as_str().to_string(),
+                recommended: entry.recommended,
+                lower_bound: entry.lower_bound,
+                bytes_delta: i64::try_from(delta).unwrap_or(i64::MAX),
+            }
+        };
+        JsonRingAdvice {
+            ring: self.ring,
+            end_records: p.end_records,
+            peaks,
+            task_window: resource(Resource::TaskWindow),
+            heap: resource(Resource::Heap),
+            dep_pool: resource(Resource::DepPool),
+        }
     }
-    Value::Object(obj)
 }
 
 fn peak_text(ring: &RingAdvice, resource: Resource) -> String {
@@ -656,6 +733,31 @@ fn table_row(ring: &RingAdvice, resource: Resource) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    /// `Advice::to_json` lines printed before the output was typed: a failed run (a lower
+    /// bound, rings without samples) and a roomy one (arena bytes saved).
+    const OLD_LINES: [&str; 2] = [
+        r#"{"runtime_env":{"ring_task_window":[16384,8,16384,16384],"ring_heap":[268435456,268435456,268435456,268435456],"ring_dep_pool":[16384,16384,16384,16384]},"rings":[{"ring":0,"end_records":1,"peaks":{"task_window_peak":1,"heap_peak":4096,"heap_largest_alloc":4096,"dep_pool_peak":0,"spill_peak":0},"task_window":{"demand":1,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0},"heap":{"demand":8192,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":0,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}},{"ring":1,"end_records":1,"peaks":{"task_window_peak":3,"heap_peak":12288,"heap_largest_alloc":4096,"dep_pool_peak":4,"spill_peak":0},"task_window":{"demand":3,"capacity":4,"source":"call_config","recommended":8,"lower_bound":true,"bytes_delta":19840},"heap":{"demand":16384,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":4,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}},{"ring":2,"end_records":0,"peaks":null,"task_window":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0},"heap":{"demand":null,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}},{"ring":3,"end_records":0,"peaks":null,"task_window":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0},"heap":{"demand":null,"capacity":268435456,"source":"default","recommended":268435456,"lower_bound":false,"bytes_delta":0},"dep_pool":{"demand":null,"capacity":16384,"source":"default","recommended":16384,"lower_bound":false,"bytes_delta":0}}]}"#,
+        r#"{"runtime_env":{"ring_task_window":[4,8,4,4],"ring_heap":[40960,81920,1024,1024],"ring_dep_pool":[4,8,4,4]},"rings":[{"ring":0,"end_records":2,"peaks":{"task_window_peak":1,"heap_peak":16384,"heap_largest_alloc":16384,"dep_pool_peak":0,"spill_peak":0},"task_window":{"demand":1,"capacity":16384,"source":"default","recommended":4,"lower_bound":false,"bytes_delta":-81375808},"heap":{"demand":32768,"capacity":268435456,"source":"default","recommended":40960,"lower_bound":false,"bytes_delta":-268394496},"dep_pool":{"demand":0,"capacity":16384,"source":"default","recommended":4,"lower_bound":false,"bytes_delta":-393088}},{"ring":1,"end_records":2,"peaks":{"task_window_peak":4,"heap_peak":49152,"heap_largest_alloc":16384,"dep_pool_peak":6,"spill_peak":0},"task_window":{"demand":4,"capacity":16384,"source":"default","recommended":8,"lower_bound":false,"bytes_delta":-81355968},"heap":{"demand":65536,"capacity":268435456,"source":"default","recommended":81920,"lower_bound":false,"bytes_delta":-268353536},"dep_pool":{"demand":6,"capacity":16384,"source":"default","recommended":8,"lower_bound":false,"bytes_delta":-393024}},{"ring":2,"end_records":0,"peaks":null,"task_window":{"demand":null,"capacity":16384,"source":"default","recommended":4,"lower_bound":false,"bytes_delta":-81375808},"heap":{"demand":null,"capacity":268435456,"source":"default","recommended":1024,"lower_bound":false,"bytes_delta":-268434432},"dep_pool":{"demand":null,"capacity":16384,"source":"default","recommended":4,"lower_bound":false,"bytes_delta":-393088}},{"ring":3,"end_records":0,"peaks":null,"task_window":{"demand":null,"capacity":16384,"source":"default","recommended":4,"lower_bound":false,"bytes_delta":-81375808},"heap":{"demand":null,"capacity":268435456,"source":"default","recommended":1024,"lower_bound":false,"bytes_delta":-268434432},"dep_pool":{"demand":null,"capacity":16384,"source":"default","recommended":4,"lower_bound":false,"bytes_delta":-393088}}]}"#,
+    ];
+
+    #[test]
+    fn lines_printed_before_read_and_print_back_byte_for_byte() {
+        for line in OLD_LINES {
+            let advice: JsonAdvice = serde_json::from_str(line).unwrap();
+            assert_eq!(pto_chip::diag::json_text(&advice), line);
+        }
+    }
+
+    #[test]
+    fn advice_reads_back_equal() {
+        let json = st1_advice(Headroom::DEFAULT).to_json();
+        let text = st1_advice(Headroom::DEFAULT).render(AdviseFormat::Json);
+        assert_eq!(serde_json::from_str::<JsonAdvice>(&text).unwrap(), json);
+        assert_eq!(json.rings[2].peaks, None);
+        assert!(json.rings[1].peaks.is_some());
+    }
 
     /// The ST1 run of CHIP_RUNTIME.md §7: root scope on ring 0, one user scope on ring 1.
     const ST1: &str = r#"{"schema":"pto.scope_stats","version":1,"fatal":false,"dropped":0,"total":4,"label":"small","clusters":8,"aicpu_thread_num":4,"task_window_max":[16384,8,16384,16384],"heap_max":[268435456,262144,268435456,268435456],"dep_pool_max":[16384,64,16384,16384],"tensormap_max":65536,"task_window_source":["default","call_config","default","default"],"heap_source":["default","call_config","default","default"],"dep_pool_source":["env","call_config","env","env"],"error":null}

@@ -3,9 +3,9 @@
 //! answers the questions around that, for every command and binding that asks them.
 //!
 //! - [`report`] — what a config binds in an environment ([`SizingReport`], behind
-//!   `pto config resolve` and Python's `pto.resolve`), the one JSON rendering of a resolved
-//!   sizing ([`report::rings_json`]) and which block of a layered config set each value
-//!   ([`Block`]).
+//!   `pto config resolve` and Python's `pto.resolve`), its JSON ([`report::JsonReport`]), the
+//!   one JSON rendering of a resolved sizing ([`report::rings_json`]) and which block of a
+//!   layered config set each value ([`Block`]).
 //! - [`advise`] — a per-ring sizing recommended from the scope stats of runs (`pto advise`,
 //!   `pto tune`).
 //!

@@ -2,8 +2,12 @@
 //!
 //! Resolves one task's sizing against an environment snapshot and computes the derived
 //! capacities, the arena footprint and, optionally, whether it fits a chip's device memory.
-//! [`rings_json`] is the one JSON rendering of a resolved sizing; `pto run --json` uses it too,
-//! so both commands print identical `rings` arrays.
+//!
+//! `pto config resolve --json` prints one object, [`JsonReport`]: `rings`, `problems`,
+//! `derived`, `footprint` and, when a capacity was given, `device_memory`. [`rings_json`] is
+//! the one JSON rendering of a resolved sizing: four [`JsonRing`]s in ring order, each
+//! resource as a [`JsonResolved`] (`value`, `source`, and `block` where a block of a scene
+//! case set it); `pto run --json` prints the same `rings`. Fields are added, never renamed.
 
 use std::fmt::Write as _;
 
@@ -13,7 +17,7 @@ use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing, SizingE
 use pto_types::{CallConfig, ConfigError, RING_COUNT, Resource};
 
 use pto_chip::{Plan, PlanError};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 /// The block of a layered config (a scene case's `config`) that set a `call_config` value of
 /// a task.
@@ -120,28 +124,29 @@ impl SizingReport {
         self
     }
 
-    /// The JSON object of RING_CONFIG.md §8 (fields may be added, never renamed).
-    pub fn to_json(&self) -> Value {
-        let mut out = json!({
-            "rings": rings_json(&self.sizing, self.blocks.as_ref()),
-            "problems": self.problems,
-            "derived": {
-                "scope_task_cap": self.derived.scope_task_cap,
-                "heap_total": self.derived.heap_total,
-                "heap_bases": self.derived.heap_bases,
-                "live_tasks": self.derived.live_tasks,
+    /// The object `pto config resolve --json` prints.
+    pub fn to_json(&self) -> JsonReport {
+        let d = &self.derived;
+        let f = &self.footprint;
+        JsonReport {
+            rings: rings_json(&self.sizing, self.blocks.as_ref()),
+            problems: self.problems.clone(),
+            derived: JsonDerived {
+                scope_task_cap: d.scope_task_cap,
+                heap_total: d.heap_total,
+                heap_bases: d.heap_bases,
+                live_tasks: d.live_tasks,
             },
-            "footprint": {
-                "image": self.footprint.image,
-                "deps": self.footprint.deps,
-                "heaps": self.footprint.heaps,
-                "arena": self.footprint.arena,
+            footprint: JsonFootprint {
+                image: f.image,
+                deps: f.deps,
+                heaps: f.heaps,
+                arena: f.arena,
             },
-        });
-        if let Some((capacity, fits)) = self.device_memory {
-            out["device_memory"] = json!({ "capacity": capacity, "fits": fits });
+            device_memory: self
+                .device_memory
+                .map(|(capacity, fits)| JsonDeviceMemory { capacity, fits }),
         }
-        out
     }
 
     /// The human-readable table.
@@ -209,24 +214,103 @@ impl SizingReport {
     }
 }
 
-/// The `rings` array: four objects in ring order, each resource as `{value, source}`, plus
-/// `block` (`tasks.ew3`, `tasks.ew`, `runtime_env`) where a block of a scene case set it.
-pub fn rings_json(sizing: &ResolvedSizing, blocks: Option<&SizingBlocks>) -> Value {
-    let rings: Vec<Value> = (0..RING_COUNT)
-        .map(|ring| {
-            let mut object = json!({ "ring": ring });
-            for (i, resource) in Resource::ALL.into_iter().enumerate() {
-                let r = sizing.at(resource, ring);
-                let mut entry = json!({ "value": r.value, "source": r.source.as_str() });
-                if let Some(block) = blocks.and_then(|b| b[i][ring].as_ref()) {
-                    entry["block"] = json!(block.path());
-                }
-                object[resource.short_name()] = entry;
-            }
-            object
-        })
-        .collect();
-    Value::Array(rings)
+/// `pto config resolve --json`: one task's sizing and what it derives (RING_CONFIG.md §8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonReport {
+    /// The sizing, ring by ring ([`rings_json`]).
+    pub rings: [JsonRing; RING_COUNT],
+    /// Problems of the environment tier, one message each (values it ignored); empty when none.
+    pub problems: Vec<String>,
+    pub derived: JsonDerived,
+    pub footprint: JsonFootprint,
+    /// Only when a device-memory capacity was given (`--device-memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_memory: Option<JsonDeviceMemory>,
+}
+
+/// One ring of a resolved sizing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonRing {
+    /// 0 to 3.
+    pub ring: usize,
+    /// Task window, in task slots.
+    pub task_window: JsonResolved,
+    /// Heap, in bytes.
+    pub heap: JsonResolved,
+    /// Dep pool, in entries.
+    pub dep_pool: JsonResolved,
+}
+
+/// One resolved value and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonResolved {
+    pub value: u64,
+    /// `call_config`, `env` or `default` ([`SizeSource::as_str`](pto_chip::SizeSource::as_str)).
+    pub source: String,
+    /// The block of a scene case that set a `call_config` value: `tasks.<label>`,
+    /// `tasks.<family>` or `runtime_env` ([`Block::path`]); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<String>,
+}
+
+/// The capacities a sizing derives (RING_CONFIG.md §6).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonDerived {
+    /// Tasks one scope may hold, `Σ W_r`.
+    pub scope_task_cap: u64,
+    /// Bytes of all four heaps, `Σ H_r`.
+    pub heap_total: u64,
+    /// Byte offset of each ring's heap in the arena.
+    pub heap_bases: [u64; RING_COUNT],
+    /// Most live tasks per ring, `W_r − 1`.
+    pub live_tasks: [u64; RING_COUNT],
+}
+
+/// The arena a chip reserves for the sizing, in bytes (RING_CONFIG.md §7.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonFootprint {
+    /// The shared-memory image: header, per-slot descriptors, payloads and states.
+    pub image: u64,
+    /// The dep-list and fanin-spill pools.
+    pub deps: u64,
+    /// The heaps.
+    pub heaps: u64,
+    /// The whole arena: `image + deps + heaps`.
+    pub arena: u64,
+}
+
+/// Whether the arena fits a chip's device memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonDeviceMemory {
+    /// The chip's device memory, in bytes.
+    pub capacity: u64,
+    /// `arena <= capacity`.
+    pub fits: bool,
+}
+
+/// The `rings` of a resolved sizing, with the blocks of a scene case that set its values.
+pub fn rings_json(
+    sizing: &ResolvedSizing,
+    blocks: Option<&SizingBlocks>,
+) -> [JsonRing; RING_COUNT] {
+    let entry = |resource: Resource, ring: usize| {
+        let r = sizing.at(resource, ring);
+        let i = Resource::ALL
+            .iter()
+            .position(|x| *x == resource)
+            .unwrap_or(0);
+        JsonResolved {
+            value: r.value,
+            source: r.source.as_str().to_string(),
+            block: blocks.and_then(|b| b[i][ring].as_ref()).map(Block::path),
+        }
+    };
+    std::array::from_fn(|ring| JsonRing {
+        ring,
+        task_window: entry(Resource::TaskWindow, ring),
+        heap: entry(Resource::Heap, ring),
+        dep_pool: entry(Resource::DepPool, ring),
+    })
 }
 
 /// `1.30 GiB`, `8.00 MiB`, `512 B`.
@@ -243,7 +327,56 @@ pub fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pto_chip::diag::json_text;
     use pto_types::RuntimeEnv;
+    use serde_json::json;
+
+    /// Lines `pto config resolve --json` printed before the output was typed: with the blocks
+    /// of a scene case, with a device-memory capacity, with an environment problem.
+    const OLD_LINES: [&str; 3] = [
+        r#"{"rings":[{"ring":0,"task_window":{"value":4,"source":"call_config","block":"tasks.ew"},"heap":{"value":1024,"source":"call_config","block":"tasks.ew"},"dep_pool":{"value":4,"source":"call_config","block":"tasks.ew"}},{"ring":1,"task_window":{"value":4,"source":"call_config","block":"tasks.ew"},"heap":{"value":1024,"source":"call_config","block":"tasks.ew"},"dep_pool":{"value":4,"source":"call_config","block":"tasks.ew"}},{"ring":2,"task_window":{"value":4,"source":"call_config","block":"tasks.ew"},"heap":{"value":1024,"source":"call_config","block":"tasks.ew"},"dep_pool":{"value":4,"source":"call_config","block":"tasks.ew"}},{"ring":3,"task_window":{"value":4,"source":"call_config","block":"tasks.ew"},"heap":{"value":1024,"source":"call_config","block":"tasks.ew"},"dep_pool":{"value":4,"source":"call_config","block":"tasks.ew"}}],"problems":[],"derived":{"scope_task_cap":16,"heap_total":4096,"heap_bases":[0,1024,2048,3072],"live_tasks":[3,3,3,3]},"footprint":{"image":80512,"deps":768,"heaps":4096,"arena":85376}}"#,
+        r#"{"rings":[{"ring":0,"task_window":{"value":16384,"source":"default"},"heap":{"value":268435456,"source":"default"},"dep_pool":{"value":16384,"source":"default"}},{"ring":1,"task_window":{"value":16384,"source":"default"},"heap":{"value":268435456,"source":"default"},"dep_pool":{"value":16384,"source":"default"}},{"ring":2,"task_window":{"value":16384,"source":"default"},"heap":{"value":268435456,"source":"default"},"dep_pool":{"value":16384,"source":"default"}},{"ring":3,"task_window":{"value":16384,"source":"default"},"heap":{"value":268435456,"source":"default"},"dep_pool":{"value":16384,"source":"default"}}],"problems":[],"derived":{"scope_task_cap":65536,"heap_total":1073741824,"heap_bases":[0,268435456,536870912,805306368],"live_tasks":[16383,16383,16383,16383]},"footprint":{"image":325583744,"deps":1573120,"heaps":1073741824,"arena":1400898688},"device_memory":{"capacity":1000,"fits":false}}"#,
+        r#"{"rings":[{"ring":0,"task_window":{"value":16,"source":"call_config"},"heap":{"value":1048576,"source":"env"},"dep_pool":{"value":16384,"source":"default"}},{"ring":1,"task_window":{"value":16,"source":"call_config"},"heap":{"value":1048576,"source":"env"},"dep_pool":{"value":16384,"source":"default"}},{"ring":2,"task_window":{"value":16,"source":"call_config"},"heap":{"value":1048576,"source":"env"},"dep_pool":{"value":16384,"source":"default"}},{"ring":3,"task_window":{"value":16,"source":"call_config"},"heap":{"value":1048576,"source":"env"},"dep_pool":{"value":16384,"source":"default"}}],"problems":["PTO2_RING_DEP_POOL=\"-4\" ignored: value 1 of 1 (\"-4\") is negative; ring_dep_pool uses the default 16384 on every ring the CallConfig leaves unset"],"derived":{"scope_task_cap":64,"heap_total":4194304,"heap_bases":[0,1048576,2097152,3145728],"live_tasks":[15,15,15,15]},"footprint":{"image":318848,"deps":1573120,"heaps":4194304,"arena":6086272}}"#,
+    ];
+
+    #[test]
+    fn lines_printed_before_read_and_print_back_byte_for_byte() {
+        for line in OLD_LINES {
+            let report: JsonReport = serde_json::from_str(line).unwrap();
+            assert_eq!(json_text(&report), line);
+        }
+    }
+
+    #[test]
+    fn a_built_report_reads_back_equal() {
+        let mut req = request(
+            RuntimeEnv::default().with_heap(4096),
+            &[("PTO2_RING_DEP_POOL", "x")],
+        );
+        req.device_memory = Some(1 << 30);
+        let blocks = std::array::from_fn(|i| {
+            std::array::from_fn(|ring| match (i, ring) {
+                (1, 0) => Some(Block::Task("ew3".to_string())),
+                (1, _) => Some(Block::Family("ew".to_string())),
+                _ => None,
+            })
+        });
+        let report = SizingReport::build(&req).unwrap().with_blocks(blocks);
+        let json = report.to_json();
+        assert_eq!(json.rings[0].heap.block.as_deref(), Some("tasks.ew3"));
+        assert_eq!(json.rings[3].heap.block.as_deref(), Some("tasks.ew"));
+        assert_eq!(
+            json.device_memory,
+            Some(JsonDeviceMemory {
+                capacity: 1 << 30,
+                fits: true
+            })
+        );
+        assert_eq!(
+            serde_json::from_str::<JsonReport>(&json_text(&json)).unwrap(),
+            json
+        );
+    }
 
     fn request(call: RuntimeEnv, pairs: &[(&str, &str)]) -> SizingRequest {
         SizingRequest {
@@ -261,7 +394,7 @@ mod tests {
             &[("PTO2_RING_HEAP", "1048576"), ("PTO2_RING_DEP_POOL", "-4")],
         ))
         .unwrap();
-        let json = report.to_json();
+        let json = serde_json::to_value(report.to_json()).unwrap();
         assert_eq!(
             json["rings"][0],
             json!({"ring": 0,

@@ -5,14 +5,55 @@
 //! `enable_chip_swimlane`); nothing is recorded otherwise. Files are written after the run,
 //! also when it failed, into the run's own directory ([`diagnostics_dir`]), so tasks never
 //! overwrite each other's files.
+//!
+//! Each file format is typed records with serde's derives, a `SCHEMA` and `VERSION`, module
+//! docs that describe it once, the chip's writer and a reader: [`scope_stats`], [`deps`]
+//! (`deps.json`) and [`trace`] (`chip_swimlane.json`). The JSON outputs of the crates above
+//! follow the same shape and print through [`json_line`] / [`json_text`].
 
-pub(crate) mod deps;
+pub mod deps;
 pub mod scope_stats;
-pub(crate) mod trace;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+use serde::de::Error as _;
+
 use crate::worker::RunContext;
+
+/// `record` as compact JSON: how every pto JSON output is printed. The records hold strings,
+/// numbers, booleans and nulls under string keys, which serde_json always serializes.
+pub fn json_text(record: &impl Serialize) -> String {
+    serde_json::to_string(record).expect("a pto JSON record serializes")
+}
+
+/// [`json_text`] and a newline: one line of a JSON-lines output.
+pub fn json_line(record: &impl Serialize) -> String {
+    let mut line = json_text(record);
+    line.push('\n');
+    line
+}
+
+/// `Ok` when a file says it is `schema` at `version`, the only version each reader reads.
+pub(crate) fn check_header(
+    found: (&str, u64),
+    schema: &str,
+    version: u64,
+) -> Result<(), serde_json::Error> {
+    if found.0 != schema {
+        let text = format!("schema: expected {schema:?}, found {:?}", found.0);
+        return Err(serde_json::Error::custom(text));
+    }
+    if found.1 != version {
+        let text = format!(
+            "version: unsupported version {} (this pto reads version {version})",
+            found.1
+        );
+        return Err(serde_json::Error::custom(text));
+    }
+    Ok(())
+}
 
 /// The directory of one run's diagnostics: `<prefix>/` for an L2-direct run,
 /// `<prefix>/chip<c>/run<r>_task<t>[_<label>]/` for a task dispatched by an L3.

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use serde_path_to_error::{Path, Segment};
 
+use super::json_line;
 use crate::error::{ChipError, ResourceKind};
 
 /// The `schema` of the metadata record.
@@ -308,14 +309,6 @@ impl Recorder {
         }
         out
     }
-}
-
-/// One record and its newline. The records hold strings, numbers, booleans and nulls under
-/// string keys, which serde_json always serializes.
-fn json_line(record: &impl Serialize) -> String {
-    let mut line = serde_json::to_string(record).expect("a scope-stats record serializes");
-    line.push('\n');
-    line
 }
 
 /// What the metadata record says about the run.

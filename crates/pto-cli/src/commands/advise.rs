@@ -1,6 +1,7 @@
 //! `pto advise` (CHIP_RUNTIME.md §7, RING_CONFIG.md §8, issue 11): the recommendation on stdout
 //! in the chosen format, the per-ring tables on stderr.
 
+use pto_chip::diag::json_line;
 use pto_scene::SceneFile;
 use pto_scene::advice::{
     AdviceTarget, KeyAdvice, advise_by_key, advised_case, case_toml, find_stats, load_runs,
@@ -8,7 +9,6 @@ use pto_scene::advice::{
 };
 use pto_scene::params::cut;
 use pto_sizing::advise::{AdviseFormat, Headroom};
-use serde_json::json;
 
 use crate::args::{AdviseArgs, AdviseFormatArg};
 use crate::{InputError, Outcome};
@@ -97,14 +97,6 @@ fn render(groups: &[KeyAdvice], format: AdviseFormatArg) -> Result<String, Input
                 )));
             }
         },
-        AdviseFormatArg::Json => groups
-            .iter()
-            .map(|g| {
-                let mut v = g.advice.to_json();
-                v["label"] = json!(g.key);
-                v["runs"] = json!(g.runs);
-                format!("{v}\n")
-            })
-            .collect(),
+        AdviseFormatArg::Json => groups.iter().map(|g| json_line(&g.to_json())).collect(),
     })
 }

@@ -17,7 +17,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if args.json {
         let lines: String = points
             .iter()
-            .map(|p| format!("{}\n", p.to_json()))
+            .map(|p| pto_chip::diag::json_line(&p.to_json()))
             .collect();
         crate::print_out(&lines);
     } else {

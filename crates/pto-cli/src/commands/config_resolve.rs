@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 
+use pto_chip::diag::json_line;
 use pto_scene::SceneFile;
 use pto_scene::config_block::{SceneLevel, parse_config_block};
 use pto_scene::params::{cut, key_list};
@@ -36,7 +37,7 @@ pub(crate) fn run(args: &ResolveArgs) -> anyhow::Result<Outcome> {
         report = report.with_blocks(blocks);
     }
     if args.json {
-        crate::print_out(&format!("{}\n", report.to_json()));
+        crate::print_out(&json_line(&report.to_json()));
     } else {
         crate::print_out(&report.render_table());
     }

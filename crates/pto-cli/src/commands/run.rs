@@ -77,9 +77,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     })?;
     bar.finish_and_clear();
     if args.json {
-        for line in render_json_lines(&reports) {
-            crate::print_out(&format!("{line}\n"));
-        }
+        crate::print_out(&render_json_lines(&reports));
     } else {
         crate::print_out(&render_table(&file, &reports));
     }

@@ -1,9 +1,9 @@
 //! `pto scenes [NAME]`: what each registered scene accepts in a scene file.
 
+use pto_chip::diag::json_line;
 use pto_scene::Scene;
 use pto_scene::params::{cut, key_list};
-use pto_scene::scene::{find_scene, scene_names};
-use serde_json::json;
+use pto_scene::scene::{JsonScene, find_scene, scene_names};
 
 use crate::args::ScenesArgs;
 use crate::{InputError, Outcome};
@@ -21,7 +21,7 @@ pub(crate) fn run(args: &ScenesArgs) -> anyhow::Result<Outcome> {
     };
     for scene in scenes {
         if args.json {
-            crate::print_out(&format!("{}\n", describe_json(scene)));
+            crate::print_out(&json_line(&JsonScene::of(scene)));
         } else {
             crate::print_out(&describe(scene));
         }
@@ -68,21 +68,4 @@ fn describe(scene: &dyn Scene) -> String {
         }
     }
     out
-}
-
-fn describe_json(scene: &dyn Scene) -> serde_json::Value {
-    let b = scene.worker_bounds();
-    json!({
-        "scene": scene.name(),
-        "level": level(scene),
-        "device_count": [b.device_count.0, b.device_count.1],
-        "num_sub_workers": [b.num_sub_workers.0, b.num_sub_workers.1],
-        "params": scene.params().iter().map(|p| json!({
-            "name": p.name, "min": p.min, "max": p.max, "default": p.default,
-            "fast_default": p.fast_default, "doc": p.doc,
-        })).collect::<Vec<_>>(),
-        "labels": scene.labels().iter().map(|l| json!({
-            "name": l.name, "family": l.family, "doc": l.doc,
-        })).collect::<Vec<_>>(),
-    })
 }
