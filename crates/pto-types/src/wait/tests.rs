@@ -11,6 +11,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pto_testkit::with_timeout;
+
 use super::{
     DEFAULT_SPIN, EventCount, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, TimedOut, WaitOutcome,
     Waiter, wait_until,
@@ -21,29 +23,6 @@ const WATCHDOG_SECS: u64 = 10;
 
 /// Generous upper bound on how late a timed-out wait may return.
 const LATE_BOUND: Duration = Duration::from_secs(2);
-
-/// Runs `f` on its own thread and panics if it does not finish within `secs` seconds.
-///
-/// A hung body is leaked (it cannot be killed), but the test fails instead of blocking the suite.
-/// A panic in `f` is propagated with its original payload.
-fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (done_tx, done_rx) = mpsc::channel();
-    let body = thread::spawn(move || {
-        let value = f();
-        // The receiver is gone only if the watchdog already fired.
-        let _ = done_tx.send(());
-        value
-    });
-    match done_rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Ok(value) => value,
-            Err(payload) => std::panic::resume_unwind(payload),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("test body did not finish within {secs} s: a wait hung")
-        }
-    }
-}
 
 /// Polls `cond` every millisecond (test-side only; the code under test never sleeps-polls).
 fn eventually(mut cond: impl FnMut() -> bool) {
