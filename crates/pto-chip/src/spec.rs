@@ -31,8 +31,9 @@ pub const DEFAULT_SCHEDULER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_TENSOR_WAIT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Default quiescence backstop for ring waits (CHIP_RUNTIME.md §5.2).
 pub const DEFAULT_ALLOC_BACKSTOP: Duration = Duration::from_millis(500);
-/// Default spin budget before a waiting thread parks (`PTO_SPIN_US`).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// Default spin budget before a waiting thread parks (`PTO_SPIN_US`): the wait primitive's own
+/// default, defined once in `pto_types::wait`.
+pub use pto_types::wait::DEFAULT_SPIN;
 /// Default number of cached arenas per chip (RING_CONFIG.md §7.3).
 pub const DEFAULT_ARENA_CACHE_ENTRIES: u32 = 4;
 

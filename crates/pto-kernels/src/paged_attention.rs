@@ -13,15 +13,14 @@
 //!   [`MAX_Q_TILE`] heads) one scope allocates `oi`, `li`, `mi`; per KV block one nested scope
 //!   submits QK → SF → PV → UP. Tasks = `chunks·(1 + 4·max_bn)`.
 //! * Host side: [`PaCase`] with the table's cases [`PA_SMALL`] and [`RINGBUFFER_STRESS`],
-//!   seeded inputs ([`make_inputs`]), the reference result ([`golden`]) and the tolerance
-//!   check of §9 ([`check`]).
+//!   seeded inputs ([`make_inputs`]), the reference result ([`golden`]) and §9's tolerance
+//!   ([`TOLERANCE`], checked by the workspace's one allclose rule, `pto_types::tolerance`).
 //!
 //! The kernels and [`golden`] share the per-row arithmetic (same operations in the same order),
 //! so a correct run matches the reference to the last bit; the check still uses the spec's
 //! tolerance (rtol = atol = 1e-3).
 
 use std::borrow::Cow;
-use std::fmt;
 
 use half::bf16;
 use pto_chip::kernel::{CoreType, Element, KernelCtx, View};
@@ -29,6 +28,7 @@ use pto_chip::orch::{
     KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, Scope, TensorCreateInfo,
 };
 use pto_types::DType;
+use pto_types::tolerance::Tolerance;
 
 use crate::rng::SplitMix64;
 
@@ -41,8 +41,9 @@ pub const MAX_Q_TILE: u32 = 128;
 /// The softmax max never goes below this, so a fully masked block gives `p = 0`, not NaN.
 pub const MASK_FLOOR: f32 = -1e30;
 
-/// Tolerance of the paged-attention check (§9.2): rtol = atol = 1e-3.
-pub const TOLERANCE: f32 = 1e-3;
+/// Tolerance of the paged-attention check (§9.2): rtol = atol = 1e-3. Check a result with
+/// `TOLERANCE.check(&actual, &golden)`; the rule itself is `pto_types::tolerance`'s.
+pub const TOLERANCE: Tolerance = Tolerance::new(1e-3, 1e-3);
 
 // ----- cases and inputs ---------------------------------------------------------------------
 
@@ -266,109 +267,6 @@ pub fn golden_scaled(case: &PaCase, inputs: &PaInputs, scale: f32) -> Vec<f32> {
         }
     }
     out
-}
-
-// ----- the tolerance check ------------------------------------------------------------------
-
-/// Why [`check`] failed.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Mismatch {
-    /// The slices have different lengths.
-    Length {
-        /// Elements of the actual result.
-        actual: usize,
-        /// Elements of the expected result.
-        expected: usize,
-    },
-    /// Some elements are out of tolerance; the worst one is reported.
-    Values {
-        /// Index of the worst element (a NaN is worse than any finite miss; the first NaN
-        /// wins, else the largest excess `|a − e| − (atol + rtol·|e|)`).
-        index: usize,
-        /// Its actual value.
-        actual: f32,
-        /// Its expected value.
-        expected: f32,
-        /// `|actual − expected|`.
-        error: f32,
-        /// What was allowed there: `atol + rtol·|expected|`.
-        allowed: f32,
-        /// How many elements failed.
-        failures: usize,
-        /// Elements compared.
-        total: usize,
-    },
-}
-
-impl fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Mismatch::Length { actual, expected } => {
-                write!(f, "result has {actual} elements, expected {expected}")
-            }
-            Mismatch::Values {
-                index,
-                actual,
-                expected,
-                error,
-                allowed,
-                failures,
-                total,
-            } => write!(
-                f,
-                "{failures} of {total} elements out of tolerance; worst at index {index}: \
-                 actual {actual}, expected {expected}, |error| {error} > allowed {allowed}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Mismatch {}
-
-/// The check of §9: every element must satisfy `|actual − expected| ≤ atol + rtol·|expected|`
-/// (NaN never matches, not even NaN against NaN); on failure the worst element is reported.
-pub fn check(actual: &[f32], expected: &[f32], rtol: f32, atol: f32) -> Result<(), Mismatch> {
-    if actual.len() != expected.len() {
-        return Err(Mismatch::Length {
-            actual: actual.len(),
-            expected: expected.len(),
-        });
-    }
-    let mut failures = 0usize;
-    // (index, excess); a NaN comparison has excess +∞ and the first one is kept.
-    let mut worst: Option<(usize, f32)> = None;
-    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-        let error = (a - e).abs();
-        let allowed = atol + rtol * e.abs();
-        // False for NaN as well.
-        let within = error <= allowed;
-        if !within {
-            failures += 1;
-            let excess = if error.is_nan() {
-                f32::INFINITY
-            } else {
-                error - allowed
-            };
-            if worst.is_none_or(|(_, w)| excess > w) {
-                worst = Some((i, excess));
-            }
-        }
-    }
-    match worst {
-        None => Ok(()),
-        Some((index, _)) => {
-            let (a, e) = (actual[index], expected[index]);
-            Err(Mismatch::Values {
-                index,
-                actual: a,
-                expected: e,
-                error: (a - e).abs(),
-                allowed: atol + rtol * e.abs(),
-                failures,
-                total: actual.len(),
-            })
-        }
-    }
 }
 
 // ----- per-row arithmetic shared by the kernels and the golden ------------------------------
@@ -973,48 +871,5 @@ mod tests {
     fn pa_dot_handles_remainders() {
         let a: Vec<f32> = (0..11).map(|i| i as f32).collect();
         assert_eq!(dot(&a, &a), (0..11).map(|i| (i * i) as f32).sum::<f32>());
-    }
-
-    #[test]
-    fn pa_check_reports_the_worst_element() {
-        let expected = [1.0f32, 2.0, 3.0, 4.0];
-        assert_eq!(check(&expected, &expected, 1e-3, 1e-3), Ok(()));
-        let mut actual = expected;
-        actual[1] += 0.0025; // allowed 0.003
-        assert_eq!(check(&actual, &expected, 1e-3, 1e-3), Ok(()));
-        actual[0] += 0.01;
-        actual[3] -= 0.5;
-        match check(&actual, &expected, 1e-3, 1e-3) {
-            Err(Mismatch::Values {
-                index,
-                failures,
-                total,
-                ..
-            }) => assert_eq!((index, failures, total), (3, 2, 4)),
-            other => panic!("{other:?}"),
-        }
-        actual[2] = f32::NAN;
-        let err = check(&actual, &expected, 1e-3, 1e-3).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Mismatch::Values {
-                    index: 2,
-                    failures: 3,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        assert!(err.to_string().contains("worst at index 2"), "{err}");
-        // NaN never matches, not even NaN.
-        assert!(check(&[f32::NAN], &[f32::NAN], 1.0, 1.0).is_err());
-        assert_eq!(
-            check(&[1.0], &[1.0, 2.0], 0.0, 0.0),
-            Err(Mismatch::Length {
-                actual: 1,
-                expected: 2
-            })
-        );
     }
 }

@@ -13,9 +13,10 @@ use half::bf16;
 use pto_chip::memory::HostMemory;
 use pto_chip::{ChipRunReport, ChipWorker, RunContext};
 use pto_kernels::paged_attention::{
-    Mismatch, PA_SMALL, PaCase, PaInputs, RINGBUFFER_STRESS, STRESS_DEP_POOL, STRESS_HEAP,
-    STRESS_TASK_WINDOW, TOLERANCE, check, golden, golden_scaled, make_inputs,
+    PA_SMALL, PaCase, PaInputs, RINGBUFFER_STRESS, STRESS_DEP_POOL, STRESS_HEAP,
+    STRESS_TASK_WINDOW, TOLERANCE, golden, golden_scaled, make_inputs,
 };
+use pto_types::tolerance::{Mismatch, Miss};
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
 
 /// A host buffer holding `bytes` (native order) and a contiguous tensor of `shape` over it.
@@ -93,7 +94,7 @@ fn assert_matches(actual: &[f32], expected: &[f32]) {
         .map(|(a, e)| (a - e).abs())
         .fold(0.0f32, f32::max);
     eprintln!("max |actual - expected| = {max_diff:e}");
-    if let Err(m) = check(actual, expected, TOLERANCE, TOLERANCE) {
+    if let Err(m) = TOLERANCE.check(actual, expected) {
         panic!("paged attention differs from the golden: {m}");
     }
 }
@@ -120,9 +121,11 @@ fn pa_small_matches_the_golden() {
         // A corrupted copy of the chip's output is caught, at the corrupted element.
         let mut corrupted = actual.clone();
         corrupted[777] += 0.01;
-        match check(&corrupted, &expected, TOLERANCE, TOLERANCE) {
+        match TOLERANCE.check(&corrupted, &expected) {
             Err(Mismatch::Values {
-                index, failures, ..
+                worst: Miss { index, .. },
+                failures,
+                ..
             }) => assert_eq!((index, failures), (777, 1)),
             other => panic!("the corruption went unnoticed: {other:?}"),
         }
@@ -221,18 +224,26 @@ fn pa_inputs_and_golden_are_reproducible() {
 fn pa_check_detects_corruption() {
     with_timeout(60, || {
         let expected = golden(&PA_SMALL, &make_inputs(&PA_SMALL));
-        assert_eq!(check(&expected, &expected, TOLERANCE, TOLERANCE), Ok(()));
+        assert_eq!(TOLERANCE.check(&expected, &expected), Ok(()));
         let mut bad = expected.clone();
         bad[10] += 0.5;
         bad[20] = f32::NAN;
         bad[30] -= 0.01;
-        let err = check(&bad, &expected, TOLERANCE, TOLERANCE).unwrap_err();
-        // The NaN is the worst element; all three are counted.
-        assert!(
-            matches!(err, Mismatch::Values { index: 20, failures: 3, total, .. } if total == expected.len()),
-            "{err}"
-        );
-        assert!(check(&bad[1..], &expected, TOLERANCE, TOLERANCE).is_err());
+        let err = TOLERANCE.check(&bad, &expected).unwrap_err();
+        // The NaN is the worst element, the first is 10; all three are counted.
+        let Mismatch::Values {
+            first,
+            worst,
+            failures,
+            total,
+            ..
+        } = err
+        else {
+            panic!("{err}")
+        };
+        assert_eq!((first.index, worst.index, failures), (10, 20, 3));
+        assert_eq!(total, expected.len());
+        assert!(TOLERANCE.check(&bad[1..], &expected).is_err());
     });
 }
 

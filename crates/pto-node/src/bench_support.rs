@@ -92,6 +92,12 @@ impl TensorMap {
     }
 }
 
+/// The bench's parent yields once every 1024 polls (~30-40 µs of polling), far beyond an
+/// uncontended round trip, so that what it measures is the spinning hand-off, while on a busy
+/// 2-core machine the child thread still gets a CPU. It measures a spin, so it does not step a
+/// `SpinWindow` (whose yield phase would yield every other poll).
+const YIELD_EVERY: u32 = 1024;
+
 /// A parent's `Mailbox` and a child thread on a second mapping of the same memfd segment, both
 /// spinning (no futex park while the bench runs). The child answers every `TASK_READY` with
 /// `TASK_DONE` through `Mailbox::child_wait` with a spin window longer than any bench, as a
@@ -133,8 +139,7 @@ impl MailboxPair {
     }
 
     /// Parent: `IDLE → TASK_READY`; spin until the child's `TASK_DONE`; `TASK_DONE → IDLE`.
-    /// The spin yields the CPU once every 1024 polls, far beyond an uncontended round trip, so
-    /// that on a busy 2-core machine the child thread still gets a CPU (it never parks).
+    /// The spin yields the CPU once every [`YIELD_EVERY`] polls (it never parks).
     pub fn round_trip(&self) {
         self.parent
             .transition_to_task_ready()
@@ -142,7 +147,7 @@ impl MailboxPair {
         let mut polls = 0u32;
         while self.parent.state() != Ok(MailboxState::TaskDone) {
             polls = polls.wrapping_add(1);
-            if polls.is_multiple_of(1024) {
+            if polls.is_multiple_of(YIELD_EVERY) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

@@ -25,9 +25,9 @@ use pto_types::node_wire::mailbox::{
 use pto_types::wait::SpinPolicy;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
+use crate::boot::chip_spec_to_boot;
 use crate::builder::{ChildExe, WorkerOptions};
 use crate::callable::{CallableKind, CallableTable};
-use crate::child::serve::chip_spec_to_boot;
 use crate::child::{EXIT_BROKEN, EXIT_INIT_FAILED, EXIT_PARENT_GONE};
 use crate::endpoint::Endpoint;
 use crate::endpoint::child_process::{ChildProcessEndpoint, ChildRole, ReadyChild};

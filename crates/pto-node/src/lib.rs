@@ -29,7 +29,8 @@
 //!   `spawn.rs`;
 //! - `spawn` — the one place that starts processes (§4.2); `monitor` — the thread that spawns,
 //!   watches pidfds and reaps (§4.9); `launch` — start-up handshake and rollback (§4.6);
-//! - `child` — what a child process runs: chip, sub and node roles (§5, §6.1);
+//! - `child` — what a child process runs: chip, sub and node roles (§5, §6.1); `boot` — the
+//!   boot-block form of a `ChipSpec`, which the parent writes and the child reads;
 //! - `buffer`, `sub` — host buffers, `MappedArgs` for sub functions (§1.3, §5);
 //! - [`error`], [`report`] — typed errors (§1.7) and run reports (§1.4).
 //!
@@ -45,6 +46,7 @@
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_support;
+mod boot;
 mod buffer;
 pub mod builder;
 pub mod callable;

@@ -31,10 +31,10 @@ use pto_types::ring_config::env::EnvSource;
 use pto_types::wait::{SpinPolicy, wait_until};
 use pto_types::{BufferId, CallConfig, DType, TaskArgs};
 
+use crate::boot::{chip_spec_from_boot, chip_spec_to_boot};
 use crate::buffer::{BufferInner, BufferTable, HostBuffer, Memory};
 use crate::builder::{EndpointMode, WorkerBuilder, WorkerOptions};
 use crate::callable::{Callable, CallableHandle, CallableKind, CallableTable};
-use crate::child::serve::{chip_spec_from_boot, chip_spec_to_boot};
 use crate::device::DeviceTensor;
 use crate::endpoint::in_process::{InProcessEndpoint, LaneWork, panic_message};
 use crate::endpoint::{ControlCmd, ControlReply, Endpoint};

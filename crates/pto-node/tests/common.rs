@@ -14,28 +14,8 @@ use pto_types::{DType, Tensor};
 
 pub(crate) use crate::support::{f32_buffer, small_chip};
 
-/// Runs `f` on a thread and fails the test if it does not finish within `secs` seconds.
-pub(crate) fn with_timeout<T: Send + 'static>(
-    secs: u64,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let body = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(value) => value,
-        Err(_) => {
-            if body.is_finished() {
-                // The body panicked: re-raise its panic here.
-                if let Err(panic) = body.join() {
-                    std::panic::resume_unwind(panic);
-                }
-            }
-            panic!("the test did not finish within {secs} s")
-        }
-    }
-}
+/// The watchdog every test body runs under (one home for all the crates' tests).
+pub(crate) use pto_testkit::with_timeout;
 
 /// The two endpoint modes every L3 test runs in (NODE_RUNTIME.md §9: † rows both ways).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

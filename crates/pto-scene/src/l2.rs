@@ -16,6 +16,9 @@ use pto_chip::{ChipRunError, ChipSpec, RunContext};
 use pto_node::{Callable, EndpointMode};
 use pto_types::ring_config::env::EnvSnapshot;
 use pto_types::ring_config::resolve::SizeSource;
+/// Re-exported because [`L2Scene`]'s tolerance and [`compare`] take it: a scene author needs
+/// no pto-types import for it. The rule is `pto_types::tolerance`'s, defined once.
+pub use pto_types::tolerance::Tolerance;
 use pto_types::{BufferId, DType, Resource, TaskArgs, Tensor, TensorTag};
 
 use crate::config_block::{CaseConfig, SceneLevel};
@@ -383,22 +386,6 @@ pub fn verdict(
     result
 }
 
-/// How close an output must be to its golden: `|got - want| <= atol + rtol * |want|` per
-/// element (numpy's `allclose`), for float dtypes; integer and bool outputs must be equal.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Tolerance {
-    pub rtol: f64,
-    pub atol: f64,
-}
-
-impl Tolerance {
-    /// The reference system's default: `rtol = atol = 1e-5`.
-    pub const DEFAULT: Tolerance = Tolerance {
-        rtol: 1e-5,
-        atol: 1e-5,
-    };
-}
-
 /// Builds a case's entry tensors (the reference system's `generate_args`).
 pub type InputsFn = fn(&CaseRun<'_>) -> anyhow::Result<EntryArgs>;
 /// Writes the expected outputs into a copy of the entry arguments (`compute_golden`): the
@@ -462,7 +449,7 @@ impl L2Scene {
     /// The tolerance of float outputs (default [`Tolerance::DEFAULT`]).
     pub const fn with_tolerance(self, rtol: f64, atol: f64) -> L2Scene {
         L2Scene {
-            tolerance: Tolerance { rtol, atol },
+            tolerance: Tolerance::new(rtol, atol),
             ..self
         }
     }
@@ -522,7 +509,9 @@ impl Scene for L2Scene {
     }
 }
 
-/// Compares output `index`'s final bytes `got` with its golden `want`.
+/// Compares output `index`'s final bytes `got` with its golden `want`: float dtypes element by
+/// element within `tolerance` ([`Tolerance::check`]: NaN never matches, an infinity only
+/// itself), integer and bool dtypes bit for bit.
 pub fn compare(
     index: usize,
     want: &EntryTensor,
@@ -551,22 +540,9 @@ pub fn compare(
             )),
         };
     };
-    let close = |g: f64, w: f64| {
-        (g.is_nan() && w.is_nan()) || (g - w).abs() <= tolerance.atol + tolerance.rtol * w.abs()
-    };
-    let bad: Vec<usize> = (0..w.len()).filter(|&e| !close(g[e], w[e])).collect();
-    match bad.first() {
-        None => Ok(()),
-        Some(&e) => Err(format!(
-            "{what}: {} of {} elements differ beyond rtol {} atol {}; first at [{e}]: got {}, expected {}",
-            bad.len(),
-            w.len(),
-            tolerance.rtol,
-            tolerance.atol,
-            g[e],
-            w[e]
-        )),
-    }
+    tolerance
+        .check(&g, &w)
+        .map_err(|mismatch| format!("{what}: {mismatch}"))
 }
 
 /// The elements of a float tensor as f64 (`None` for integer and bool dtypes).

@@ -8,13 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use pto_node::EndpointMode;
 use pto_scene::runner::{Diagnostics, RunOptions, run_file};
 use pto_scene::{RunnerEnv, SceneFile};
+use pto_testkit::with_timeout;
 use toml::{Table, Value};
 
 // Child-process mode re-executes this test binary; this is the children's entry.
@@ -435,8 +435,7 @@ fn run_how() -> impl Strategy<Value = RunHow> {
 
 /// Runs case `case` of `file` in fast mode within `secs` seconds, on a thread.
 fn run_with_timeout(file: SceneFile, case: String, out: PathBuf, how: RunHow, secs: u64) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let body = std::thread::spawn(move || {
+    let reports = with_timeout(secs, move || {
         let options = RunOptions {
             case: Some(case),
             output: out,
@@ -446,17 +445,9 @@ fn run_with_timeout(file: SceneFile, case: String, out: PathBuf, how: RunHow, se
             },
             env: RunnerEnv::new(how.mode, true),
         };
-        let _ = tx.send(run_file(&file, &options, |_| {}).map(|r| r.len()));
+        run_file(&file, &options, |_| {}).map(|r| r.len())
     });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(reports) => assert_eq!(reports.unwrap(), 1),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = body.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(_) => panic!("a case did not finish within {secs} s"),
-    }
+    assert_eq!(reports.unwrap(), 1);
 }
 
 /// Every path under `dir`, relative to it.

@@ -3,11 +3,11 @@
 //! (RING_CONFIG.md §11, T75–T84).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use pto_node::EndpointMode;
 use pto_scene::runner::{Diagnostics, RunOptions, run_file};
 use pto_scene::{RunnerEnv, SceneFile};
+use pto_testkit::with_timeout;
 
 fn scenes_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenes")
@@ -22,22 +22,6 @@ fn options(output: &Path) -> RunOptions {
         output: output.to_path_buf(),
         diagnostics: Diagnostics::default(),
         env: RunnerEnv::new(EndpointMode::InProcess, true),
-    }
-}
-
-/// Runs `f` on a thread and fails if it does not finish in `secs` seconds.
-fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let body = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!(),
-        },
-        Err(_) => panic!("did not finish within {secs} s"),
     }
 }
 

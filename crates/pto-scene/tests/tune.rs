@@ -3,13 +3,13 @@
 //! as written, and fits its heaps within 1.5× their high-water where it has heap traffic.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use pto_node::EndpointMode;
 use pto_scene::figures::CaseFigures;
 use pto_scene::tune::{TuneOptions, Verdict, tune_case};
 use pto_scene::{RunnerEnv, SceneFile};
 use pto_sizing::advise::Headroom;
+use pto_testkit::with_timeout;
 
 pto_node::test_child_entry!();
 
@@ -19,22 +19,6 @@ fn scenes_dir() -> PathBuf {
 
 fn env(mode: EndpointMode) -> RunnerEnv {
     RunnerEnv::new(mode, true)
-}
-
-/// Runs `f` on a thread and fails if it does not finish in `secs` seconds.
-fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let body = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!(),
-        },
-        Err(_) => panic!("did not finish within {secs} s"),
-    }
 }
 
 fn tune_every_case(file: &'static str, mode: EndpointMode) {

@@ -3,8 +3,9 @@
 //! This crate is the bottom layer of the workspace (see `ARCHITECTURE.md`): the per-task ring
 //! configuration ([`CallConfig`], [`RuntimeEnv`]) with its validation, environment tier and
 //! resolver, the data types that describe tensors and task arguments, the tensor geometry both
-//! levels' TensorMaps classify overlaps with ([`geometry`]), and the binary records that cross
-//! process boundaries.
+//! levels' TensorMaps classify overlaps with ([`geometry`]), the binary records that cross
+//! process boundaries, and the one allclose rule a result is checked against its golden with
+//! ([`tolerance`]).
 //!
 //! Architecture invariants:
 //! - no threads are started here and no process-wide state is read implicitly: the environment
@@ -18,6 +19,7 @@ pub mod error_code;
 pub mod geometry;
 pub mod node_wire;
 pub mod ring_config;
+pub mod tolerance;
 pub mod wait;
 pub mod wire;
 

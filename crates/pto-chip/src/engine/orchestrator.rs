@@ -1115,18 +1115,23 @@ fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
 
 /// Spin-or-park for the orchestrator's waits, chosen from the last wait: a wait that outlasted
 /// the spin window (a slow kernel holds the ring) makes the next one park at once, so that the
-/// orchestrator does not take a CPU from the kernels it waits for; every 16th wait spins again to
-/// notice when waits have become short.
+/// orchestrator does not take a CPU from the kernels it waits for; every [`RESPIN_EVERY`]th wait
+/// spins again to notice when waits have become short.
 #[derive(Default)]
 struct AdaptiveSpin {
     park: bool,
     waits: u32,
 }
 
+/// While waits outlast the spin window, one wait in 16 spins anyway: a probe costs at most one
+/// window (50 µs by default), so probing every 16th wait spends at most ~3 µs per wait on
+/// noticing that waits have become short again.
+const RESPIN_EVERY: u32 = 16;
+
 impl AdaptiveSpin {
     fn policy(&mut self, spin: SpinPolicy) -> SpinPolicy {
         self.waits = self.waits.wrapping_add(1);
-        if self.park && !self.waits.is_multiple_of(16) {
+        if self.park && !self.waits.is_multiple_of(RESPIN_EVERY) {
             SpinPolicy::PARK_IMMEDIATELY
         } else {
             spin

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use pto_types::wait::EventCount;
+use pto_types::wait::{EventCount, SpinWindow};
 use pto_types::{ErrorCode, RING_COUNT};
 
 use crate::diag::trace::TraceBuffer;
@@ -19,7 +19,10 @@ use crate::error::{ChipError, Detector};
 
 use super::graph::Graph;
 
-/// Spins of [`RunShared::lock_graph`] before it parks (~5-20 µs).
+/// Spins of [`RunShared::lock_graph`] before it blocks on the mutex. 512 rounds of a load and a
+/// `spin_loop()` take ~5-20 µs (the hint's latency varies by CPU): many graph-lock holds (each a
+/// fraction of a µs) but less than the futex round trip of a blocked lock. Counted, not timed:
+/// a clock read would cost as much as a round.
 const GRAPH_LOCK_SPINS: u32 = 512;
 
 /// Marker for "orchestration has not finished yet" in [`RunShared::total_tasks`].
@@ -95,20 +98,22 @@ impl RunShared {
         }
     }
 
-    /// Locks the graph, spinning (loads, no `yield_now`) for up to a few µs first: the holds are
-    /// a fraction of a µs, while parking_lot's own slow path yields the time slice and then
-    /// parks — both far more expensive on a small host than a short wait
+    /// Locks the graph, spinning (loads, no `yield_now`) for [`GRAPH_LOCK_SPINS`] rounds first:
+    /// the holds are a fraction of a µs, while parking_lot's own slow path yields the time slice
+    /// and then parks — both far more expensive on a small host than a short wait
     /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn lock_graph(&self) -> parking_lot::MutexGuard<'_, Graph> {
-        for _ in 0..GRAPH_LOCK_SPINS {
+        let mut window = SpinWindow::counted(GRAPH_LOCK_SPINS);
+        loop {
             if !self.graph.is_locked()
                 && let Some(guard) = self.graph.try_lock()
             {
                 return guard;
             }
-            std::hint::spin_loop();
+            if !window.step().is_spinning() {
+                return self.graph.lock();
+            }
         }
-        self.graph.lock()
     }
 
     /// The orchestrator waits for ring space and is worth waking only once the watermark of

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use pto_chip::memory::HostMemory;
 use pto_chip::{ChipSpec, ChipWorker};
@@ -36,24 +35,5 @@ pub(crate) fn f32_tensor(n: usize, value: f32) -> (Arc<HostMemory>, Tensor) {
     (buffer, tensor)
 }
 
-/// Runs `f` on a thread and fails if it does not finish within `secs` seconds. A panic of `f`
-/// is re-raised as it is.
-pub(crate) fn with_timeout<T: Send + 'static>(
-    secs: u64,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let body = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(value) => value,
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the body sends before it returns"),
-        },
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("the test did not finish within {secs} s")
-        }
-    }
-}
+/// The watchdog every test body runs under (one home for all the crates' tests).
+pub(crate) use pto_testkit::with_timeout;

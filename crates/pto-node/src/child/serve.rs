@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pto_chip::memory::{AllocId, DeviceMemoryError};
-use pto_chip::{ChipRunReport, ChipSpec, ChipWorker, RunContext};
+use pto_chip::{ChipRunReport, ChipWorker, RunContext};
 use pto_types::node_wire::FrameError;
 use pto_types::node_wire::args_blob::{TensorSpace, WireArgs, decode_args, decode_tensor};
-use pto_types::node_wire::boot::{BootBlock, BootChipSpec};
+use pto_types::node_wire::boot::BootBlock;
 use pto_types::node_wire::mailbox::{
     self as frame, CallableSection, ControlRequest, KindCode, Op, RESULT_BIND_FAILURE, ReplyHeader,
     ReportArea,
@@ -27,6 +27,7 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use super::liveness::Phase;
 use super::{Child, Role, role_name};
 use crate::WorkerRunError;
+use crate::boot::chip_spec_from_boot;
 use crate::buffer::{BufferInner, Memory};
 use crate::callable::{find_node_callable, find_sub_callable};
 use crate::endpoint::in_process::{chip_failure, panic_message};
@@ -36,44 +37,6 @@ use crate::report::wire::run_to_wire;
 use crate::shm::{Segment, SegmentKey, SegmentWindow};
 use crate::sub::{MappedArgs, SubContext};
 use pto_types::node_wire::run_report::WireRunReport;
-
-/// `ChipSpec` from its boot-block form.
-pub(crate) fn chip_spec_from_boot(b: &BootChipSpec) -> ChipSpec {
-    let opt = |ns: Option<u64>| ns.map(Duration::from_nanos);
-    ChipSpec {
-        clusters: b.clusters,
-        device_memory_bytes: b.device_memory_bytes,
-        max_aicpu_threads: b.max_aicpu_threads,
-        tensormap_pool: b.tensormap_pool,
-        tensormap_buckets: b.tensormap_buckets,
-        scheduler_timeout: opt(b.scheduler_timeout_ns),
-        tensor_wait_timeout: opt(b.tensor_wait_timeout_ns),
-        alloc_backstop: Duration::from_nanos(b.alloc_backstop_ns),
-        spin: opt(b.spin_ns),
-        arena_cache_entries: b.arena_cache_entries,
-        strict_env: b.strict_env,
-        prewarm: b.prewarm,
-    }
-}
-
-/// The boot-block form of a `ChipSpec`.
-pub(crate) fn chip_spec_to_boot(s: &ChipSpec) -> BootChipSpec {
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
-    BootChipSpec {
-        clusters: s.clusters,
-        device_memory_bytes: s.device_memory_bytes,
-        max_aicpu_threads: s.max_aicpu_threads,
-        tensormap_pool: s.tensormap_pool,
-        tensormap_buckets: s.tensormap_buckets,
-        scheduler_timeout_ns: s.scheduler_timeout.map(ns),
-        tensor_wait_timeout_ns: s.tensor_wait_timeout.map(ns),
-        alloc_backstop_ns: ns(s.alloc_backstop),
-        spin_ns: s.spin.map(ns),
-        arena_cache_entries: s.arena_cache_entries,
-        strict_env: s.strict_env,
-        prewarm: s.prewarm,
-    }
-}
 
 /// Builds the role the boot block names; returns its name, the role and the INIT_READY message,
 /// or the INIT_FAILED message.

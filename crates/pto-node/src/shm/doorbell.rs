@@ -4,19 +4,14 @@
 //!
 //! [`Doorbell`] starts local (a `pto_types::wait::EventCount`, enough when every waker is a
 //! thread of this process) and is attached to the node control segment when child processes
-//! start ([`Doorbell::attach`]); from then on it is the two-word futex protocol below, shared
-//! with the children. [`DoorbellWaiter`] is the scheduler's (and `init`'s) spin-then-park wait
-//! on either form, one step at a time like `pto_types::wait::Waiter`.
+//! start ([`Doorbell::attach`]); from then on it is a futex word shared with the children.
+//! [`DoorbellWaiter`] is the scheduler's (and `init`'s) spin-then-park wait on either form, one
+//! step at a time like `pto_types::wait::Waiter`, spinning through the same `SpinWindow`.
 //!
-//! Two-word protocol (the variant proved in `pto_types/src/wait/README.md`):
-//!
-//! - **N1** waker: `doorbell += 1` (`SeqCst`); **N2** waker: if `sched_parked == 1` (`SeqCst`),
-//!   `futex_wake(doorbell)`.
-//! - **W1** waiter: `v = doorbell` (`SeqCst`); **W3a** waiter: `sched_parked = 1` (`SeqCst`);
-//!   **W2** the caller re-checks every source; **W4** `futex_wait(doorbell, v)`.
-//!
-//! In the single `SeqCst` order either N2's load follows W3a (the waker wakes the waiter) or
-//! W3a follows N2's load — then W2 and the kernel's compare in W4 follow N1 and see the bump.
+//! The shared form follows the two-word variant of the wait protocol (steps N1–N2, W1–W5 and
+//! the proof): `crates/pto-types/src/wait/README.md`, "The two-word variant". Its words are
+//! `OFF_DOORBELL` (the epoch) and `OFF_SCHED_PARKED` (the registration); each access below
+//! names its step.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -24,7 +19,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
 
 use pto_types::node_wire::control_segment::{OFF_DOORBELL, OFF_SCHED_PARKED, OFF_SHUTDOWN_ALL};
-use pto_types::wait::{EventCount, SpinPolicy, Waiter};
+use pto_types::wait::{EventCount, SpinPolicy, SpinStep, SpinWindow, Waiter};
 
 use super::segment::{Segment, futex_wait, futex_wake};
 
@@ -39,9 +34,11 @@ impl SharedDoorbell {
         SharedDoorbell { seg }
     }
 
-    /// N1 then N2.
+    /// Wakes the waiter, if registered; call it after making the work visible.
     pub(crate) fn ring(&self) {
+        // N1 (bump).
         self.seg.word(OFF_DOORBELL).fetch_add(1, SeqCst);
+        // N2 (wake, only a registered waiter).
         if self.seg.word(OFF_SCHED_PARKED).load(SeqCst) == 1 {
             futex_wake(self.seg.word(OFF_DOORBELL), u32::MAX);
         }
@@ -110,9 +107,7 @@ enum Mode<'a> {
     Local(Waiter<'a>),
     Shared {
         bell: &'a SharedDoorbell,
-        policy: SpinPolicy,
-        spin_started: Option<Instant>,
-        yield_next: bool,
+        spin: SpinWindow,
         /// W1's value, taken once the window is over; the next step parks with it.
         key: Option<u32>,
     },
@@ -129,9 +124,7 @@ impl<'a> DoorbellWaiter<'a> {
         let mode = match bell.shared.get() {
             Some(shared) => Mode::Shared {
                 bell: shared,
-                policy,
-                spin_started: None,
-                yield_next: false,
+                spin: SpinWindow::new(policy),
                 key: None,
             },
             None => Mode::Local(Waiter::new(&bell.local, policy)),
@@ -143,39 +136,33 @@ impl<'a> DoorbellWaiter<'a> {
     pub(crate) fn wait(&mut self, deadline: Option<Instant>) -> bool {
         match &mut self.mode {
             Mode::Local(w) => !w.wait(deadline).is_timed_out(),
-            Mode::Shared {
-                bell,
-                policy,
-                spin_started,
-                yield_next,
-                key,
-            } => {
-                let now = Instant::now();
-                if deadline.is_some_and(|d| now >= d) {
-                    return false;
-                }
-                let seg = &bell.seg;
+            Mode::Shared { bell, spin, key } => {
+                let doorbell = bell.seg.word(OFF_DOORBELL);
                 if let Some(v) = *key {
-                    // W4: park while the doorbell still holds v (bounded by the deadline).
-                    let timeout = deadline.map(|d| d.saturating_duration_since(now));
-                    futex_wait(seg.word(OFF_DOORBELL), v, timeout);
-                    // Back to W1 with W3a still in force: the caller's next check is W2.
-                    *key = Some(seg.word(OFF_DOORBELL).load(SeqCst));
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        return false;
+                    }
+                    // W4: sleep while the doorbell still holds `v` (bounded by the deadline).
+                    futex_wait(
+                        doorbell,
+                        v,
+                        deadline.map(|d| d.saturating_duration_since(now)),
+                    );
+                    // W1 again, still registered: the caller's next check is W2.
+                    *key = Some(doorbell.load(SeqCst));
                     return true;
                 }
-                let elapsed = now - *spin_started.get_or_insert(now);
-                if policy.parks_immediately() || elapsed >= policy.spin() {
-                    // W1, then W3a; the caller's next check is W2.
-                    *key = Some(seg.word(OFF_DOORBELL).load(SeqCst));
-                    seg.word(OFF_SCHED_PARKED).store(1, SeqCst);
-                } else if elapsed < policy.pure_spin() || !*yield_next {
-                    *yield_next = elapsed >= policy.pure_spin();
-                    std::hint::spin_loop();
-                } else {
-                    *yield_next = false;
-                    std::thread::yield_now();
+                match spin.step_until(deadline) {
+                    SpinStep::Spun | SpinStep::Yielded => true,
+                    SpinStep::TimedOut => false,
+                    SpinStep::Over => {
+                        // W1 (prepare), then W3a (register); the caller's next check is W2.
+                        *key = Some(doorbell.load(SeqCst));
+                        bell.seg.word(OFF_SCHED_PARKED).store(1, SeqCst);
+                        true
+                    }
                 }
-                true
             }
         }
     }
@@ -184,18 +171,12 @@ impl<'a> DoorbellWaiter<'a> {
     pub(crate) fn reset(&mut self) {
         match &mut self.mode {
             Mode::Local(w) => w.reset(),
-            Mode::Shared {
-                bell,
-                spin_started,
-                yield_next,
-                key,
-                ..
-            } => {
+            Mode::Shared { bell, spin, key } => {
                 if key.take().is_some() {
+                    // W5 (deregister).
                     bell.seg.word(OFF_SCHED_PARKED).store(0, SeqCst);
                 }
-                *spin_started = None;
-                *yield_next = false;
+                spin.reset();
             }
         }
     }

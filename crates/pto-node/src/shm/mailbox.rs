@@ -23,7 +23,8 @@
 //!   `SeqCst`: in their single total order either the parent's load follows the child's store
 //!   (it wakes the child) or the child's re-read and the kernel's compare follow the parent's
 //!   swap (the child does not sleep). Storing `IDLE` wakes nobody (the child is not waiting for
-//!   it).
+//!   it). This is the two-word variant of the wait protocol (`pto_types::wait`'s README), with
+//!   the state word as the epoch and `child_parked` as the registration.
 //! - **M7 (liveness, outside ownership).** The `probe` word is written only by the parent (a
 //!   counter, bumped by the monitor thread, then a futex wake), the `probe_ack` word only by
 //!   the child's liveness thread (it copies `probe` once the child is healthy). Neither moves
@@ -42,14 +43,23 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pto_types::node_wire::mailbox::{
     CHILD_REGIONS, FIXED_BYTES, FRAME_BYTES, MailboxState, OFF_CHILD_PARKED, OFF_PAYLOAD,
     OFF_PROBE, OFF_PROBE_ACK, OFF_REPORT, OFF_SHUTDOWN, OFF_STATE, PARENT_REGIONS,
 };
 
+use pto_types::wait::{SpinPolicy, SpinWindow};
+
 use super::segment::{Segment, futex_wait, futex_wake};
+
+/// A waiting child reads the clock on every 32nd step: a step is one load of the state word
+/// and a `spin_loop()` (~35 ns on the reference VM) or, after `PURE_SPIN`, every other step a
+/// `yield_now()` (~0.8 µs), and a clock read costs about as much as a spinning step (~45 ns).
+/// So the 2 µs pure phase is judged about every µs, and the window overruns by at most ~15 µs
+/// of yields.
+const CHILD_CLOCK_EVERY: u32 = 32;
 
 /// Regions copied when reading the fixed part: everything but the five atomic words (S3).
 const READ_REGIONS: [(usize, usize); 4] = [
@@ -320,31 +330,26 @@ impl Mailbox {
     /// `spin` first); returns the state found (possibly still `seen`).
     pub(crate) fn child_wait(&self, seen: u32, spin: Duration, timeout: Duration) -> u32 {
         let state = self.word(OFF_STATE);
-        let started = Instant::now();
-        let mut n = 0u32;
-        let mut elapsed = Duration::ZERO;
-        while elapsed < spin {
+        let mut window =
+            SpinWindow::new(SpinPolicy::new(spin)).reading_clock_every(CHILD_CLOCK_EVERY);
+        loop {
             let now = state.load(SeqCst);
             if now != seen {
                 return now;
             }
-            n = n.wrapping_add(1);
-            // The clock costs more than a spin step on a VM: read it every 32 steps.
-            if n.is_multiple_of(32) {
-                elapsed = started.elapsed();
-            }
-            if elapsed < pto_types::wait::PURE_SPIN || n.is_multiple_of(2) {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+            if !window.step().is_spinning() {
+                break;
             }
         }
+        // The two-word variant of the wait protocol: `seen` is W1's value.
         let parked = self.word(OFF_CHILD_PARKED);
+        // W3a (register).
         parked.store(1, SeqCst);
-        let now = state.load(SeqCst);
-        if now == seen {
+        // W2 (re-check), then W4 (sleep while the state still holds `seen`).
+        if state.load(SeqCst) == seen {
             futex_wait(state, seen, Some(timeout));
         }
+        // W5 (deregister).
         parked.store(0, SeqCst);
         state.load(SeqCst)
     }
@@ -357,6 +362,7 @@ mod tests {
     use pto_types::node_wire::mailbox::{
         self as frame, Op, ReplyHeader, RequestHeader, decode_header, decode_reply,
     };
+    use std::time::Instant;
 
     fn mailbox() -> Mailbox {
         let seg = Segment::create(

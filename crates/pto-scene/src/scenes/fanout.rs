@@ -4,7 +4,7 @@
 //! one global sizing big enough for the attention job reserves four large ones.
 
 use anyhow::Context as _;
-use pto_kernels::paged_attention::{PA_SMALL, check, golden, make_inputs};
+use pto_kernels::paged_attention::{PA_SMALL, TOLERANCE, golden, make_inputs};
 use pto_node::{Callable, HostBuffer, RunReport, SubmitError, Worker};
 use pto_types::{CallConfig, DType, ErrorCode, TaskArgs, Tensor};
 
@@ -181,7 +181,9 @@ impl Scene for HeterogeneousFanout {
                 let actual = out_buf
                     .read_vec::<f32>(0, pa.out_len())
                     .map_err(|e| e.to_string())?;
-                check(&actual, &golden(&pa, &inputs), 1e-3, 1e-3).map_err(|m| format!("attn: {m}"))
+                TOLERANCE
+                    .check(&actual, &golden(&pa, &inputs))
+                    .map_err(|m| format!("attn: {m}"))
             })();
         }
         Ok(result)

@@ -2,7 +2,7 @@
 
 use pto_chip::ChipSpec;
 use pto_chip::spec::{DEFAULT_CLUSTERS, MAX_CLUSTERS};
-use pto_kernels::paged_attention::{PA_SMALL, PaCase, check, golden, make_inputs};
+use pto_kernels::paged_attention::{PA_SMALL, PaCase, TOLERANCE, golden, make_inputs};
 use pto_types::TensorTag;
 
 use crate::config_block::{CaseConfig, SceneLevel};
@@ -145,7 +145,9 @@ impl Scene for PagedAttention {
         )?;
         let actual = f32s_of(&outcome.tensors[5]);
         Ok(verdict(case, outcome.row, || {
-            check(&actual, &golden(&pa, &inputs), 1e-3, 1e-3).map_err(|m| m.to_string())
+            TOLERANCE
+                .check(&actual, &golden(&pa, &inputs))
+                .map_err(|m| m.to_string())
         }))
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! CHIP_RUNTIME.md §6.5 and NODE_RUNTIME.md §3.4 ask every waiting thread (back-pressure, tensor
 //! waits, idle schedulers and cores, a caller awaiting a run) to use one primitive; this is it.
-//! A few hot loops elsewhere spin with cadences of their own before they park (listed under
-//! "Waits" in `ARCHITECTURE.md`). The primitive:
+//! Loops that park on something else (a futex word in shared memory, a chip's executor search)
+//! spin through the same [`SpinWindow`]; `README.md` lists every such loop and its cadence. The
+//! primitive:
 //!
 //! - [`EventCount`] (the doorbell): wakers [`notify_one`](EventCount::notify_one) or
 //!   [`notify_all`](EventCount::notify_all) after making their change visible; waiters take a
@@ -14,6 +15,8 @@
 //!   a watchdog.
 //! - [`SpinPolicy`] with the named limits [`PURE_SPIN`] (~2 µs of `spin_loop()` only) and
 //!   [`DEFAULT_SPIN`] (50 µs window, then park).
+//! - [`SpinWindow`]: the spinning half alone, one [`SpinStep`] at a time, for loops that park
+//!   on something other than an [`EventCount`] or that read the clock less often.
 //!
 //! A park has a timeout only when the caller passes a deadline, so an idle runtime has every
 //! thread parked and costs ~0 % CPU. The protocol, its states and named steps, the lost-wake-up
@@ -22,9 +25,9 @@
 //! the loom tests in `loom_tests.rs`.
 //!
 //! This module needs no `unsafe`: it is built from one `AtomicU64`, a `Mutex<()>` and a
-//! `Condvar`. The cross-process doorbell of NODE_RUNTIME.md §3.4 (a futex word in shared memory)
-//! lives in `pto-node` and follows the same steps; the README gives its two-word variant of the
-//! proof.
+//! `Condvar`. The cross-process waits of NODE_RUNTIME.md §3.4 and §4.6 (futex words in shared
+//! memory) live in `pto-node` and follow the same steps; the README gives their two-word
+//! variant of the steps and of the proof.
 
 mod event_count;
 mod spin;
@@ -38,7 +41,9 @@ mod tests;
 use std::fmt;
 
 pub use event_count::{EventCount, Key, MAX_WAITERS};
-pub use spin::{DEFAULT_SPIN, PURE_SPIN, SpinPolicy, WaitOutcome, Waiter, wait_until};
+pub use spin::{
+    DEFAULT_SPIN, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, WaitOutcome, Waiter, wait_until,
+};
 
 /// A wait ended because its deadline passed before the awaited condition held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,9 +1,11 @@
-//! Spin briefly, then park: [`SpinPolicy`], [`Waiter`] and [`wait_until`].
+//! Spin briefly, then park: [`SpinPolicy`], [`SpinWindow`], [`Waiter`] and [`wait_until`].
 //!
 //! CHIP_RUNTIME.md §6.5 and NODE_RUNTIME.md §3.4: poll with `spin_loop()` for [`PURE_SPIN`],
 //! then alternate `spin_loop()` with `yield_now()` until the spin window ([`DEFAULT_SPIN`] unless
 //! configured) has elapsed, then take a key, re-check and park on the [`EventCount`]. The state
 //! machine (running → spinning → registered → parked) is drawn in `wait/README.md`.
+//! [`SpinWindow`] is the spinning half on its own: every spin loop of the workspace steps one,
+//! including those that park on something other than an [`EventCount`].
 
 use std::time::{Duration, Instant};
 
@@ -11,13 +13,17 @@ use super::sync::{REAL_TIME, spin_loop, yield_now};
 use super::{EventCount, Key, TimedOut};
 
 /// How long a waiter polls with `spin_loop()` alone before it starts yielding: ~2 µs.
+///
+/// A spinning shared-memory round trip costs ~0.15 µs on the reference VM, so answers that come
+/// this fast are caught without giving the core away; a `yield_now()` costs ~0.8 µs.
 pub const PURE_SPIN: Duration = Duration::from_micros(2);
 
 /// The default spin window, after which a waiter parks: 50 µs.
 ///
 /// A futex wake costs tens of µs on the reference VM (CHIP_RUNTIME.md §6.5), so a partner that
 /// answers within this window is cheaper to spin for; beyond it, spinning steals one of the two
-/// cores from the simulated chips.
+/// cores from the simulated chips. The chip's default (`pto_chip::spec::DEFAULT_SPIN`, the
+/// fallback of `PTO_SPIN_US`) is this constant.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// How long a waiter spins before it parks.
@@ -84,6 +90,175 @@ const fn min(a: Duration, b: Duration) -> Duration {
     if a.as_nanos() <= b.as_nanos() { a } else { b }
 }
 
+/// What one [`SpinWindow`] step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a caller stops spinning once the window is over or timed out"]
+pub enum SpinStep {
+    /// Issued one `spin_loop()` hint; the window goes on.
+    Spun,
+    /// Called `yield_now()` once; the window goes on.
+    Yielded,
+    /// The window is over; nothing was issued. The caller goes on to park.
+    Over,
+    /// The deadline passed (seen at a clock read); nothing was issued.
+    TimedOut,
+}
+
+impl SpinStep {
+    /// Whether the caller keeps spinning: check its condition again, then step again.
+    pub const fn is_spinning(self) -> bool {
+        matches!(self, Self::Spun | Self::Yielded)
+    }
+}
+
+/// The limit of a [`SpinWindow`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limit {
+    /// A [`SpinPolicy`]'s window of time.
+    Time(SpinPolicy),
+    /// A number of `spin_loop()` steps, without reading the clock.
+    Steps(u32),
+}
+
+/// The spinning half of a wait, one step at a time: the one spin loop of the workspace.
+///
+/// The caller owns the loop: check its condition; if it is false, [`step`](Self::step); keep
+/// going while the step [`is_spinning`](SpinStep::is_spinning), then park (on an
+/// [`EventCount`] through [`Waiter`], or on whatever the caller waits with, following the
+/// steps of `wait/README.md`). A step spins or yields as [`SpinPolicy`] says: `spin_loop()`
+/// for the policy's pure part, then alternately `spin_loop()` and `yield_now()`, until the
+/// window has elapsed since the first step. A zero window, and every window under `cfg(loom)`,
+/// is over at the first step.
+///
+/// The window reads the clock on its first step and then every
+/// [`reading_clock_every`](Self::reading_clock_every) steps (by default every step). A loop
+/// whose check costs less than a clock read (~45 ns on the reference VM) reads it less often,
+/// at the price of overrunning the window by up to that many steps; the window and the
+/// deadline are judged only when the clock is read. [`counted`](Self::counted) windows never
+/// read it.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use pto_types::wait::{SpinPolicy, SpinWindow};
+///
+/// /// Spins until `flag` is set or the window is over; returns whether it was set.
+/// fn spin_for(flag: &AtomicBool) -> bool {
+///     let mut window = SpinWindow::new(SpinPolicy::DEFAULT).reading_clock_every(16);
+///     loop {
+///         if flag.load(Ordering::Acquire) {
+///             return true;
+///         }
+///         if !window.step().is_spinning() {
+///             return false; // the caller parks now
+///         }
+///     }
+/// }
+/// assert!(spin_for(&AtomicBool::new(true)));
+/// ```
+#[derive(Clone, Debug)]
+pub struct SpinWindow {
+    limit: Limit,
+    /// Read the clock every this many steps (≥ 1).
+    clock_every: u32,
+    /// Steps taken in this window.
+    steps: u32,
+    /// The first step's clock reading.
+    started: Option<Instant>,
+    /// Time since `started` at the last clock reading.
+    elapsed: Duration,
+    /// In the yield phase: whether the next step yields (else it spins).
+    yield_next: bool,
+}
+
+impl SpinWindow {
+    /// A window of `policy`, reading the clock at every step.
+    pub const fn new(policy: SpinPolicy) -> Self {
+        Self::with_limit(Limit::Time(policy))
+    }
+
+    /// A window of `steps` pure `spin_loop()` steps that never reads the clock: for a
+    /// wait so short that one clock read would be a large part of it (a lock hold).
+    pub const fn counted(steps: u32) -> Self {
+        Self::with_limit(Limit::Steps(steps))
+    }
+
+    const fn with_limit(limit: Limit) -> Self {
+        Self {
+            limit,
+            clock_every: 1,
+            steps: 0,
+            started: None,
+            elapsed: Duration::ZERO,
+            yield_next: false,
+        }
+    }
+
+    /// The same window, reading the clock only on its first step and every `steps`-th step
+    /// after it (`0` counts as `1`).
+    pub const fn reading_clock_every(self, steps: u32) -> Self {
+        Self {
+            clock_every: if steps == 0 { 1 } else { steps },
+            ..self
+        }
+    }
+
+    /// One step without a deadline: spin, yield, or report the window [`Over`](SpinStep::Over).
+    #[inline]
+    pub fn step(&mut self) -> SpinStep {
+        self.step_until(None)
+    }
+
+    /// One step: [`TimedOut`](SpinStep::TimedOut) if a clock read finds `deadline` passed,
+    /// [`Over`](SpinStep::Over) once the window has elapsed, else one `spin_loop()` or
+    /// `yield_now()`. [`counted`](Self::counted) windows ignore the deadline; so does every
+    /// window under `cfg(loom)`.
+    #[inline]
+    pub fn step_until(&mut self, deadline: Option<Instant>) -> SpinStep {
+        let policy = match self.limit {
+            Limit::Steps(steps) => return self.counted_step(steps),
+            Limit::Time(policy) if policy.parks_immediately() => return SpinStep::Over,
+            Limit::Time(policy) => policy,
+        };
+        self.steps = self.steps.wrapping_add(1);
+        if self.started.is_none() || self.steps.is_multiple_of(self.clock_every) {
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return SpinStep::TimedOut;
+            }
+            self.elapsed = now - *self.started.get_or_insert(now);
+        }
+        if self.elapsed >= policy.spin {
+            SpinStep::Over
+        } else if self.elapsed < policy.pure_spin || !self.yield_next {
+            self.yield_next = self.elapsed >= policy.pure_spin;
+            spin_loop();
+            SpinStep::Spun
+        } else {
+            self.yield_next = false;
+            yield_now();
+            SpinStep::Yielded
+        }
+    }
+
+    #[inline]
+    fn counted_step(&mut self, steps: u32) -> SpinStep {
+        if !REAL_TIME || self.steps >= steps {
+            return SpinStep::Over;
+        }
+        self.steps += 1;
+        spin_loop();
+        SpinStep::Spun
+    }
+
+    /// Starts a fresh window: call it after the loop made progress or parked.
+    pub fn reset(&mut self) {
+        *self = Self {
+            clock_every: self.clock_every,
+            ..Self::with_limit(self.limit)
+        };
+    }
+}
+
 /// What one [`Waiter::wait`] step did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[must_use = "a TimedOut outcome must end the wait"]
@@ -142,10 +317,8 @@ impl WaitOutcome {
 pub struct Waiter<'a> {
     ec: &'a EventCount,
     policy: SpinPolicy,
-    /// Start of the spin window, set by the first step.
-    spin_started: Option<Instant>,
-    /// In the yield phase: whether the next step yields (else it spins).
-    yield_next: bool,
+    /// The spinning state: running ⇄ spinning until the window is over.
+    spin: SpinWindow,
     /// Taken once the spin window is over (W1); the next step parks with it.
     key: Option<Key>,
 }
@@ -156,8 +329,7 @@ impl<'a> Waiter<'a> {
         Self {
             ec,
             policy,
-            spin_started: None,
-            yield_next: false,
+            spin: SpinWindow::new(policy),
             key: None,
         }
     }
@@ -178,24 +350,11 @@ impl<'a> Waiter<'a> {
                 Err(TimedOut) => WaitOutcome::TimedOut,
             };
         }
-        if self.policy.parks_immediately() {
-            return self.prepare();
-        }
-        let now = Instant::now();
-        if deadline.is_some_and(|deadline| now >= deadline) {
-            return WaitOutcome::TimedOut;
-        }
-        let elapsed = now - *self.spin_started.get_or_insert(now);
-        if elapsed >= self.policy.spin {
-            self.prepare()
-        } else if elapsed < self.policy.pure_spin || !self.yield_next {
-            self.yield_next = elapsed >= self.policy.pure_spin;
-            spin_loop();
-            WaitOutcome::Spun
-        } else {
-            self.yield_next = false;
-            yield_now();
-            WaitOutcome::Yielded
+        match self.spin.step_until(deadline) {
+            SpinStep::Spun => WaitOutcome::Spun,
+            SpinStep::Yielded => WaitOutcome::Yielded,
+            SpinStep::TimedOut => WaitOutcome::TimedOut,
+            SpinStep::Over => self.prepare(),
         }
     }
 
@@ -207,8 +366,7 @@ impl<'a> Waiter<'a> {
 
     /// Starts a fresh spin window and drops any key: call it after the loop made progress.
     pub fn reset(&mut self) {
-        self.spin_started = None;
-        self.yield_next = false;
+        self.spin.reset();
         self.key = None;
     }
 

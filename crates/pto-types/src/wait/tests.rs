@@ -11,8 +11,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pto_testkit::with_timeout;
+
 use super::{
-    DEFAULT_SPIN, EventCount, PURE_SPIN, SpinPolicy, TimedOut, WaitOutcome, Waiter, wait_until,
+    DEFAULT_SPIN, EventCount, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, TimedOut, WaitOutcome,
+    Waiter, wait_until,
 };
 
 /// Watchdog for every test: the budget of one test body.
@@ -20,29 +23,6 @@ const WATCHDOG_SECS: u64 = 10;
 
 /// Generous upper bound on how late a timed-out wait may return.
 const LATE_BOUND: Duration = Duration::from_secs(2);
-
-/// Runs `f` on its own thread and panics if it does not finish within `secs` seconds.
-///
-/// A hung body is leaked (it cannot be killed), but the test fails instead of blocking the suite.
-/// A panic in `f` is propagated with its original payload.
-fn with_timeout<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (done_tx, done_rx) = mpsc::channel();
-    let body = thread::spawn(move || {
-        let value = f();
-        // The receiver is gone only if the watchdog already fired.
-        let _ = done_tx.send(());
-        value
-    });
-    match done_rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Ok(value) => value,
-            Err(payload) => std::panic::resume_unwind(payload),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("test body did not finish within {secs} s: a wait hung")
-        }
-    }
-}
 
 /// Polls `cond` every millisecond (test-side only; the code under test never sleeps-polls).
 fn eventually(mut cond: impl FnMut() -> bool) {
@@ -68,6 +48,125 @@ fn wait_spin_policy_limits_are_named() {
     let custom = custom.with_pure_spin(Duration::from_micros(3));
     assert_eq!(custom.pure_spin(), Duration::from_micros(3));
     assert_eq!(custom.spin(), Duration::from_micros(10));
+}
+
+#[test]
+fn wait_spin_window_spins_then_yields_then_is_over() {
+    with_timeout(WATCHDOG_SECS, || {
+        // A long window: pure spinning first, then spins and yields alternate.
+        let mut window = SpinWindow::new(SpinPolicy::new(Duration::from_secs(3600)));
+        let started = Instant::now();
+        assert_eq!(
+            window.step(),
+            SpinStep::Spun,
+            "the window starts with pure spinning"
+        );
+        while window.step() != SpinStep::Yielded {}
+        assert!(started.elapsed() >= PURE_SPIN, "no yield before PURE_SPIN");
+        assert_eq!(
+            window.step(),
+            SpinStep::Spun,
+            "a yield is followed by a spin"
+        );
+        // A short window ends, and stays over until reset.
+        let policy = SpinPolicy::new(Duration::from_micros(200));
+        let mut window = SpinWindow::new(policy);
+        let started = Instant::now();
+        while window.step().is_spinning() {}
+        assert!(started.elapsed() >= policy.spin());
+        assert_eq!(
+            window.step(),
+            SpinStep::Over,
+            "an elapsed window stays over"
+        );
+        window.reset();
+        assert_eq!(window.step(), SpinStep::Spun, "reset starts a fresh window");
+    });
+}
+
+#[test]
+fn wait_spin_window_pure_policy_never_yields() {
+    with_timeout(WATCHDOG_SECS, || {
+        let spin = Duration::from_micros(100);
+        let mut window = SpinWindow::new(SpinPolicy::new(spin).with_pure_spin(spin));
+        let mut steps = 0;
+        while window.step().is_spinning() {
+            steps += 1;
+        }
+        assert!(steps > 0);
+        let mut window = SpinWindow::new(SpinPolicy::new(spin).with_pure_spin(spin));
+        loop {
+            match window.step() {
+                SpinStep::Spun => {}
+                SpinStep::Over => break,
+                other => panic!("a pure window never yields: {other:?}"),
+            }
+        }
+    });
+}
+
+#[test]
+fn wait_spin_window_zero_is_over_at_once() {
+    let mut window = SpinWindow::new(SpinPolicy::PARK_IMMEDIATELY).reading_clock_every(64);
+    assert_eq!(window.step(), SpinStep::Over);
+    let past = Instant::now() - Duration::from_millis(1);
+    assert_eq!(window.step_until(Some(past)), SpinStep::Over);
+    assert!(!SpinStep::Over.is_spinning());
+    assert!(!SpinStep::TimedOut.is_spinning());
+    assert!(SpinStep::Spun.is_spinning() && SpinStep::Yielded.is_spinning());
+}
+
+#[test]
+fn wait_spin_window_counted_spins_exactly_n_steps() {
+    let mut window = SpinWindow::counted(5);
+    let mut steps = 0;
+    // A counted window never reads the clock, so a past deadline does not end it.
+    let past = Instant::now() - Duration::from_millis(1);
+    while window.step_until(Some(past)).is_spinning() {
+        steps += 1;
+    }
+    assert_eq!(steps, 5);
+    assert_eq!(window.step(), SpinStep::Over);
+    window.reset();
+    assert_eq!(window.step(), SpinStep::Spun);
+    assert_eq!(SpinWindow::counted(0).step(), SpinStep::Over);
+}
+
+#[test]
+fn wait_spin_window_deadline_is_seen_at_clock_reads() {
+    with_timeout(WATCHDOG_SECS, || {
+        let far = SpinPolicy::new(Duration::from_secs(3600));
+        // Every step reads the clock: a passed deadline ends the first step.
+        let past = Instant::now() - Duration::from_millis(1);
+        let mut window = SpinWindow::new(far);
+        assert_eq!(window.step_until(Some(past)), SpinStep::TimedOut);
+        // Every 8th step: the first step reads, steps 2..=7 do not, step 8 does.
+        let mut window = SpinWindow::new(far).reading_clock_every(8);
+        let soon = Instant::now() + Duration::from_millis(5);
+        assert_eq!(window.step_until(Some(soon)), SpinStep::Spun);
+        thread::sleep(Duration::from_millis(10));
+        for step in 2..8 {
+            assert_eq!(
+                window.step_until(Some(soon)),
+                SpinStep::Spun,
+                "step {step} reads no clock"
+            );
+        }
+        assert_eq!(window.step_until(Some(soon)), SpinStep::TimedOut);
+        // The window's end, too, is judged only at clock reads.
+        let mut window =
+            SpinWindow::new(SpinPolicy::new(Duration::from_millis(1))).reading_clock_every(4);
+        assert_eq!(window.step(), SpinStep::Spun);
+        thread::sleep(Duration::from_millis(5));
+        for _ in 2..4 {
+            assert!(window.step().is_spinning());
+        }
+        assert_eq!(window.step(), SpinStep::Over);
+        // `0` reads at every step, like `1`.
+        let mut window = SpinWindow::new(far).reading_clock_every(0);
+        assert_eq!(window.step(), SpinStep::Spun);
+        assert_eq!(window.step_until(Some(past)), SpinStep::TimedOut);
+    });
 }
 
 #[test]
