@@ -279,28 +279,39 @@ pub const BENCHES: [Bench; 6] = [
     },
 ];
 
-/// The benchmark called `name`, if there is one.
-pub fn find(name: &str) -> Option<&'static Bench> {
-    BENCHES.iter().find(|b| b.name == name)
+/// A benchmark name that `pto bench` does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no benchmark named {name:?} (benchmarks: {}, all)", names())]
+pub struct UnknownBench {
+    /// The name asked for, shortened for messages.
+    pub name: String,
 }
 
-/// Runs benchmark `name` (`all`: every one, in order).
-pub fn run(name: &str, quick: bool) -> anyhow::Result<Vec<Point>> {
+/// The benchmarks `name` selects: one by its name, or every one, in order, for `all`.
+pub fn select(name: &str) -> Result<&'static [Bench], UnknownBench> {
     if name == "all" {
-        let mut all = Vec::new();
-        for b in &BENCHES {
-            all.extend((b.run)(quick)?);
-        }
-        return Ok(all);
+        return Ok(&BENCHES);
     }
-    match find(name) {
-        Some(b) => (b.run)(quick),
-        None => anyhow::bail!("no benchmark named {name:?} (benchmarks: {}, all)", names()),
+    BENCHES
+        .iter()
+        .position(|b| b.name == name)
+        .map(|i| &BENCHES[i..=i])
+        .ok_or_else(|| UnknownBench {
+            name: pto_scene::params::cut(name),
+        })
+}
+
+/// Runs `benches` in order (`quick`: a smoke run of each).
+pub fn run(benches: &[Bench], quick: bool) -> anyhow::Result<Vec<Point>> {
+    let mut points = Vec::new();
+    for b in benches {
+        points.extend((b.run)(quick)?);
     }
+    Ok(points)
 }
 
 /// `submit, metg, …`: the names of every benchmark.
-pub fn names() -> String {
+fn names() -> String {
     BENCHES
         .iter()
         .map(|b| b.name)

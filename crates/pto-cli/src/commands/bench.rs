@@ -4,16 +4,8 @@ use crate::args::BenchArgs;
 use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
-    let known = pto_bench::find(&args.which).is_some() || args.which == "all";
-    if !known {
-        return Err(InputError(format!(
-            "no benchmark named {:?} (benchmarks: {}, all)",
-            pto_scene::params::cut(&args.which),
-            pto_bench::names()
-        ))
-        .into());
-    }
-    let points = pto_bench::run(&args.which, args.quick)?;
+    let benches = pto_bench::select(&args.which).map_err(|e| InputError(e.to_string()))?;
+    let points = pto_bench::run(benches, args.quick)?;
     if args.json {
         let lines: String = points
             .iter()
