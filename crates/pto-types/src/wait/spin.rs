@@ -162,6 +162,9 @@ pub struct SpinWindow {
     clock_every: u32,
     /// Steps taken in this window.
     steps: u32,
+    /// The step that reads the clock next: a comparison per step, not a division by the
+    /// runtime `clock_every`, since the executor's search steps this loop.
+    next_read: u32,
     /// The first step's clock reading.
     started: Option<Instant>,
     /// Time since `started` at the last clock reading.
@@ -187,6 +190,7 @@ impl SpinWindow {
             limit,
             clock_every: 1,
             steps: 0,
+            next_read: 1,
             started: None,
             elapsed: Duration::ZERO,
             yield_next: false,
@@ -196,8 +200,10 @@ impl SpinWindow {
     /// The same window, reading the clock only on its first step and every `steps`-th step
     /// after it (`0` counts as `1`).
     pub const fn reading_clock_every(self, steps: u32) -> Self {
+        let clock_every = if steps == 0 { 1 } else { steps };
         Self {
-            clock_every: if steps == 0 { 1 } else { steps },
+            clock_every,
+            next_read: clock_every,
             ..self
         }
     }
@@ -220,7 +226,11 @@ impl SpinWindow {
             Limit::Time(policy) => policy,
         };
         self.steps = self.steps.wrapping_add(1);
-        if self.started.is_none() || self.steps.is_multiple_of(self.clock_every) {
+        let due = self.steps == self.next_read;
+        if due {
+            self.next_read = self.next_read.wrapping_add(self.clock_every);
+        }
+        if due || self.started.is_none() {
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return SpinStep::TimedOut;
@@ -252,10 +262,7 @@ impl SpinWindow {
 
     /// Starts a fresh window: call it after the loop made progress or parked.
     pub fn reset(&mut self) {
-        *self = Self {
-            clock_every: self.clock_every,
-            ..Self::with_limit(self.limit)
-        };
+        *self = Self::with_limit(self.limit).reading_clock_every(self.clock_every);
     }
 }
 
