@@ -66,7 +66,7 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
 }
 
 /// pto's efficiency at grain `g_ns` over `steps` steps on `w` cores (2: AIV, 1: AIC).
-fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64, w: f64) -> anyhow::Result<f64> {
+pub fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64, w: f64) -> anyhow::Result<f64> {
     let buf = pto_chip::memory::HostMemory::new((2 * WIDTH as usize) * 4)?;
     let id = BufferId {
         owner_uid: 0xBE7D,

@@ -854,9 +854,7 @@ impl OrchCore {
                 (ResourceKind::DepList, pending, &core.dep_pools[ring])
             };
             Err(Blocked {
-                // The nodes needed shrink as producers *complete* (on any ring), not only as
-                // this ring retires: wake at any progress.
-                ring_bound: false,
+                ring_bound: true,
                 code: ErrorCode::DepPoolOverflow,
                 resource,
                 impossible: needed > capacity,

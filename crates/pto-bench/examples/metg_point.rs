@@ -1,0 +1,23 @@
+//! One point of `pto bench metg`: `metg_point <grain µs> <steps> [w]` prints pto's efficiency.
+use pto_chip::{ChipSpec, ChipWorker};
+use pto_types::ring_config::env::EnvSource;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let g_us: f64 = args.get(1).map_or(Ok(100.0), |a| a.parse())?;
+    let steps: u64 = args.get(2).map_or(Ok(100), |a| a.parse())?;
+    let w: f64 = args.get(3).map_or(Ok(2.0), |a| a.parse())?;
+    let chip = ChipWorker::new(
+        ChipSpec {
+            clusters: 1,
+            max_aicpu_threads: 2,
+            ..ChipSpec::default()
+        },
+        EnvSource::empty(),
+    )?;
+    for _ in 0..3 {
+        let e = pto_bench::metg::pto_efficiency(&chip, steps, (g_us * 1000.0) as u64, w)?;
+        println!("g={g_us} us steps={steps} w={w}: efficiency {e:.3}");
+    }
+    Ok(())
+}
