@@ -134,13 +134,9 @@ fn measure_kind(
     // One warm-up run binds the chip's arena and faults the mailbox in.
     one_run(w, handle, chip, 1)?;
     let mut medians = Vec::new();
-    let mut marginals = Vec::new();
     for &k in ks {
         let s = sample(runs, || one_run(w, handle, chip, k))?;
         medians.push((k as f64, s.median));
-        if k > 0 {
-            marginals.push(s.median / k as f64);
-        }
     }
     let (fixed, _) = fit(&medians);
     // The marginal cost is the slope between the two largest runs: the pairs of small runs
@@ -148,14 +144,8 @@ fn measure_kind(
     let (k1, t1) = medians[medians.len() - 2];
     let (k2, t2) = medians[medians.len() - 1];
     let marginal = (t2 - t1) / (k2 - k1);
-    let spread = Stats::of(&marginals);
-    Ok((
-        Stats::one(fixed),
-        Stats {
-            median: marginal,
-            ..spread
-        },
-    ))
+    // Both are derived figures, one value each; a negative one is noise (`Stats::cost`).
+    Ok((Stats::cost(fixed), Stats::cost(marginal)))
 }
 
 /// The chip's own empty L2 run (µs), what a chip task costs below the node.
@@ -404,7 +394,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
                 "dispatch",
                 format!("chip task end to end above the empty L2 run, {mode_name}"),
                 "us",
-                Stats::one(one_chip.median - empty_l2.median),
+                Stats::cost(one_chip.median - empty_l2.median),
             )
             .with_anchor(format!(
                 "a run of one chip task {:.2} us minus the chip's empty L2 run {:.2} us",

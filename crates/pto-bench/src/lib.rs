@@ -16,13 +16,16 @@
 //!
 //! Benchmarks are not tests: nothing here asserts a speed. `quick` shrinks every workload so a
 //! test can prove each benchmark runs and its output parses.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod deadlock;
 pub mod dispatch;
 pub mod footprint;
 pub mod idle;
 pub mod metg;
+// The one foreign call: the OpenMP peer's C function.
+#[allow(unsafe_code)]
+pub mod omp;
 pub mod submit;
 
 use std::time::Instant;
@@ -37,10 +40,19 @@ pub struct Point {
     pub case: String,
     pub unit: &'static str,
     pub stats: Stats,
-    /// The peer measured in the same run, with its median in the same unit.
-    pub peer: Option<(String, f64)>,
+    /// Peers measured in the same run, each with its median in the same unit; the first is
+    /// the one `ratio` compares with.
+    pub peers: Vec<Peer>,
     /// A published figure printed beside it, with its source (not measured here).
     pub anchor: Option<String>,
+}
+
+/// Another runtime measured in the same run as a point.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Peer {
+    pub name: String,
+    /// Its median, in the point's unit (NaN: not measured).
+    pub median: f64,
 }
 
 impl Point {
@@ -55,36 +67,48 @@ impl Point {
             case: case.into(),
             unit,
             stats,
-            peer: None,
+            peers: Vec::new(),
             anchor: None,
         }
     }
 
+    /// Adds a peer (the first one added is the one `ratio` compares with).
     pub fn with_peer(mut self, name: impl Into<String>, median: f64) -> Point {
-        self.peer = Some((name.into(), median));
+        self.peers.push(Peer {
+            name: name.into(),
+            median,
+        });
         self
     }
 
+    /// Adds a published figure; a second one is appended to the first.
     pub fn with_anchor(mut self, anchor: impl Into<String>) -> Point {
-        self.anchor = Some(anchor.into());
+        let anchor = anchor.into();
+        self.anchor = Some(match self.anchor.take() {
+            Some(first) => format!("{first}; {anchor}"),
+            None => anchor,
+        });
         self
     }
 
-    /// Ours / peer.
+    /// Ours / the first peer.
     pub fn ratio(&self) -> Option<f64> {
-        self.peer
-            .as_ref()
-            .filter(|(_, m)| *m > 0.0)
-            .map(|(_, m)| self.stats.median / m)
+        self.peers.first().and_then(|p| self.ratio_to(p))
+    }
+
+    /// Ours / `peer`, when both were measured and the peer's median is positive.
+    pub fn ratio_to(&self, peer: &Peer) -> Option<f64> {
+        let r = self.stats.median / peer.median;
+        (peer.median > 0.0 && r.is_finite()).then_some(r)
     }
 
     /// The line `pto bench --json` prints for this point.
     pub fn to_json(&self) -> JsonPoint {
-        let peer = self.peer.as_ref().map(|(name, median)| JsonPeer {
-            peer: name.clone(),
-            peer_median: *median,
-            ratio: self.ratio(),
-        });
+        let json_peer = |p: &Peer| JsonPeer {
+            peer: p.name.clone(),
+            peer_median: p.median,
+            ratio: self.ratio_to(p),
+        };
         JsonPoint {
             bench: self.bench.to_string(),
             case: self.case.clone(),
@@ -93,7 +117,8 @@ impl Point {
             min: self.stats.min,
             max: self.stats.max,
             runs: self.stats.runs,
-            peer,
+            peer: self.peers.first().map(json_peer),
+            other_peers: self.peers.iter().skip(1).map(json_peer).collect(),
             anchor: self.anchor.clone(),
         }
     }
@@ -115,11 +140,16 @@ pub struct JsonPoint {
     pub min: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub max: f64,
-    /// Finite values measured.
+    /// Finite values measured (1 for a figure derived from several, such as a slope; 0 when
+    /// nothing could be measured).
     pub runs: usize,
-    /// The peer measured in the same run: `peer`, `peer_median`, `ratio`; absent without one.
+    /// The first peer measured in the same run: `peer`, `peer_median`, `ratio`; absent without
+    /// one.
     #[serde(flatten)]
     pub peer: Option<JsonPeer>,
+    /// Further peers of the same run, each with its own ratio; absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_peers: Vec<JsonPeer>,
     /// A published figure printed beside it, with its source (not measured here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub anchor: Option<String>,
@@ -133,7 +163,8 @@ pub struct JsonPeer {
     /// The peer's median, in the point's unit.
     #[serde(deserialize_with = "nan_if_null")]
     pub peer_median: f64,
-    /// `median / peer_median`; null when the peer's median is not positive.
+    /// `median / peer_median`; null when either was not measured or the peer's is not
+    /// positive.
     pub ratio: Option<f64>,
 }
 
@@ -173,6 +204,17 @@ impl Stats {
     /// One value measured once.
     pub fn one(value: f64) -> Stats {
         Stats::of(&[value])
+    }
+
+    /// A cost derived from several measurements (a slope, a difference of medians): one value.
+    /// A negative cost cannot be, so one means the noise of the runs exceeded the cost itself;
+    /// it is reported as not measured (NaN, `runs` 0) rather than printed.
+    pub fn cost(value: f64) -> Stats {
+        if value >= 0.0 {
+            Stats::one(value)
+        } else {
+            Stats::of(&[])
+        }
     }
 }
 
@@ -310,8 +352,8 @@ pub fn run(benches: &[Bench], quick: bool) -> anyhow::Result<Vec<Point>> {
     Ok(points)
 }
 
-/// `submit, metg, …`: the names of every benchmark.
-fn names() -> String {
+/// `submit, metg, …`: the names of every benchmark, in order.
+pub fn names() -> String {
     BENCHES
         .iter()
         .map(|b| b.name)
@@ -319,33 +361,77 @@ fn names() -> String {
         .join(", ")
 }
 
-/// The readable table of `points`: one line per point, grouped by benchmark.
+/// What the table's columns are, printed above it.
+const LEGEND: &str = "median, min, max: over `runs` measured values (runs 1: one value, or a figure derived \
+from several, such as a slope or a difference); '-': not measured. peer: another runtime measured in this \
+same run, with its median in the same unit; ratio: ours / peer (below 1: pto is faster or cheaper).";
+
+/// A figure for the table: `-` when it was not measured.
+fn figure(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.3}")
+    } else {
+        "-".to_string()
+    }
+}
+
+/// The readable table of `points`: the legend, then one line per point (and one more per
+/// further peer), grouped by benchmark. The case column is as wide as the longest case.
 pub fn render_table(points: &[Point]) -> String {
     use std::fmt::Write as _;
-    let mut out = String::new();
+    let width = points
+        .iter()
+        .map(|p| p.case.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("case".len());
+    let unit_width = points
+        .iter()
+        .map(|p| p.unit.len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let mut out = format!("{LEGEND}\n");
     let mut bench = "";
     for p in points {
         if p.bench != bench {
             bench = p.bench;
             let _ = writeln!(
                 out,
-                "\n== {bench}\n{:<44} {:>12} {:>12} {:>12} {:<8} {:<26} {:>12} {:>8}",
-                "case", "median", "min", "max", "unit", "peer", "peer median", "ratio"
+                "\n== {bench}\n{:<width$} {:>10} {:>10} {:>10} {:>4} {:<unit_width$}  {:>11} {:>7}  peer",
+                "case", "median", "min", "max", "runs", "unit", "peer median", "ratio"
             );
         }
-        let (peer, peer_median, ratio) = match (&p.peer, p.ratio()) {
-            (Some((name, m)), r) => (
-                name.as_str(),
-                format!("{m:.3}"),
-                r.map_or("-".into(), |r| format!("{r:.2}")),
-            ),
-            (None, _) => ("-", "-".to_string(), "-".to_string()),
-        };
-        let _ = writeln!(
-            out,
-            "{:<44} {:>12.3} {:>12.3} {:>12.3} {:<8} {:<26} {:>12} {:>8}",
-            p.case, p.stats.median, p.stats.min, p.stats.max, p.unit, peer, peer_median, ratio
+        let s = &p.stats;
+        let head = format!(
+            "{:<width$} {:>10} {:>10} {:>10} {:>4} {:<unit_width$}",
+            p.case,
+            figure(s.median),
+            figure(s.min),
+            figure(s.max),
+            s.runs,
+            p.unit,
         );
+        if p.peers.is_empty() {
+            let _ = writeln!(out, "{}", head.trim_end());
+        }
+        for (i, peer) in p.peers.iter().enumerate() {
+            if i == 0 {
+                out.push_str(&head);
+            } else {
+                let _ = write!(out, "{:pad$}", "", pad = head.chars().count());
+            }
+            let ratio = p
+                .ratio_to(peer)
+                .map_or("-".to_string(), |r| format!("{r:.2}"));
+            let _ = writeln!(
+                out,
+                "  {:>11} {:>7}  {}",
+                figure(peer.median),
+                ratio,
+                peer.name
+            );
+        }
         if let Some(anchor) = &p.anchor {
             let _ = writeln!(out, "    anchor: {anchor}");
         }
@@ -398,6 +484,69 @@ mod tests {
         let unmeasured: JsonPoint = serde_json::from_str(OLD_LINES[2]).unwrap();
         let peer = unmeasured.peer.unwrap();
         assert!(peer.peer_median.is_nan() && peer.ratio.is_none());
+    }
+
+    /// The byte offset of `needle` in each line that has it.
+    fn columns(table: &str, needle: &str) -> Vec<usize> {
+        table.lines().filter_map(|l| l.find(needle)).collect()
+    }
+
+    #[test]
+    fn the_table_aligns_long_cases_and_prints_no_impossible_figure() {
+        let long = "a case whose name is much longer than fifty characters, as some are";
+        let points = [
+            Point::new("dispatch", "short", "us", Stats::of(&[1.0, 2.0, 3.0]))
+                .with_peer("first peer", 2.0)
+                .with_peer("second peer", f64::NAN),
+            Point::new("dispatch", long, "us/task", Stats::cost(-0.852)),
+            Point::new("dispatch", "derived", "us/task", Stats::cost(0.5)),
+        ];
+        let table = render_table(&points);
+        assert!(table.starts_with("median, min, max:"), "{table}");
+        // Every figure column starts at the same offset on every row: the case column is as
+        // wide as the longest case.
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.starts_with("short") || l.starts_with(long) || l.starts_with("derived"))
+            .collect();
+        let header = table.lines().find(|l| l.starts_with("case")).unwrap();
+        let unit_at = header.find("unit").unwrap();
+        for row in &rows {
+            assert!(
+                row.len() > unit_at && row[..unit_at].ends_with(' '),
+                "{table}"
+            );
+        }
+        assert_eq!(&rows[0][unit_at..unit_at + 2], "us", "{table}");
+        assert_eq!(&rows[1][unit_at..unit_at + 7], "us/task", "{table}");
+        // A negative cost is not printed: the row says "-" and runs 0.
+        assert!(
+            !table.contains("-0.852") && !table.contains("NaN"),
+            "{table}"
+        );
+        assert!(
+            rows[1].contains(" - ") && rows[1].contains(" 0 "),
+            "{table}"
+        );
+        // The second peer has its own line, its figures under the first peer's.
+        assert_eq!(
+            columns(&table, "first peer"),
+            columns(&table, "second peer")
+        );
+        assert!(table.contains("1.00  first peer"), "{table}");
+        assert!(table.contains("-       -  second peer"), "{table}");
+    }
+
+    #[test]
+    fn other_peers_round_trip_with_their_own_ratio() {
+        let p = Point::new("metg", "c", "us", Stats::one(2.0))
+            .with_peer("a", 4.0)
+            .with_peer("b", 1.0);
+        let json = p.to_json();
+        assert_eq!(json.peer.as_ref().unwrap().ratio, Some(0.5));
+        assert_eq!(json.other_peers[0].ratio, Some(2.0));
+        let text = pto_chip::diag::json_text(&json);
+        assert_eq!(serde_json::from_str::<JsonPoint>(&text).unwrap(), json);
     }
 
     #[test]

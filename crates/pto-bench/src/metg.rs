@@ -4,9 +4,12 @@
 //! 16 (each task reads 3 entries of the previous step) for S steps; every task is the kernel
 //! `bench.spin(g)`, which spins until its thread's CPU time advanced by g. Efficiency =
 //! (tasks × g) / (wall × W). g sweeps from 100 µs down by 1.5× until efficiency drops below
-//! 50 %; METG is interpolated (log g) between the last point above and the first below. The
-//! peer is the same pattern as bulk-synchronous steps on a rayon pool of W threads (one
-//! parallel loop per step), swept the same way.
+//! 50 %; METG is interpolated (log g) between the last point above and the first below. Task
+//! Bench's METG, the task granularity wall × W / tasks at the same crossing, is reported beside
+//! it. The peers, swept the same way in the same process: the same pattern as `omp task depend`
+//! tasks on a GCC libgomp team of W threads ([`crate::omp`]), issued as one graph and with a
+//! `taskwait` every 8 steps (libgomp's best on this pattern), and as bulk-synchronous steps on
+//! a rayon pool of W threads (one parallel loop per step).
 
 use std::time::Instant;
 
@@ -17,6 +20,7 @@ use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
 use rayon::prelude::*;
 
+use crate::omp::Issue;
 use crate::{Point, Stats};
 
 use crate::WIDTH;
@@ -104,22 +108,43 @@ fn rayon_efficiency(pool: &rayon::ThreadPool, steps: u64, g_ns: u64) -> f64 {
     (steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W)
 }
 
-/// Interpolates log(g) linearly in efficiency between (g1, e1) and (g2, e2) at 50 %.
-fn at_half(g1: f64, e1: f64, g2: f64, e2: f64) -> f64 {
+/// Where a sweep crossed 50 % efficiency, by both definitions in use.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Crossing {
+    /// The kernel time (µs) at which efficiency is 50 %: `pto bench metg`'s METG.
+    pub kernel_us: f64,
+    /// Task Bench's METG at the same point: the task granularity, wall × workers / tasks (µs);
+    /// at exactly 50 % it is twice the kernel time.
+    pub granularity_us: f64,
+}
+
+/// One sweep: the crossing (`None` when 10 ms is still below 50 %) and the efficiency at
+/// 100 µs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sweep {
+    pub crossing: Option<Crossing>,
+    pub at_100: f64,
+}
+
+/// Interpolates log(g) and log(granularity) linearly in efficiency between (g1, e1) and
+/// (g2, e2) at 50 %; granularity = g / e (wall × workers / tasks).
+fn at_half(g1: f64, e1: f64, g2: f64, e2: f64) -> Crossing {
     let f = if (e1 - e2).abs() > f64::EPSILON {
         (e1 - 0.5) / (e1 - e2)
     } else {
         0.5
     };
-    (g1.ln() + f * (g2.ln() - g1.ln())).exp()
+    let log_lerp = |a: f64, b: f64| (a.ln() + f * (b.ln() - a.ln())).exp();
+    Crossing {
+        kernel_us: log_lerp(g1, g2) / 1000.0,
+        granularity_us: log_lerp(g1 / e1, g2 / e2) / 1000.0,
+    }
 }
 
-/// METG(50%) in µs from `efficiency(g_ns)`: from 100 µs down by 1.5× while efficiency stays at
-/// least 50 %, or up by 1.5× (to 10 ms) while it is below; `None` if 10 ms is still below.
-/// Also returns the efficiency at 100 µs.
-fn sweep(
-    mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>,
-) -> anyhow::Result<(Option<f64>, f64)> {
+/// METG(50%) from `efficiency(g_ns)`: from 100 µs down by 1.5× while efficiency stays at
+/// least 50 %, or up by 1.5× (to 10 ms) while it is below. A sweep that stays above 50 % down
+/// to 0.5 µs reports its last point.
+fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Result<Sweep> {
     let start = 100_000.0f64;
     let first = efficiency(start as u64)?;
     let (mut g, mut e) = (start, first);
@@ -132,11 +157,21 @@ fn sweep(
         let next = g * step;
         if (step < 1.0 && next < limit) || (step > 1.0 && next > limit) {
             // Never crossed 50 %: the last grain tried bounds it.
-            return Ok(((first >= 0.5).then_some(g / 1000.0), first));
+            let crossing = (first >= 0.5).then(|| Crossing {
+                kernel_us: g / 1000.0,
+                granularity_us: g / e / 1000.0,
+            });
+            return Ok(Sweep {
+                crossing,
+                at_100: first,
+            });
         }
         let e_next = efficiency(next as u64)?;
         if (e_next >= 0.5) != (e >= 0.5) {
-            return Ok((Some(at_half(g, e, next, e_next) / 1000.0), first));
+            return Ok(Sweep {
+                crossing: Some(at_half(g, e, next, e_next)),
+                at_100: first,
+            });
         }
         (g, e) = (next, e_next);
     }
@@ -146,6 +181,18 @@ fn sweep(
 fn steps_for(g_ns: u64, budget_ns: f64, range: (u64, u64)) -> u64 {
     ((budget_ns / (f64::from(WIDTH) * g_ns as f64)) as u64).clamp(range.0, range.1)
 }
+
+/// The OpenMP-tasks peer's efficiency at grain `g_ns` (W = 2 threads).
+fn omp_efficiency(steps: u64, g_ns: u64, issue: Issue) -> anyhow::Result<f64> {
+    let steps_u32 = u32::try_from(steps)?;
+    let wall = crate::omp::stencil_1d_wall(steps_u32, WIDTH, g_ns, W as i32, issue)?;
+    Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W))
+}
+
+/// The peers' names, as the rows print them.
+const OPENMP: &str = "OpenMP tasks, whole graph (GCC libgomp, omp task depend)";
+const OPENMP_WAIT: &str = "OpenMP tasks, taskwait every 8 steps (GCC libgomp)";
+const RAYON: &str = "rayon bulk-synchronous";
 
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let (budget, range) = if quick {
@@ -164,9 +211,13 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(W as usize)
         .build()?;
-    let (ours, ours_100) = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g, W))?;
-    let (ours_w1, _) = sweep(|g| pto_efficiency(&chip, steps_for(g, budget / 2.0, range), g, 1.0))?;
-    let (peer, peer_100) = sweep(|g| Ok(rayon_efficiency(&pool, steps_for(g, budget, range), g)))?;
+    let ours = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g, W))?;
+    let ours_w1 = sweep(|g| pto_efficiency(&chip, steps_for(g, budget / 2.0, range), g, 1.0))?;
+    let rayon = sweep(|g| Ok(rayon_efficiency(&pool, steps_for(g, budget, range), g)))?;
+    // A build without OpenMP reports the peer as unmeasured (NaN) and says why in the anchor.
+    let openmp = sweep(|g| omp_efficiency(steps_for(g, budget, range), g, Issue::Graph));
+    let openmp_wait =
+        sweep(|g| omp_efficiency(steps_for(g, budget, range), g, Issue::TaskwaitEvery(8)));
     // The efficiency reference: the same tasks one after another on one thread (W = 1).
     let seq_steps = steps_for(100_000, budget, range);
     let started = Instant::now();
@@ -175,19 +226,51 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     }
     let sequential = (seq_steps * u64::from(WIDTH)) as f64 * 1e-4 / started.elapsed().as_secs_f64();
     let case = format!("stencil_1d width {WIDTH} W=2");
-    // Not reached below 10 ms: reported as NaN (JSON null).
-    let metg = |v: Option<f64>| v.unwrap_or(f64::NAN);
+    // Not reached below 10 ms (or not measured): NaN, printed as "-" and JSON null.
+    let kernel = |s: &Sweep| s.crossing.map_or(f64::NAN, |c| c.kernel_us);
+    let granularity = |s: &Sweep| s.crossing.map_or(f64::NAN, |c| c.granularity_us);
+    let omp = |f: &dyn Fn(&Sweep) -> f64| openmp.as_ref().map_or(f64::NAN, f);
+    let omp_wait = |f: &dyn Fn(&Sweep) -> f64| openmp_wait.as_ref().map_or(f64::NAN, f);
+    let mut metg = Point::new(
+        "metg",
+        format!("{case}: METG(50%), kernel time"),
+        "us",
+        Stats::one(kernel(&ours)),
+    )
+    .with_peer(OPENMP_WAIT, omp_wait(&kernel))
+    .with_peer(OPENMP, omp(&kernel))
+    .with_peer(RAYON, kernel(&rayon));
+    let mut task_bench = Point::new(
+        "metg",
+        format!("{case}: METG(50%), Task Bench granularity"),
+        "us",
+        Stats::one(granularity(&ours)),
+    )
+    .with_peer(OPENMP_WAIT, omp_wait(&granularity))
+    .with_peer(OPENMP, omp(&granularity))
+    .with_peer(RAYON, granularity(&rayon))
+    .with_anchor("Task Bench's definition (wall x workers / tasks at 50 % efficiency); Task Bench on 32 cores: MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)");
+    if let Err(e) = &openmp {
+        metg = metg.with_anchor(e.to_string());
+        task_bench = task_bench.with_anchor(e.to_string());
+    }
     Ok(vec![
-        Point::new("metg", format!("{case}: METG(50%)"), "us", Stats::one(metg(ours)))
-            .with_peer("rayon bulk-synchronous", metg(peer))
-            .with_anchor("Task Bench (32 cores): MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)"),
-        Point::new("metg", format!("{case}: efficiency at 100 us"), "fraction", Stats::one(ours_100))
-            .with_peer("rayon bulk-synchronous", peer_100),
+        metg,
+        task_bench,
         Point::new(
             "metg",
-            format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%)"),
+            format!("{case}: efficiency at 100 us"),
+            "fraction",
+            Stats::one(ours.at_100),
+        )
+        .with_peer(OPENMP_WAIT, omp_wait(&|s: &Sweep| s.at_100))
+        .with_peer(OPENMP, omp(&|s: &Sweep| s.at_100))
+        .with_peer(RAYON, rayon.at_100),
+        Point::new(
+            "metg",
+            format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%), kernel time"),
             "us",
-            Stats::one(metg(ours_w1)),
+            Stats::one(kernel(&ours_w1)),
         ),
         Point::new(
             "metg",
@@ -206,12 +289,19 @@ mod tests {
     fn sweeping_finds_the_half_efficiency_grain() {
         // Efficiency g / (g + 50 µs): 50 % exactly at 50 µs.
         let model = |g: u64| Ok(g as f64 / (g as f64 + 50_000.0));
-        let (metg, at_100) = sweep(model).unwrap();
-        assert!((metg.unwrap() - 50.0).abs() < 5.0, "{metg:?}");
-        assert!((at_100 - 2.0 / 3.0).abs() < 1e-9);
+        let s = sweep(model).unwrap();
+        let c = s.crossing.unwrap();
+        assert!((c.kernel_us - 50.0).abs() < 5.0, "{c:?}");
+        // Task Bench's granularity at 50 %: g / 0.5 = 100 µs.
+        assert!((c.granularity_us - 100.0).abs() < 10.0, "{c:?}");
+        assert!((s.at_100 - 2.0 / 3.0).abs() < 1e-9);
         // Below 50 % at 100 µs: the sweep goes up (400 µs here).
         let slow = |g: u64| Ok(g as f64 / (g as f64 + 400_000.0));
-        let (metg, _) = sweep(slow).unwrap();
-        assert!((metg.unwrap() - 400.0).abs() < 40.0, "{metg:?}");
+        let c = sweep(slow).unwrap().crossing.unwrap();
+        assert!((c.kernel_us - 400.0).abs() < 40.0, "{c:?}");
+        // Never below 50 %: the last grain tried (under 1 µs) bounds it.
+        let fast = |_: u64| Ok(0.9);
+        let c = sweep(fast).unwrap().crossing.unwrap();
+        assert!(c.kernel_us < 1.0 && (c.granularity_us - c.kernel_us / 0.9).abs() < 1e-9);
     }
 }

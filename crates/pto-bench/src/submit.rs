@@ -220,12 +220,11 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty())?;
     let (rayon, sequential) = peers(n, runs)?;
     let mut points = Vec::new();
-    let me = std::process::id();
     for shape in &SHAPES {
         for window in [1024u64, 262_144] {
-            let cpu_before = crate::idle::ticks(me);
+            let cpu_before = crate::idle::process_cpu_s();
             let stats = sample(runs, || run_once(&chip, shape, n, window))?;
-            let cpu = crate::idle::ticks(me).saturating_sub(cpu_before) as f64 / crate::idle::hz();
+            let cpu = crate::idle::process_cpu_s() - cpu_before;
             points.push(Point::new(
                 "submit",
                 format!("{} window={window} n={n}: CPU per task", shape.name),
@@ -252,11 +251,9 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     points.extend(by_clusters(n / 4, runs)?);
     // What the chip costs once the runs are over: its threads must park (idle ~0 %).
     let idle = std::time::Duration::from_millis(if quick { 200 } else { 1000 });
-    let before = crate::idle::ticks(me);
+    let before = crate::idle::process_cpu_s();
     std::thread::sleep(idle);
-    let idle_cpu = crate::idle::ticks(me).saturating_sub(before) as f64
-        / crate::idle::hz()
-        / idle.as_secs_f64();
+    let idle_cpu = (crate::idle::process_cpu_s() - before) / idle.as_secs_f64();
     points.push(Point::new(
         "submit",
         "idle CPU after the runs",

@@ -33,8 +33,8 @@ pub(crate) enum Command {
     /// it, repeat while a run fails with a capacity error; print sizing and reserved bytes
     /// before and after (exit 0 every case verified, 1 one was not, 2 usage error).
     Tune(TuneArgs),
-    /// Measure pto against peers in the same run (BENCHMARKS.md): submit, dispatch, idle,
-    /// footprint, or all; a table, or one JSON object per measured point.
+    /// Measure pto against peers in the same run (BENCHMARKS.md): one benchmark or all; a
+    /// table, or one JSON object per measured point.
     Bench(BenchArgs),
     /// List the scenes this binary knows: level, params (range, default), task labels and
     /// worker counts; with NAME, only that scene.
@@ -115,9 +115,14 @@ pub(crate) struct TuneArgs {
     pub(crate) report: Option<PathBuf>,
 }
 
+/// The benchmark argument's help: every name `pto_bench` knows, so it cannot fall behind.
+fn which_help() -> String {
+    format!("The benchmark: {}, or all", pto_bench::names())
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
-    /// submit, dispatch, idle, footprint or all.
+    #[arg(help = which_help())]
     pub(crate) which: String,
     /// One JSON object per measured point per line.
     #[arg(long)]

@@ -24,7 +24,16 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
                 assert!(v.get(field).is_some(), "{field} missing: {line}");
             }
         }
+        figures_can_be(&v, line);
         benches.insert(v["bench"].as_str().unwrap().to_string());
+        if v["case"]
+            .as_str()
+            .unwrap()
+            .ends_with("METG(50%), kernel time")
+            && v["case"].as_str().unwrap().contains("W=2")
+        {
+            metg_peers(&v, line);
+        }
     }
     let want: std::collections::BTreeSet<String> = [
         "submit",
@@ -56,4 +65,60 @@ fn the_table_and_an_unknown_bench() {
     let out = pto(dir.path()).args(["bench", "nope"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("submit"), "{}", stderr(&out));
+}
+
+/// Never a figure that cannot be: min <= median <= max, and no negative cost or CPU time.
+fn figures_can_be(v: &serde_json::Value, line: &str) {
+    let Some(median) = v["median"].as_f64() else {
+        assert_eq!(v["runs"], 0, "an unmeasured figure says so: {line}");
+        return;
+    };
+    let (min, max) = (v["min"].as_f64().unwrap(), v["max"].as_f64().unwrap());
+    assert!(min <= median && median <= max, "{line}");
+    let unit = v["unit"].as_str().unwrap();
+    if unit.starts_with("us") || unit.contains("CPU") {
+        assert!(median >= 0.0, "{line}");
+    }
+    if v["case"].as_str().unwrap().ends_with("CPU per task") {
+        assert!(
+            median > 0.0 && median < 1000.0,
+            "CPU per task is measured: {line}"
+        );
+    }
+}
+
+/// The METG row compares with both OpenMP formulations and rayon, each with its own ratio.
+fn metg_peers(v: &serde_json::Value, line: &str) {
+    let mut names = vec![v["peer"].as_str().unwrap().to_string()];
+    for other in v["other_peers"].as_array().unwrap() {
+        names.push(other["peer"].as_str().unwrap().to_string());
+        assert!(other.get("ratio").is_some(), "{line}");
+    }
+    assert_eq!(names.len(), 3, "{line}");
+    assert!(
+        names[0].contains("OpenMP") && names[0].contains("taskwait"),
+        "{line}"
+    );
+    assert!(
+        names[1].contains("OpenMP") && names[1].contains("whole graph"),
+        "{line}"
+    );
+    assert!(names[2].contains("rayon"), "{line}");
+    // This build has the OpenMP peer (gcc and libgomp are on every machine the README names).
+    assert!(v["peer_median"].as_f64().is_some_and(|m| m > 0.0), "{line}");
+}
+
+#[test]
+fn help_names_every_bench() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = pto(dir.path()).args(["bench", "--help"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for bench in pto_bench::BENCHES {
+        assert!(
+            stdout(&out).contains(bench.name),
+            "{}: {}",
+            bench.name,
+            stdout(&out)
+        );
+    }
 }
