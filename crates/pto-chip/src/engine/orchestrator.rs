@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use pto_types::geometry::Overlap;
 use pto_types::ring_config::resolve::ResolvedSizing;
-use pto_types::wait::{SpinPolicy, Waiter};
+use pto_types::wait::{SpinPolicy, WaitOutcome, Waiter};
 use pto_types::{ErrorCode, RING_COUNT, Resource, TensorTag};
 
 use crate::diag::deps::{DepGraph, EdgeKind};
@@ -389,7 +389,12 @@ impl OrchCore {
             };
             let wake = blocked.ring_bound.then(|| (ring, self.wake_target(ring)));
             run.want_ring_wake(wake);
-            let _ = waiter.wait(Some(deadline.max(now + Duration::from_millis(1))));
+            pause(
+                &run,
+                &mut waiter,
+                wake,
+                deadline.max(now + Duration::from_millis(1)),
+            );
         }
     }
 
@@ -1138,6 +1143,33 @@ impl AdaptiveSpin {
 
     fn record(&mut self, waited: Duration, spin: SpinPolicy) {
         self.park = waited > spin.spin();
+    }
+}
+
+/// Waits until a blocked request is worth trying again: while spinning, until the watermark of
+/// the awaited ring reaches its wake target (`wake`), or, without one, until anything
+/// progressed, or the run failed; once the spin window is over, until a notification (which
+/// comes at the same threshold, or when nothing runs any more) or `deadline`. Trying again only
+/// then makes a back-pressured orchestrator submit in bursts: retrying on every spin step made
+/// it wait once per task, each wait a few µs of spinning on the graph lock, in lock step with the
+/// executors' retirements.
+fn pause(run: &RunShared, waiter: &mut Waiter<'_>, wake: Option<(usize, u64)>, deadline: Instant) {
+    let progress = run.progress.load(Ordering::Acquire);
+    let worth_retrying = || {
+        run.is_cancelled()
+            || match wake {
+                Some((ring, at)) => run.last_alive[ring].load(Ordering::Acquire) >= at,
+                None => run.progress.load(Ordering::Acquire) != progress,
+            }
+    };
+    loop {
+        match waiter.wait(Some(deadline)) {
+            WaitOutcome::Spun | WaitOutcome::Yielded if !worth_retrying() => continue,
+            // Spinning found it worth retrying; or a key was just taken (W1), and the caller's
+            // full re-check must come between it and the park; or parked and notified, or out
+            // of time.
+            _ => return,
+        }
     }
 }
 
