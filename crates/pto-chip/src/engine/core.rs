@@ -129,7 +129,7 @@ pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, done: &[Completio
 /// Wakes the orchestrator (ring space, run end) and executors (new ready work) as `fx` says.
 fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
     if fx.wake != Signal::Nothing {
-        chip.signal_work(run, fx.wake == Signal::Wake);
+        chip.signal_work(fx.wake == Signal::Wake);
     }
     if (fx.watermark_moved || fx.completed_tasks > 0) && run.wants_ring_wake(fx.quiescent) {
         run.ring_progress.notify_one();

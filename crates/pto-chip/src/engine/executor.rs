@@ -181,7 +181,7 @@ struct Search {
     /// The chip's `run_seq` when `run` was read.
     seen_seq: Option<u64>,
     run: Option<Arc<RunShared>>,
-    /// The run's `work_epoch` at the last failed take.
+    /// The chip's work epoch at the last failed take (`pto_types::wait::Search::seen`).
     seen_epoch: Option<u64>,
     /// This executor stepped back ([`serve`]): rest before searching.
     resting: bool,
@@ -193,78 +193,74 @@ impl Search {
         if std::mem::take(&mut self.resting) {
             // Not searching, so signals wake the active executor's peers only when needed;
             // the timeout bounds how long queued work can wait behind a long kernel.
-            let key = chip.work.prepare();
+            let parked = chip.work.parked();
+            let key = parked.prepare();
             if !chip.shutdown.load(Ordering::SeqCst) {
-                let _ = chip.work.wait(key, Some(Instant::now() + REST));
+                let _ = parked.wait(key, Some(Instant::now() + REST));
             }
         }
         // One searcher spins; the others park at once, so that idle executors do not take
         // CPU time from the orchestrator on a small host.
-        let mut spins = chip.searching.fetch_add(1, Ordering::SeqCst) == 0;
+        let mut search = chip.work.search_from(self.seen_epoch);
         // The one searcher spins without yielding for its whole window: a yield (~0.8 µs) would
         // delay noticing work that is usually microseconds away.
         let pure = chip.spin.with_pure_spin(chip.spin.spin());
         let mut window = SpinWindow::new(pure).reading_clock_every(SEARCH_CLOCK_EVERY);
-        loop {
+        let found = loop {
             if chip.shutdown.load(Ordering::SeqCst) {
-                chip.searching.fetch_sub(1, Ordering::SeqCst);
-                return None;
+                break None;
             }
-            if let Some(work) = self.try_take(chip, index) {
-                chip.searching.fetch_sub(1, Ordering::SeqCst);
+            if let Some(work) = self.try_take(chip, index, &mut search) {
                 let run = Arc::clone(self.run.as_ref().expect("work comes from a run"));
-                return Some((run, work));
+                break Some((run, work));
             }
-            if spins && window.step().is_spinning() {
+            if search.spins() && window.step().is_spinning() {
                 continue;
             }
-            // Park: stop searching first, then re-check (module doc of `engine/mod.rs`).
-            chip.searching.fetch_sub(1, Ordering::SeqCst);
-            let key = chip.work.prepare();
-            if !self.news(chip) {
-                if self.seen_epoch.is_some() && self.run_finished() {
-                    // Let a finished run's memory go while parked.
-                    self.run = None;
-                    self.seen_seq = None;
-                    self.seen_epoch = None;
-                }
-                let _ = chip.work.wait(key, None);
+            if !search.news() && self.run_finished() {
+                // Let a finished run's memory go while parked.
+                self.run = None;
             }
-            spins = chip.searching.fetch_add(1, Ordering::SeqCst) == 0;
+            // Stop searching, re-check, park (`pto_types::wait::WorkSignal`); a new run or a
+            // shutdown is news too.
+            let seen_seq = self.seen_seq;
+            search.park(
+                || {
+                    chip.shutdown.load(Ordering::SeqCst)
+                        || Some(chip.run_seq.load(Ordering::SeqCst)) != seen_seq
+                },
+                None,
+            );
             window.reset();
-        }
+        };
+        self.seen_epoch = search.seen();
+        found
     }
 
     fn run_finished(&self) -> bool {
         self.run.as_ref().is_some_and(|r| r.is_finished())
     }
 
-    /// Whether anything changed since the last failed take: a new run or a work signal.
-    fn news(&self, chip: &ChipShared) -> bool {
+    /// Takes a unit from the current run when something changed since the last try: a new run
+    /// or a work signal.
+    fn try_take(
+        &mut self,
+        chip: &ChipShared,
+        index: usize,
+        search: &mut pto_types::wait::Search<'_>,
+    ) -> Option<Work> {
         let seq = chip.run_seq.load(Ordering::SeqCst);
-        if self.seen_seq != Some(seq) {
-            return true;
-        }
-        match &self.run {
-            Some(run) => Some(run.work_epoch.load(Ordering::SeqCst)) != self.seen_epoch,
-            None => false,
-        }
-    }
-
-    /// Takes a unit from the current run when something changed since the last try.
-    fn try_take(&mut self, chip: &ChipShared, index: usize) -> Option<Work> {
-        if !self.news(chip) {
+        let new_run = self.seen_seq != Some(seq);
+        if !new_run && !search.news() {
             return None;
         }
-        let seq = chip.run_seq.load(Ordering::SeqCst);
-        if self.seen_seq != Some(seq) {
+        if new_run {
             self.seen_seq = Some(seq);
             self.run = chip.run.lock().clone();
-            self.seen_epoch = None;
         }
+        // Note the epoch before looking: a signal after this is news for the next check.
+        search.look();
         let run = self.run.as_ref()?;
-        // Read the epoch before looking: a signal after this load is seen by the next check.
-        self.seen_epoch = Some(run.work_epoch.load(Ordering::SeqCst));
         let pass_start = run.trace.as_ref().map(|_| Instant::now());
         let (work, more) = {
             let mut graph = run.lock_graph();
@@ -274,7 +270,7 @@ impl Search {
         if work.is_some() {
             trace_pass(run, index, pass_start, "take");
             if more != Signal::Nothing {
-                chip.signal_work(run, more == Signal::Wake);
+                chip.signal_work(more == Signal::Wake);
             }
         }
         work

@@ -25,11 +25,13 @@
 //! allocators, pools and TensorMap stay lock-free because only the orchestrator uses them. The
 //! watermark of each ring is published in an atomic for the orchestrator's refresh.
 //!
-//! Waking executors ([`ChipShared::signal_work`]): whoever makes a block dispatchable bumps the
-//! run's `work_epoch` and wakes one parked executor only when no executor is searching (spinning
-//! for work). A searching executor watches the epoch; before it parks it stops counting itself
-//! as searching and then re-checks the epoch (both `SeqCst`, the store-buffering pattern of
-//! `pto_types::wait`'s README): either the signaller sees it searching, or it sees the bump.
+//! Waking executors ([`ChipShared::signal_work`]) follows `pto_types::wait::WorkSignal`:
+//! whoever makes a block dispatchable moves the chip's work epoch and wakes one parked executor
+//! only when no executor is searching (spinning for work). A searching executor watches the
+//! epoch; before it parks it stops counting itself as searching and then re-checks the epoch
+//! (the store-buffering pattern of `pto_types::wait`'s README): either the signaller sees it
+//! searching, or it sees the move. Loom model-checks that protocol (`pto_types::wait`'s
+//! `loom_tests.rs`).
 
 pub(crate) mod core;
 pub(crate) mod executor;
@@ -46,7 +48,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use pto_types::wait::{EventCount, SpinPolicy};
+use pto_types::wait::{EventCount, SpinPolicy, WorkSignal};
 
 use crate::kernel::{BoundTensor, KernelRef};
 use crate::task_id::TaskId;
@@ -180,10 +182,8 @@ pub(crate) struct ChipShared {
     pub(crate) cores: Vec<CoreInfo>,
     /// Executor threads of this chip.
     pub(crate) executors: usize,
-    /// Executors park here; [`ChipShared::signal_work`] wakes them.
-    pub(crate) work: EventCount,
-    /// Executors spinning for work right now (see the module doc).
-    pub(crate) searching: CachePadded<AtomicU32>,
+    /// The work epoch, the searching executors and where they park (see the module doc).
+    pub(crate) work: CachePadded<WorkSignal>,
     /// Executors between taking work and running out of it.
     pub(crate) active: CachePadded<AtomicU32>,
     /// The run in progress, if any, and a sequence number bumped whenever it changes, so that
@@ -214,8 +214,7 @@ impl ChipShared {
             clusters,
             cores,
             executors,
-            work: EventCount::new(),
-            searching: CachePadded::new(AtomicU32::new(0)),
+            work: CachePadded::new(WorkSignal::new()),
             active: CachePadded::new(AtomicU32::new(0)),
             run: Mutex::new(None),
             run_seq: CachePadded::new(AtomicU64::new(0)),
@@ -231,13 +230,10 @@ impl ChipShared {
         self.run_seq.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Something of `run` became dispatchable: tells searching executors, and with `wake`
-    /// wakes one parked executor unless one is searching already (module doc).
-    pub(crate) fn signal_work(&self, run: &RunShared, wake: bool) {
-        run.work_epoch.fetch_add(1, Ordering::SeqCst);
-        if wake && self.searching.load(Ordering::SeqCst) == 0 {
-            self.work.notify_one();
-        }
+    /// Something became dispatchable: tells searching executors, and with `wake` wakes one
+    /// parked executor unless one is searching already (module doc).
+    pub(crate) fn signal_work(&self, wake: bool) {
+        self.work.signal(wake);
     }
 
     /// Lets the calling executor stop being active if another one is (never the last).
@@ -253,7 +249,7 @@ impl ChipShared {
     pub(crate) fn stop(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         self.run_seq.fetch_add(1, Ordering::SeqCst);
-        self.work.notify_all();
+        self.work.signal_all();
         for g in &self.gangs {
             g.ec.notify_all();
         }

@@ -895,7 +895,7 @@ impl OrchCore {
     /// only by this thread, so changes it makes itself notify nobody.
     fn after_lock(&mut self, fx: &Effects) {
         if fx.wake != Signal::Nothing {
-            self.chip.signal_work(&self.run, fx.wake == Signal::Wake);
+            self.chip.signal_work(fx.wake == Signal::Wake);
         }
     }
 

@@ -52,9 +52,6 @@ pub(crate) struct RunShared {
     pub(crate) completed: CachePadded<AtomicU64>,
     /// Tasks submitted, set once orchestration has finished; [`TOTAL_UNKNOWN`] before.
     pub(crate) total_tasks: CachePadded<AtomicU64>,
-    /// Bumped whenever a block may have become dispatchable (a task became ready, a core was
-    /// released): searching executors watch it (`ChipShared::signal_work`).
-    pub(crate) work_epoch: CachePadded<AtomicU64>,
     /// How long the last finished kernel ran (ns): when kernels are long, one waiting block is
     /// worth waking a parked executor for ([`super::graph::Graph::signal`]).
     pub(crate) last_kernel_ns: CachePadded<AtomicU64>,
@@ -85,7 +82,6 @@ impl RunShared {
             wake_at: CachePadded::new(AtomicU64::new(0)),
             completed: CachePadded::new(AtomicU64::new(0)),
             total_tasks: CachePadded::new(AtomicU64::new(TOTAL_UNKNOWN)),
-            work_epoch: CachePadded::new(AtomicU64::new(0)),
             last_kernel_ns: CachePadded::new(AtomicU64::new(0)),
             running: CachePadded::new(AtomicU64::new(0)),
             done: CachePadded::new(EventCount::new()),

@@ -10,7 +10,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
-use super::{EventCount, SpinPolicy, WaitOutcome, Waiter, wait_until};
+use super::{EventCount, SpinPolicy, WaitOutcome, Waiter, WorkSignal, wait_until};
 
 /// Bound the search like crossbeam's and tokio's loom CI: two preemptions per execution,
 /// unless `LOOM_MAX_PREEMPTIONS` says otherwise.
@@ -182,4 +182,107 @@ fn loom_wait_waiter_loop_sees_fatal_flag() {
         assert!(parks <= 1);
         killer.join().unwrap();
     });
+}
+
+/// One worker of the `WorkSignal` models, shaped like a chip's executor: it searches for an
+/// item (watching the epoch, parking through `Search::park`); once it holds one, it runs it,
+/// and then takes the next item directly, as the executor's finish takes the next block in the
+/// same lock hold, searching again only when there is none. An item may make one more item
+/// ready: that is signalled without a wake, since this worker comes back for work itself.
+fn work_signal_worker(
+    signal: &WorkSignal,
+    items: &loom::sync::Mutex<Vec<bool>>,
+    taken: &AtomicUsize,
+    done: &EventCount,
+    stop: &AtomicBool,
+    total: usize,
+) {
+    let mut seen = None;
+    let mut next = None;
+    loop {
+        let item = match next.take() {
+            Some(item) => item,
+            None => {
+                let mut search = signal.search_from(seen);
+                let found = loop {
+                    if stop.load(Ordering::SeqCst) {
+                        break None;
+                    }
+                    if search.news() {
+                        search.look();
+                        if let Some(item) = items.lock().unwrap().pop() {
+                            break Some(item);
+                        }
+                    }
+                    search.park(|| stop.load(Ordering::SeqCst), None);
+                };
+                seen = search.seen();
+                match found {
+                    Some(item) => item,
+                    None => return,
+                }
+            }
+        };
+        if item {
+            items.lock().unwrap().push(false);
+            signal.signal(false);
+        }
+        if taken.fetch_add(1, Ordering::SeqCst) + 1 == total {
+            done.notify_all();
+        }
+        next = items.lock().unwrap().pop();
+    }
+}
+
+/// `WorkSignal` (the chip executors' search and park): `workers` workers and a producer that
+/// publishes two items with `signal(true)`, one of which makes a third ready (`signal(false)`).
+/// Every item is taken: a worker that parks while an item waits, with nobody left to take it,
+/// is a loom deadlock.
+fn work_signal_model(workers: usize) {
+    model(move || {
+        let signal = Arc::new(WorkSignal::new());
+        let items = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let taken = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(EventCount::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let total = 3;
+        let workers: Vec<_> = (0..workers)
+            .map(|_| {
+                let (signal, items, taken, done, stop) = (
+                    signal.clone(),
+                    items.clone(),
+                    taken.clone(),
+                    done.clone(),
+                    stop.clone(),
+                );
+                thread::spawn(move || {
+                    work_signal_worker(&signal, &items, &taken, &done, &stop, total)
+                })
+            })
+            .collect();
+        for follow_up in [true, false] {
+            items.lock().unwrap().push(follow_up);
+            signal.signal(true);
+        }
+        wait_until(&done, SpinPolicy::PARK_IMMEDIATELY, None, || {
+            (taken.load(Ordering::SeqCst) == total).then_some(())
+        })
+        .expect("no deadline");
+        stop.store(true, Ordering::SeqCst);
+        signal.signal_all();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(signal.searching(), 0);
+    });
+}
+
+#[test]
+fn loom_work_signal_one_worker_never_misses_an_item() {
+    work_signal_model(1);
+}
+
+#[test]
+fn loom_work_signal_two_workers_never_strand_an_item() {
+    work_signal_model(2);
 }

@@ -17,6 +17,8 @@
 //!   [`DEFAULT_SPIN`] (50 µs window, then park).
 //! - [`SpinWindow`]: the spinning half alone, one [`SpinStep`] at a time, for loops that park
 //!   on something other than an [`EventCount`] or that read the clock less often.
+//! - [`WorkSignal`] and [`Search`]: the wake-up protocol of workers that search for work and
+//!   park when they find none (a chip's executors), built on an [`EventCount`].
 //!
 //! A park has a timeout only when the caller passes a deadline, so an idle runtime has every
 //! thread parked and costs ~0 % CPU. The protocol, its states and named steps, the lost-wake-up
@@ -32,6 +34,7 @@
 mod event_count;
 mod spin;
 mod sync;
+mod work_signal;
 
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -44,6 +47,7 @@ pub use event_count::{EventCount, Key, MAX_WAITERS};
 pub use spin::{
     DEFAULT_SPIN, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, WaitOutcome, Waiter, wait_until,
 };
+pub use work_signal::{Search, WorkSignal};
 
 /// A wait ended because its deadline passed before the awaited condition held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@ use pto_testkit::with_timeout;
 
 use super::{
     DEFAULT_SPIN, EventCount, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, TimedOut, WaitOutcome,
-    Waiter, wait_until,
+    Waiter, WorkSignal, wait_until,
 };
 
 /// Watchdog for every test: the budget of one test body.
@@ -641,5 +641,64 @@ fn wait_parked_waiter_costs_no_cpu() {
 fn wait_parked_waiter_with_far_deadline_costs_no_cpu() {
     with_timeout(WATCHDOG_SECS, || {
         parked_waiter_is_idle(Some(Instant::now() + Duration::from_secs(60)));
+    });
+}
+
+#[test]
+fn wait_work_signal_counts_searchers_and_reports_news() {
+    with_timeout(WATCHDOG_SECS, || {
+        let signal = WorkSignal::new();
+        let mut a = signal.search();
+        assert!(a.spins(), "the first searcher spins");
+        assert!(a.news(), "nothing seen yet");
+        a.look();
+        assert!(!a.news());
+        let b = signal.search();
+        assert!(!b.spins(), "a second searcher parks at once");
+        assert_eq!(signal.searching(), 2);
+        signal.signal(false);
+        assert!(a.news(), "a signal is news");
+        a.look();
+        let seen = a.seen();
+        drop(a);
+        drop(b);
+        assert_eq!(signal.searching(), 0);
+        // A search resumed from what an earlier one saw has no news until the next signal.
+        let c = signal.search_from(seen);
+        assert!(!c.news());
+        signal.signal(true);
+        assert!(c.news());
+    });
+}
+
+#[test]
+fn wait_work_signal_wakes_a_parked_worker_and_park_returns_on_news() {
+    with_timeout(WATCHDOG_SECS, || {
+        let signal = Arc::new(WorkSignal::new());
+        // News before parking: park returns at once.
+        let mut s = signal.search();
+        s.look();
+        signal.signal(false);
+        s.park(|| false, None);
+        assert_eq!(signal.searching(), 1, "searching again after park");
+        drop(s);
+        // A parked worker wakes on `signal(true)` when nobody searches.
+        let (tx, rx) = mpsc::channel();
+        let worker = {
+            let signal = Arc::clone(&signal);
+            thread::spawn(move || {
+                let mut s = signal.search();
+                s.look();
+                tx.send(()).unwrap();
+                while !s.news() {
+                    s.park(|| false, None);
+                }
+            })
+        };
+        rx.recv().unwrap();
+        eventually(|| signal.searching() == 0 || worker.is_finished());
+        signal.signal(true);
+        worker.join().unwrap();
+        assert_eq!(signal.searching(), 0);
     });
 }
