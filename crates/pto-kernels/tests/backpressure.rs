@@ -287,3 +287,36 @@ fn sync_start_cohort_runs_all_blocks_together() {
         assert_eq!(COHORT_ARRIVED.load(Ordering::Acquire), 4);
     });
 }
+
+/// A dep-pool wait on ring 1 whose need shrinks when a producer on ring 0 completes, while
+/// ring 1's head (from a closed scope) runs a long kernel: the orchestrator waits for ring 1's
+/// wake target (issue 25) and the run completes, without a false capacity error.
+fn cross_ring_dep_wait<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (t, y) = (a.tensor(0), a.tensor(1));
+    s.submit_aiv(SLEEP, KernelArgs::new().inout(t).scalar(50u64))?;
+    s.scope(|s| {
+        s.submit_aiv(SLEEP, KernelArgs::new().scalar(200u64))?;
+        // Four consumers of the pending producer fill ring 1's pool of four dep entries.
+        for _ in 0..4 {
+            s.submit_dummy(KernelArgs::new().input(t))?;
+        }
+        Ok(())
+    })?;
+    s.scope(|s| {
+        s.submit_aiv(COPY0, KernelArgs::new().input(t).output_existing(y))?;
+        Ok(())
+    })
+}
+
+#[test]
+fn dep_pool_wait_across_rings_completes() {
+    with_timeout(60, || {
+        let chip = chip(1, &[]);
+        let (_, t) = f32_tensor(1, 7.0);
+        let (out, y) = f32_tensor(1, -1.0);
+        let env = RuntimeEnv::default().with_dep_pool([16, 4, 16, 16]);
+        let args = TaskArgs::new().inout(&t).output_existing(&y);
+        run(&chip, cross_ring_dep_wait, &args, env);
+        assert_eq!(out.read_f32(0, 1), [7.0]);
+    });
+}

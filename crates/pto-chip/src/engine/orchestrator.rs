@@ -310,10 +310,17 @@ impl OrchCore {
 
     /// The watermark worth waking for: a quarter of the live tasks of `ring`, at most 16, at
     /// least one — so that a back-pressured orchestrator submits in bursts instead of waking for
-    /// every retired task.
+    /// every retired task — but never past the first task of a scope that is still open, which
+    /// cannot retire while this thread waits (then only a run with nothing left to run would
+    /// wake it).
     fn wake_target(&self, ring: usize) -> u64 {
-        let live = self.rings[ring].next_id() - self.observed[ring];
-        self.observed[ring] + (live / 4).clamp(1, 16)
+        let head = self.observed[ring];
+        let next = self.rings[ring].next_id();
+        let want = head + ((next - head) / 4).clamp(1, 16);
+        let mask = u64::from(self.rings[ring].window()) - 1;
+        (head..want.min(next))
+            .find(|&id| self.marks[ring][(id & mask) as usize].scope_open)
+            .map_or(want, |open| open.max(head + 1))
     }
 
     /// True when ring `ring`'s oldest live task belongs to a scope that is still open: then the
