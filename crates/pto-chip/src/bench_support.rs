@@ -127,8 +127,8 @@ impl ReadyLanes {
         let payload = Arc::new(TaskPayload {
             shape: Shape::Aiv,
             kernels: [None, Some(KernelRef::from_static(&NOOP_AIV)), None],
-            tensors: Vec::new(),
-            scalars: Vec::new(),
+            tensors: Default::default(),
+            scalars: Default::default(),
             block_num: 1,
             sync_start: false,
         });

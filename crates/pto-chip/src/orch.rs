@@ -45,8 +45,8 @@ use std::marker::PhantomData;
 
 use pto_types::{DType, ErrorCode, TensorTag};
 
-use crate::engine::Shape;
 use crate::engine::orchestrator::{ArgTensor, CreateInfo, OrchCore, SubmitRequest};
+use crate::engine::{INLINE_ARGS, Scalars, Shape};
 use crate::error::{ChipError, Detector};
 pub use crate::error::{Fatal, OrchResult};
 use crate::kernel::{CoreType, Element, KernelRef, Scalar};
@@ -169,8 +169,8 @@ fn dtype_bits(dtype: DType, value: f64) -> u64 {
 /// dependencies and SPMD settings. Problems are recorded and reported at submit as INVALID_ARGS.
 #[derive(Debug)]
 pub struct KernelArgs<'s> {
-    tensors: Vec<ArgTensor>,
-    scalars: Vec<u64>,
+    tensors: smallvec::SmallVec<[ArgTensor; INLINE_ARGS]>,
+    scalars: Scalars,
     deps: Vec<(TaskId, bool)>,
     block_num: u32,
     sync_start: bool,
@@ -187,8 +187,8 @@ impl Default for KernelArgs<'_> {
 impl<'s> KernelArgs<'s> {
     pub fn new() -> KernelArgs<'s> {
         KernelArgs {
-            tensors: Vec::new(),
-            scalars: Vec::new(),
+            tensors: smallvec::SmallVec::new(),
+            scalars: Scalars::new(),
             deps: Vec::new(),
             block_num: 1,
             sync_start: false,

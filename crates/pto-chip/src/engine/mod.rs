@@ -76,14 +76,25 @@ impl Shape {
     }
 }
 
+/// Arguments a task keeps inline, without an allocation of their own: four tensors and four
+/// scalars cover the kernels we ship; more spill to the heap.
+pub(crate) const INLINE_ARGS: usize = 4;
+
+/// A task's bound tensors, inline up to [`INLINE_ARGS`].
+pub(crate) type BoundTensors = smallvec::SmallVec<[BoundTensor; INLINE_ARGS]>;
+
+/// A task's scalars, inline up to [`INLINE_ARGS`].
+pub(crate) type Scalars = smallvec::SmallVec<[u64; INLINE_ARGS]>;
+
 /// What a task runs: immutable once published, shared with the threads running its blocks.
+/// One allocation per task (the `Arc`): its arguments are inline.
 #[derive(Debug)]
 pub(crate) struct TaskPayload {
     pub(crate) shape: Shape,
     /// AIC, AIV0, AIV1 kernels (AIC tasks use slot 0, AIV tasks slot 1).
     pub(crate) kernels: [Option<KernelRef>; 3],
-    pub(crate) tensors: Vec<BoundTensor>,
-    pub(crate) scalars: Vec<u64>,
+    pub(crate) tensors: BoundTensors,
+    pub(crate) scalars: Scalars,
     pub(crate) block_num: u32,
     pub(crate) sync_start: bool,
 }

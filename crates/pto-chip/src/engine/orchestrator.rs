@@ -34,7 +34,7 @@ use crate::tensormap::{TensorMap, Visit};
 use super::graph::{Effects, NewTask, ProducerState, Signal};
 use super::heap::RunMemory;
 use super::run::{RunShared, Watch};
-use super::{ChipShared, Shape, TaskPayload};
+use super::{BoundTensors, ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
 
 /// Most tensors per task.
 pub(crate) const MAX_TENSORS: usize = 32;
@@ -80,8 +80,8 @@ impl CreateInfo {
 pub(crate) struct SubmitRequest {
     pub(crate) kernels: [Option<KernelRef>; 3],
     pub(crate) shape: Shape,
-    pub(crate) tensors: Vec<ArgTensor>,
-    pub(crate) scalars: Vec<u64>,
+    pub(crate) tensors: smallvec::SmallVec<[ArgTensor; INLINE_ARGS]>,
+    pub(crate) scalars: Scalars,
     /// Explicit dependencies: (producer, RETAIN).
     pub(crate) deps: Vec<(TaskId, bool)>,
     pub(crate) block_num: u32,
@@ -623,7 +623,7 @@ impl OrchCore {
             shape: Shape::Dummy,
             kernels: [None; 3],
             tensors: bound,
-            scalars: Vec::new(),
+            scalars: Scalars::new(),
             block_num: 1,
             sync_start: false,
         });
@@ -769,8 +769,8 @@ impl OrchCore {
         ring: usize,
         offset: u64,
         tensors: &[ArgTensor],
-    ) -> (Vec<BoundTensor>, Vec<TensorDesc>) {
-        let mut bound = Vec::with_capacity(tensors.len());
+    ) -> (BoundTensors, Vec<TensorDesc>) {
+        let mut bound = BoundTensors::with_capacity(tensors.len());
         let mut outputs = Vec::new();
         let mut next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
         for t in tensors {
