@@ -72,7 +72,7 @@ fn small_cfg() -> CallConfig {
 
 /// µs of one run of `k` tasks of `handle` (sub or chip).
 /// Chip tasks go round robin over the Worker's chips.
-fn one_run(w: &Worker, handle: CallableHandle, chip: bool, k: usize) -> anyhow::Result<f64> {
+pub fn one_run(w: &Worker, handle: CallableHandle, chip: bool, k: usize) -> anyhow::Result<f64> {
     let cfg = small_cfg();
     let w_chips = w.chips().max(1);
     let started = Instant::now();
@@ -206,8 +206,8 @@ fn ping_pong(rounds: u64) -> (f64, f64) {
     (spin, blocking)
 }
 
-/// A Worker with one chip and one sub lane of `depth`, initialised.
-fn worker(mode: EndpointMode, depth: usize) -> anyhow::Result<Worker> {
+/// The Worker B3 measures, initialised: one chip (`chip_spec`), one sub lane of `depth`.
+pub fn worker(mode: EndpointMode, depth: usize) -> anyhow::Result<Worker> {
     pto_kernels::link();
     let w = Worker::builder(3)
         .chips(1)

@@ -15,6 +15,63 @@ pub(crate) fn process_cpu_s() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
+/// One thread of this process as the scheduler accounts it (`/proc/self/task/*/schedstat`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadSched {
+    /// `name:tid`.
+    pub thread: String,
+    /// Time on a CPU, ns.
+    pub on_cpu_ns: u64,
+    /// Time runnable but waiting for a CPU, ns.
+    pub waiting_ns: u64,
+    pub slices: u64,
+}
+
+/// Every thread of this process now, for the profiling examples: what each used between two
+/// snapshots is the figure that `perf` misattributes on a VM.
+pub fn thread_scheds() -> Vec<ThreadSched> {
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten();
+    tasks
+        .filter_map(|entry| {
+            let path = entry.path();
+            let comm = std::fs::read_to_string(path.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
+            let v: Vec<u64> = stat
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let [on_cpu_ns, waiting_ns, slices] = v[..] else {
+                return None;
+            };
+            Some(ThreadSched {
+                thread: format!("{}:{}", comm.trim(), entry.file_name().to_string_lossy()),
+                on_cpu_ns,
+                waiting_ns,
+                slices,
+            })
+        })
+        .collect()
+}
+
+/// Prints what each thread used since `before`, per one of `count` `what`s (µs per task, per
+/// run).
+pub fn print_thread_costs(before: &[ThreadSched], count: f64, what: &str) {
+    for now in thread_scheds() {
+        let was = before.iter().find(|b| b.thread == now.thread);
+        let since = |f: fn(&ThreadSched) -> u64| f(&now) - was.map_or(0, f);
+        println!(
+            "  {:<20} on CPU {:>7.3} us/{what}, runnable-waiting {:>7.3} us/{what}, slices/{what} {:.2}",
+            now.thread,
+            since(|t| t.on_cpu_ns) as f64 / 1000.0 / count,
+            since(|t| t.waiting_ns) as f64 / 1000.0 / count,
+            since(|t| t.slices) as f64 / count,
+        );
+    }
+}
+
 /// CPU ticks (user + system, all threads) of process `pid`; 0 once it is gone.
 pub(crate) fn ticks(pid: u32) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

@@ -194,20 +194,24 @@ const OPENMP: &str = "OpenMP tasks, whole graph (GCC libgomp, omp task depend)";
 const OPENMP_WAIT: &str = "OpenMP tasks, taskwait every 8 steps (GCC libgomp)";
 const RAYON: &str = "rayon bulk-synchronous";
 
+/// The chip B2 runs on: one cluster (W = 2 AIV cores, or its AIC core for W = 1), 2 AICPU
+/// threads.
+pub fn chip() -> anyhow::Result<ChipWorker> {
+    let spec = ChipSpec {
+        clusters: 1,
+        max_aicpu_threads: 2,
+        ..ChipSpec::default()
+    };
+    Ok(ChipWorker::new(spec, EnvSource::empty())?)
+}
+
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     let (budget, range) = if quick {
         (2e7, (2, 10))
     } else {
         (1.6e9, (10, 1000))
     };
-    let chip = ChipWorker::new(
-        ChipSpec {
-            clusters: 1,
-            max_aicpu_threads: 2,
-            ..ChipSpec::default()
-        },
-        EnvSource::empty(),
-    )?;
+    let chip = chip()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(W as usize)
         .build()?;
@@ -229,27 +233,26 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     // Not reached below 10 ms (or not measured): NaN, printed as "-" and JSON null.
     let kernel = |s: &Sweep| s.crossing.map_or(f64::NAN, |c| c.kernel_us);
     let granularity = |s: &Sweep| s.crossing.map_or(f64::NAN, |c| c.granularity_us);
-    let omp = |f: &dyn Fn(&Sweep) -> f64| openmp.as_ref().map_or(f64::NAN, f);
-    let omp_wait = |f: &dyn Fn(&Sweep) -> f64| openmp_wait.as_ref().map_or(f64::NAN, f);
-    let mut metg = Point::new(
-        "metg",
-        format!("{case}: METG(50%), kernel time"),
-        "us",
-        Stats::one(kernel(&ours)),
-    )
-    .with_peer(OPENMP_WAIT, omp_wait(&kernel))
-    .with_peer(OPENMP, omp(&kernel))
-    .with_peer(RAYON, kernel(&rayon));
-    let mut task_bench = Point::new(
-        "metg",
-        format!("{case}: METG(50%), Task Bench granularity"),
-        "us",
-        Stats::one(granularity(&ours)),
-    )
-    .with_peer(OPENMP_WAIT, omp_wait(&granularity))
-    .with_peer(OPENMP, omp(&granularity))
-    .with_peer(RAYON, granularity(&rayon))
-    .with_anchor("Task Bench's definition (wall x workers / tasks at 50 % efficiency); Task Bench on 32 cores: MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)");
+    let peers = [
+        (OPENMP_WAIT, openmp_wait.as_ref().ok()),
+        (OPENMP, openmp.as_ref().ok()),
+        (RAYON, Some(&rayon)),
+    ];
+    // One W = 2 figure of pto and of every peer.
+    let compare = |what: &str, unit: &'static str, figure: &dyn Fn(&Sweep) -> f64| {
+        let ours = Point::new(
+            "metg",
+            format!("{case}: {what}"),
+            unit,
+            Stats::one(figure(&ours)),
+        );
+        peers.iter().fold(ours, |p, (name, sweep)| {
+            p.with_peer(*name, sweep.map_or(f64::NAN, figure))
+        })
+    };
+    let mut metg = compare("METG(50%), kernel time", "us", &kernel);
+    let mut task_bench = compare("METG(50%), Task Bench granularity", "us", &granularity)
+        .with_anchor("Task Bench's definition (wall x workers / tasks at 50 % efficiency); Task Bench on 32 cores: MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)");
     if let Err(e) = &openmp {
         metg = metg.with_anchor(e.to_string());
         task_bench = task_bench.with_anchor(e.to_string());
@@ -257,15 +260,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     Ok(vec![
         metg,
         task_bench,
-        Point::new(
-            "metg",
-            format!("{case}: efficiency at 100 us"),
-            "fraction",
-            Stats::one(ours.at_100),
-        )
-        .with_peer(OPENMP_WAIT, omp_wait(&|s: &Sweep| s.at_100))
-        .with_peer(OPENMP, omp(&|s: &Sweep| s.at_100))
-        .with_peer(RAYON, rayon.at_100),
+        compare("efficiency at 100 us", "fraction", &|s: &Sweep| s.at_100),
         Point::new(
             "metg",
             format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%), kernel time"),

@@ -45,8 +45,8 @@ use std::marker::PhantomData;
 
 use pto_types::{DType, ErrorCode, TensorTag};
 
-use crate::engine::orchestrator::{ArgTensor, CreateInfo, OrchCore, SubmitRequest};
-use crate::engine::{INLINE_ARGS, Scalars, Shape};
+use crate::engine::orchestrator::{ArgTensor, ArgTensors, CreateInfo, OrchCore, SubmitRequest};
+use crate::engine::{Scalars, Shape};
 use crate::error::{ChipError, Detector};
 pub use crate::error::{Fatal, OrchResult};
 use crate::kernel::{CoreType, Element, KernelRef, Scalar};
@@ -169,7 +169,7 @@ fn dtype_bits(dtype: DType, value: f64) -> u64 {
 /// dependencies and SPMD settings. Problems are recorded and reported at submit as INVALID_ARGS.
 #[derive(Debug)]
 pub struct KernelArgs<'s> {
-    tensors: smallvec::SmallVec<[ArgTensor; INLINE_ARGS]>,
+    tensors: ArgTensors,
     scalars: Scalars,
     deps: Vec<(TaskId, bool)>,
     block_num: u32,
@@ -187,7 +187,7 @@ impl Default for KernelArgs<'_> {
 impl<'s> KernelArgs<'s> {
     pub fn new() -> KernelArgs<'s> {
         KernelArgs {
-            tensors: smallvec::SmallVec::new(),
+            tensors: ArgTensors::new(),
             scalars: Scalars::new(),
             deps: Vec::new(),
             block_num: 1,

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use pto_types::ErrorCode;
-use pto_types::wait::SpinWindow;
+use pto_types::wait::{Search, SpinWindow};
 
 use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector};
@@ -27,7 +27,7 @@ use super::{Assignment, ChipShared, Completion, Work};
 /// The body of executor thread `index`. A broken invariant fails the run it happened in
 /// (INTERNAL_ERROR), not the chip: the panic is caught and the thread goes on serving.
 pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
-    let mut search = Search::default();
+    let mut search = SearchState::default();
     loop {
         match catch_unwind(AssertUnwindSafe(|| serve(&chip, index, &mut search))) {
             Ok(()) => return,
@@ -43,7 +43,7 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
                         ),
                     ));
                 }
-                search = Search::default();
+                search = SearchState::default();
             }
         }
     }
@@ -57,7 +57,7 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
 /// executors are the cost, not the kernels. One that steps back rests (parks for at most
 /// [`REST`]) and then searches again, so work queued behind a long kernel waits at most that.
 /// A kernel that turns out long ends the batch: its unstarted blocks are given back.
-fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut Search) {
+fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut SearchState) {
     let mut batch = Batch::default();
     while let Some((run, work)) = search.find(chip, index) {
         chip.active.fetch_add(1, Ordering::SeqCst);
@@ -177,7 +177,7 @@ fn trace_pass(run: &RunShared, index: usize, start: Option<Instant>, name: &str)
 
 /// What a searching executor remembers between checks.
 #[derive(Default)]
-struct Search {
+struct SearchState {
     /// The chip's `run_seq` when `run` was read.
     seen_seq: Option<u64>,
     run: Option<Arc<RunShared>>,
@@ -187,7 +187,7 @@ struct Search {
     resting: bool,
 }
 
-impl Search {
+impl SearchState {
     /// Spins, then parks, until a unit of work can be taken; `None` once the chip shuts down.
     fn find(&mut self, chip: &ChipShared, index: usize) -> Option<(Arc<RunShared>, Work)> {
         if std::mem::take(&mut self.resting) {
@@ -247,7 +247,7 @@ impl Search {
         &mut self,
         chip: &ChipShared,
         index: usize,
-        search: &mut pto_types::wait::Search<'_>,
+        search: &mut Search<'_>,
     ) -> Option<Work> {
         let seq = chip.run_seq.load(Ordering::SeqCst);
         let new_run = self.seen_seq != Some(seq);

@@ -28,10 +28,10 @@
 //! Waking executors ([`ChipShared::signal_work`]) follows `pto_types::wait::WorkSignal`:
 //! whoever makes a block dispatchable moves the chip's work epoch and wakes one parked executor
 //! only when no executor is searching (spinning for work). A searching executor watches the
-//! epoch; before it parks it stops counting itself as searching and then re-checks the epoch
-//! (the store-buffering pattern of `pto_types::wait`'s README): either the signaller sees it
-//! searching, or it sees the move. Loom model-checks that protocol (`pto_types::wait`'s
-//! `loom_tests.rs`).
+//! epoch; before it parks it stops counting itself as searching, takes a key and re-checks the
+//! epoch. The epoch and the count share one word, so either the signal reads the executor still
+//! counted, or the re-check sees the move (the proof is in `pto_types::wait`'s README; loom
+//! checks it in `loom_tests.rs`).
 
 pub(crate) mod core;
 pub(crate) mod executor;

@@ -47,6 +47,9 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 /// Each OUTPUT is padded to this many bytes inside its task's heap buffer.
 pub(crate) const OUTPUT_ALIGN: u64 = 1024;
 
+/// A submit's tensor arguments, inline up to [`INLINE_ARGS`].
+pub(crate) type ArgTensors = smallvec::SmallVec<[ArgTensor; INLINE_ARGS]>;
+
 /// A tensor argument of a submit.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ArgTensor {
@@ -80,7 +83,7 @@ impl CreateInfo {
 pub(crate) struct SubmitRequest {
     pub(crate) kernels: [Option<KernelRef>; 3],
     pub(crate) shape: Shape,
-    pub(crate) tensors: smallvec::SmallVec<[ArgTensor; INLINE_ARGS]>,
+    pub(crate) tensors: ArgTensors,
     pub(crate) scalars: Scalars,
     /// Explicit dependencies: (producer, RETAIN).
     pub(crate) deps: Vec<(TaskId, bool)>,
@@ -158,9 +161,9 @@ pub(crate) struct OrchCore {
 
 /// Why a ring resource refused a request, for the wait loop.
 struct Blocked {
-    /// The resource frees only as ring `ring` retires tasks (window, heap), so a wake can wait
-    /// for several retirements; the TensorMap frees on any ring, and a dep-pool request shrinks
-    /// whenever one of its producers completes.
+    /// The resource frees only as ring `ring` retires tasks (window, heap, dep pool), so a wake
+    /// can wait for several retirements (a dep-pool need that shrinks because producers on
+    /// other rings complete is seen at that wake); the TensorMap frees on any ring.
     ring_bound: bool,
     code: ErrorCode,
     resource: ResourceKind,
@@ -1165,7 +1168,7 @@ fn pause(run: &RunShared, waiter: &mut Waiter<'_>, wake: Option<(usize, u64)>, d
     let worth_retrying = || {
         run.is_cancelled()
             || match wake {
-                Some((ring, at)) => run.last_alive[ring].load(Ordering::Acquire) >= at,
+                Some((ring, at)) => run.watermark_reached(ring, at),
                 None => run.progress.load(Ordering::Acquire) != progress,
             }
     };

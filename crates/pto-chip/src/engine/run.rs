@@ -132,8 +132,12 @@ impl RunShared {
         if ring == 0 || quiescent {
             return true;
         }
-        let ring = (ring - 1) as usize;
-        self.last_alive[ring].load(Ordering::SeqCst) >= self.wake_at.load(Ordering::SeqCst)
+        self.watermark_reached((ring - 1) as usize, self.wake_at.load(Ordering::SeqCst))
+    }
+
+    /// Whether the watermark of `ring` reached `at` (`SeqCst`: see `wants_ring_wake`).
+    pub(crate) fn watermark_reached(&self, ring: usize, at: u64) -> bool {
+        self.last_alive[ring].load(Ordering::SeqCst) >= at
     }
 
     /// Microseconds since the run started.
