@@ -24,6 +24,7 @@ pub mod kernel;
 pub mod memory;
 pub mod orch;
 pub mod plan;
+pub mod replay;
 pub(crate) mod ring;
 pub mod spec;
 pub mod task_id;

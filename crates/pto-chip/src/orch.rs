@@ -261,7 +261,11 @@ impl<'s> KernelArgs<'s> {
         self
     }
 
-    fn into_request(self, kernels: [Option<KernelRef>; 3], shape: Shape) -> SubmitRequest {
+    pub(crate) fn into_request(
+        self,
+        kernels: [Option<KernelRef>; 3],
+        shape: Shape,
+    ) -> SubmitRequest {
         SubmitRequest {
             kernels,
             shape,
@@ -292,6 +296,14 @@ pub struct TaskOutputs<'s> {
 }
 
 impl<'s> TaskOutputs<'s> {
+    pub(crate) fn new(task: TaskId, tensors: Vec<TensorDesc>) -> TaskOutputs<'s> {
+        TaskOutputs {
+            task,
+            tensors,
+            _scope: PhantomData,
+        }
+    }
+
     pub fn task_id(&self) -> TaskId {
         self.task
     }
@@ -352,7 +364,7 @@ impl<'r> OrchArgs<'r> {
 
 /// Variance marker of [`Scope`]: `'s` invariant (`fn(&'s ()) -> &'s ()`), and `'p: 's` implied
 /// by the well-formedness of `&'s mut &'p ()`.
-type ScopeMarker<'s, 'p> = PhantomData<(&'s mut &'p (), fn(&'s ()) -> &'s ())>;
+pub(crate) type ScopeMarker<'s, 'p> = PhantomData<(&'s mut &'p (), fn(&'s ()) -> &'s ())>;
 
 /// A scope: depth `'s`, nested in `'p`.
 pub struct Scope<'s, 'p> {
@@ -411,19 +423,14 @@ impl<'s, 'p> Scope<'s, 'p> {
     }
 
     fn check_kind(&mut self, kernel: KernelRef, want: CoreType) -> OrchResult<()> {
-        if kernel.core_type() == want {
-            return Ok(());
+        match kind_error(kernel, want) {
+            None => Ok(()),
+            Some(e) => Err(self.core.fail(ChipError::new(
+                ErrorCode::InvalidArgs,
+                Detector::Immediate,
+                e,
+            ))),
         }
-        Err(self.core.fail(ChipError::new(
-            ErrorCode::InvalidArgs,
-            Detector::Immediate,
-            format!(
-                "kernel {} runs on {:?} cores but was submitted as {:?}",
-                kernel.name(),
-                kernel.core_type(),
-                want
-            ),
-        )))
     }
 
     /// Submits an AIC (cube) task.
@@ -453,31 +460,13 @@ impl<'s, 'p> Scope<'s, 'p> {
         kernels: MixedKernels,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        for (k, want) in [
-            (kernels.aic, CoreType::Aic),
-            (kernels.aiv0, CoreType::Aiv),
-            (kernels.aiv1, CoreType::Aiv),
-        ] {
-            if let Some(k) = k {
-                self.check_kind(k, want)?;
-            }
-        }
-        let mask = u8::from(kernels.aic.is_some())
-            | u8::from(kernels.aiv0.is_some()) << 1
-            | u8::from(kernels.aiv1.is_some()) << 2;
-        match mask {
-            0 => self.submit([None; 3], Shape::Dummy, args),
-            1 => self.submit([kernels.aic, None, None], Shape::Aic, args),
-            2 | 4 => self.submit(
-                [None, kernels.aiv0.or(kernels.aiv1), None],
-                Shape::Aiv,
-                args,
-            ),
-            _ => self.submit(
-                [kernels.aic, kernels.aiv0, kernels.aiv1],
-                Shape::Mix(mask),
-                args,
-            ),
+        match mix_plan(kernels) {
+            Ok((kernels, shape)) => self.submit(kernels, shape, args),
+            Err(e) => Err(self.core.fail(ChipError::new(
+                ErrorCode::InvalidArgs,
+                Detector::Immediate,
+                e,
+            ))),
         }
     }
 
@@ -525,6 +514,21 @@ impl<'s, 'p> Scope<'s, 'p> {
             .map(|_| ())
     }
 
+    /// Replays the recorded `graph` here with its inputs bound to `inputs` (same dtype, shape
+    /// and strides as recorded, no two overlapping); returns its outputs. Edges inside the graph
+    /// come from the recording; arguments over the inputs and outputs go through the TensorMap,
+    /// so the replay orders against the tasks before and after it as if each task had been
+    /// submitted here. See [`crate::replay`].
+    pub fn replay(
+        &mut self,
+        graph: &crate::replay::RecordedGraph,
+        inputs: &[OrchTensor<'s>],
+    ) -> OrchResult<Vec<OrchTensor<'s>>> {
+        let bound: Vec<TensorDesc> = inputs.iter().map(|t| t.desc).collect();
+        let outputs = self.core.replay(graph, &bound)?;
+        Ok(outputs.into_iter().map(OrchTensor::new).collect())
+    }
+
     /// Clusters of the chip (C).
     pub fn available_cluster_count(&self) -> u32 {
         self.core.clusters()
@@ -548,4 +552,39 @@ impl<'s, 'p> Scope<'s, 'p> {
             message.into(),
         ))
     }
+}
+
+/// Why `kernel` cannot be submitted as a `want` task, if it cannot.
+pub(crate) fn kind_error(kernel: KernelRef, want: CoreType) -> Option<String> {
+    (kernel.core_type() != want).then(|| {
+        format!(
+            "kernel {} runs on {:?} cores but was submitted as {:?}",
+            kernel.name(),
+            kernel.core_type(),
+            want
+        )
+    })
+}
+
+/// The kernel slots and shape of a `submit_mix`: none → dummy, AIC alone → AIC, one AIV alone →
+/// AIV, two or more → MIX. Fails on a kernel in the wrong slot.
+pub(crate) fn mix_plan(kernels: MixedKernels) -> Result<([Option<KernelRef>; 3], Shape), String> {
+    for (k, want) in [
+        (kernels.aic, CoreType::Aic),
+        (kernels.aiv0, CoreType::Aiv),
+        (kernels.aiv1, CoreType::Aiv),
+    ] {
+        if let Some(e) = k.and_then(|k| kind_error(k, want)) {
+            return Err(e);
+        }
+    }
+    let mask = u8::from(kernels.aic.is_some())
+        | u8::from(kernels.aiv0.is_some()) << 1
+        | u8::from(kernels.aiv1.is_some()) << 2;
+    Ok(match mask {
+        0 => ([None; 3], Shape::Dummy),
+        1 => ([kernels.aic, None, None], Shape::Aic),
+        2 | 4 => ([None, kernels.aiv0.or(kernels.aiv1), None], Shape::Aiv),
+        _ => ([kernels.aic, kernels.aiv0, kernels.aiv1], Shape::Mix(mask)),
+    })
 }

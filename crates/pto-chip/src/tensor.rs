@@ -249,6 +249,22 @@ impl TensorDesc {
         self
     }
 
+    /// The same view over `buffer`, `start_offset` elements in, owned by `owner`: how a replay
+    /// moves a recorded view onto the tensors it binds. The caller guarantees that the view lies
+    /// inside `buffer` (the binding was checked against the recording).
+    pub(crate) fn relocated(
+        mut self,
+        buffer: BufferAddr,
+        start_offset: u64,
+        owner: Option<TaskId>,
+    ) -> TensorDesc {
+        self.buffer = buffer;
+        self.start_offset = start_offset;
+        self.owner = owner;
+        debug_assert!(self.validate().is_ok(), "a relocated view fits its buffer");
+        self
+    }
+
     // ----- getters -----
 
     pub fn buffer(&self) -> BufferAddr {

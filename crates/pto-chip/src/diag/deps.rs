@@ -48,6 +48,9 @@ pub struct DepsTask {
     pub depth: usize,
     /// How many blocks it runs as.
     pub block_num: u32,
+    /// The recorded graph it was replayed from (`pto_chip::replay`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<String>,
 }
 
 /// One producer → consumer edge.
@@ -97,6 +100,7 @@ struct Node {
     kernels: String,
     depth: usize,
     block_num: u32,
+    graph: Option<std::sync::Arc<str>>,
 }
 
 struct Edge {
@@ -120,7 +124,23 @@ impl DepGraph {
             kernels,
             depth,
             block_num,
+            graph: None,
         });
+    }
+
+    /// Records a task replayed from the graph `graph`.
+    pub(crate) fn replayed_task(
+        &mut self,
+        id: TaskId,
+        kernels: String,
+        depth: usize,
+        block_num: u32,
+        graph: std::sync::Arc<str>,
+    ) {
+        self.task(id, kernels, depth, block_num);
+        if let Some(node) = self.nodes.last_mut() {
+            node.graph = Some(graph);
+        }
     }
 
     /// Records `from → to`, merging kinds of an edge already recorded.
@@ -160,6 +180,7 @@ impl DepGraph {
             kernels: n.kernels.clone(),
             depth: n.depth,
             block_num: n.block_num,
+            graph: n.graph.as_ref().map(|g| g.to_string()),
         });
         let edges = self.edges.iter().map(|e| DepsEdge {
             from: e.from.to_string(),

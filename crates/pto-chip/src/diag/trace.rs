@@ -152,6 +152,9 @@ pub struct BlockArgs {
     /// When its completion was processed, µs since the run started (level ≥ 2).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_us: Option<f64>,
+    /// The recorded graph the task was replayed from (`pto_chip::replay`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<String>,
 }
 
 /// Reads a `chip_swimlane.json`; a file of another schema or version is an error.
@@ -194,6 +197,8 @@ pub(crate) struct AicpuSpan {
 pub(crate) struct TraceBuffer {
     blocks: Vec<BlockSpan>,
     spans: Vec<AicpuSpan>,
+    /// The graph each replayed task came from.
+    graphs: HashMap<TaskId, std::sync::Arc<str>>,
     pub(crate) dropped: u64,
 }
 
@@ -208,6 +213,11 @@ impl TraceBuffer {
         } else {
             self.blocks.push(b);
         }
+    }
+
+    /// Notes that `task` was replayed from the graph `name`.
+    pub(crate) fn graph_task(&mut self, task: TaskId, name: std::sync::Arc<str>) {
+        self.graphs.insert(task, name);
     }
 
     pub(crate) fn span(&mut self, s: AicpuSpan) {
@@ -226,7 +236,11 @@ impl TraceBuffer {
         edges: &[(TaskId, TaskId)],
     ) -> String {
         let mut events = lane_names(run.clusters, schedulers);
-        events.extend(self.blocks.iter().map(|b| block_event(b, run.level)));
+        events.extend(
+            self.blocks
+                .iter()
+                .map(|b| block_event(b, self.graphs.get(&b.task), run.level)),
+        );
         if run.level >= 2 {
             events.extend(self.flow_events(edges));
         }
@@ -363,7 +377,7 @@ fn lane_names(clusters: u32, schedulers: usize) -> Vec<TraceEvent> {
 }
 
 /// The `X` event of one block execution.
-fn block_event(b: &BlockSpan, level: u8) -> TraceEvent {
+fn block_event(b: &BlockSpan, graph: Option<&std::sync::Arc<str>>, level: u8) -> TraceEvent {
     let detailed = level >= 2;
     TraceEvent::Complete {
         pid: 1,
@@ -378,6 +392,7 @@ fn block_event(b: &BlockSpan, level: u8) -> TraceEvent {
             sub_block: b.sub_block,
             dispatch_us: detailed.then(|| round(b.dispatch_us)),
             finish_us: detailed.then(|| round(b.finish_us)),
+            graph: graph.map(|g| g.to_string()),
         }),
     }
 }

@@ -36,6 +36,7 @@
 pub(crate) mod core;
 pub(crate) mod executor;
 pub(crate) mod graph;
+pub(crate) mod infer;
 // Host pointers of run memory (rules H1, H2).
 #[allow(unsafe_code)]
 pub(crate) mod heap;

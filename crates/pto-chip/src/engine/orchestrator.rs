@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use pto_types::geometry::Overlap;
 use pto_types::ring_config::resolve::ResolvedSizing;
 use pto_types::wait::{SpinPolicy, WaitOutcome, Waiter};
 use pto_types::{ErrorCode, RING_COUNT, Resource, TensorTag};
@@ -33,8 +32,11 @@ use crate::tensormap::{TensorMap, Visit};
 
 use super::graph::{Effects, NewTask, ProducerState, Signal};
 use super::heap::RunMemory;
+use super::infer;
 use super::run::{RunShared, Watch};
 use super::{BoundTensors, ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
+
+mod replay;
 
 /// Most tensors per task.
 pub(crate) const MAX_TENSORS: usize = 32;
@@ -73,7 +75,7 @@ impl CreateInfo {
         &self.shape[..self.ndims]
     }
 
-    fn padded_bytes(&self) -> u64 {
+    pub(crate) fn padded_bytes(&self) -> u64 {
         let numel: u64 = self.shape().iter().map(|&n| u64::from(n)).product();
         (numel * self.dtype.size() as u64).next_multiple_of(OUTPUT_ALIGN)
     }
@@ -108,6 +110,10 @@ struct SlotMarks {
 struct ScopeFrame {
     ring: usize,
     tasks: Vec<TaskId>,
+    /// Heap bytes (aligned) and dependency edges its tasks pin until it ends: what a replay
+    /// must fit beside (`replay.rs`).
+    heap: u64,
+    edges: u64,
     /// Where the scope was opened (`file:line`), for scope stats.
     site: String,
 }
@@ -245,6 +251,8 @@ impl OrchCore {
         self.scopes.push(ScopeFrame {
             ring,
             tasks: Vec::new(),
+            heap: 0,
+            edges: 0,
             site,
         });
     }
@@ -534,27 +542,32 @@ impl OrchCore {
                 "block_num must be at least 1".into(),
             ));
         }
-        if req.sync_start && req.block_num > 1 {
-            let clusters = self.settings.clusters;
-            let limit = match req.shape {
-                Shape::Aiv => 2 * clusters,
-                Shape::Aic | Shape::Mix(_) => clusters,
-                Shape::Dummy => u32::MAX,
-            };
-            if req.block_num > limit {
-                let mut e = ChipError::new(
-                    ErrorCode::RequireSyncStartInvalid,
-                    Detector::Immediate,
-                    format!(
-                        "a sync-start task with block_num {} needs more cores than the chip has (limit {limit} for this shape, {clusters} clusters)",
-                        req.block_num
-                    ),
-                );
-                e.resource = Some(ResourceKind::Cores);
-                e.requested = Some(u64::from(req.block_num));
-                e.used = Some(u64::from(limit));
-                return Err(self.fail(e));
-            }
+        if req.sync_start {
+            self.check_sync_start(req.shape, req.block_num)?;
+        }
+        Ok(())
+    }
+
+    /// A sync-start task must fit the chip's cores at once.
+    fn check_sync_start(&self, shape: Shape, block_num: u32) -> OrchResult<()> {
+        let clusters = self.settings.clusters;
+        let limit = match shape {
+            Shape::Aiv => 2 * clusters,
+            Shape::Aic | Shape::Mix(_) => clusters,
+            Shape::Dummy => u32::MAX,
+        };
+        if block_num > 1 && block_num > limit {
+            let mut e = ChipError::new(
+                ErrorCode::RequireSyncStartInvalid,
+                Detector::Immediate,
+                format!(
+                    "a sync-start task with block_num {block_num} needs more cores than the chip has (limit {limit} for this shape, {clusters} clusters)"
+                ),
+            );
+            e.resource = Some(ResourceKind::Cores);
+            e.requested = Some(u64::from(block_num));
+            e.used = Some(u64::from(limit));
+            return Err(self.fail(e));
         }
         Ok(())
     }
@@ -576,30 +589,18 @@ impl OrchCore {
             let ArgTensor::Existing { tag, desc } = arg else {
                 continue;
             };
-            if *tag == TensorTag::Output {
-                continue;
-            }
-            if let Some(owner) = desc.owner() {
-                producers.push((owner, true));
-                if let Some(graph) = deps.as_mut() {
-                    graph.edge(owner, id, EdgeKind::Creator, true);
-                }
-            }
-            let looks_up = matches!(tag, TensorTag::Input | TensorTag::InOut);
-            if looks_up && !desc.manual_dep() && !desc.is_empty() {
-                let inout = *tag == TensorTag::InOut;
-                self.tensormap.lookup(desc, &observed, |hit| {
-                    producers.push((hit.producer, false));
+            infer::arg_producers(
+                &mut self.tensormap,
+                &observed,
+                *tag,
+                desc,
+                |p, retain, kind| {
+                    producers.push((p, retain));
                     if let Some(graph) = deps.as_mut() {
-                        graph.edge(hit.producer, id, EdgeKind::TensorMap, false);
+                        graph.edge(p, id, kind, retain);
                     }
-                    if inout && hit.overlap == Overlap::Covered {
-                        Visit::Remove
-                    } else {
-                        Visit::Keep
-                    }
-                });
-            }
+                },
+            );
         }
         dedup_producers(&mut producers, id);
         Ok(producers)
@@ -690,6 +691,7 @@ impl OrchCore {
             spill_mark: 0,
             scope_open: true,
         };
+        self.scopes.last_mut().expect("root scope").heap += crate::ring::align_heap(total_bytes);
         Ok((TaskId::new(ring as u8, alloc.id), alloc.offset))
     }
 
@@ -723,11 +725,7 @@ impl OrchCore {
     /// Step 10: reserve and insert TensorMap entries for the tensors this task writes.
     fn register_writers(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
         let writes = |t: &&ArgTensor| match t {
-            ArgTensor::Existing { tag, desc } => {
-                matches!(tag, TensorTag::InOut | TensorTag::OutputExisting)
-                    && !desc.manual_dep()
-                    && !desc.is_empty()
-            }
+            ArgTensor::Existing { tag, desc } => infer::writes(*tag, desc),
             ArgTensor::Create(_) => false,
         };
         let needed = tensors.iter().filter(writes).count();
@@ -824,6 +822,7 @@ impl OrchCore {
             completed,
         });
         let mut fx = Effects::default();
+        let mut wired = 0;
         self.wait_for(ring, Some(id), |core| {
             let mut graph = run.lock_graph();
             let new = task.as_ref().expect("published once");
@@ -861,6 +860,7 @@ impl OrchCore {
                         .try_alloc_n(edges)
                         .expect("the demand ledger is unbounded");
                 }
+                wired = edges;
                 return Ok(());
             }
             let (resource, needed, pool) = if !spill_ok {
@@ -884,7 +884,9 @@ impl OrchCore {
         marks.dep_mark = self.dep_pools[ring].top();
         marks.demand_mark = self.dep_demand[ring].top();
         marks.spill_mark = self.spill_pools[ring].top();
-        self.scopes.last_mut().expect("root scope").tasks.push(id);
+        let frame = self.scopes.last_mut().expect("root scope");
+        frame.tasks.push(id);
+        frame.edges += wired;
         self.after_lock(&fx);
         Ok(())
     }
@@ -1008,6 +1010,11 @@ impl OrchCore {
 
     /// Opens a nested scope opened at `site`.
     pub(crate) fn begin_scope(&mut self, site: &std::panic::Location<'_>) -> OrchResult<()> {
+        self.begin_scope_at(format!("{}:{}", short_path(site.file()), site.line()))
+    }
+
+    /// Opens a nested scope named `site` in scope stats and traces.
+    fn begin_scope_at(&mut self, site: String) -> OrchResult<()> {
         self.check_fatal()?;
         if self.scopes.len() >= MAX_SCOPE_DEPTH {
             return Err(self.fail_immediate(
@@ -1015,7 +1022,7 @@ impl OrchCore {
                 format!("scopes nest at most {MAX_SCOPE_DEPTH} deep, counting the root scope"),
             ));
         }
-        self.open_frame(format!("{}:{}", short_path(site.file()), site.line()));
+        self.open_frame(site);
         Ok(())
     }
 

@@ -19,6 +19,7 @@
 
 mod dep_pool;
 mod heap;
+pub(crate) use heap::align_heap;
 mod peaks;
 mod task_ring;
 

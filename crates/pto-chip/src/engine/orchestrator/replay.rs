@@ -1,0 +1,374 @@
+//! Replaying a recorded graph (`crate::replay`): the submit pipeline of [`OrchCore::submit`]
+//! with the dependency analysis of the graph's inside taken from the recording.
+//!
+//! Per task: admission and heap as any submit; producers = the recorded edges, mapped to this
+//! replay's ids, plus what inference finds for the **boundary** arguments (over a graph input
+//! or a buffer the graph returns), which also register as TensorMap writers. Buffers that stay
+//! inside the graph never enter the TensorMap: no task outside the graph can name them, so the
+//! only live writers inference could find there are graph tasks, and the recording has those.
+//!
+//! Verify mode runs full inference over every argument instead, registers every writer, and
+//! fails the run (INTERNAL_ERROR) when the recording and inference disagree on a live edge.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pto_types::{ErrorCode, RING_COUNT, Resource};
+
+use crate::diag::deps::EdgeKind;
+use crate::engine::TaskPayload;
+use crate::engine::graph::ProducerState;
+use crate::engine::infer;
+use crate::error::{ChipError, Detector, OrchResult, ResourceKind};
+use crate::replay::{GraphInner, Origin, RecordedEdge, RecordedGraph, RecordedTask, Step};
+use crate::task_id::TaskId;
+use crate::tensor::{BufferAddr, TensorDesc};
+
+use super::{ArgTensor, ArgTensors, MAX_SCOPE_DEPTH, OrchCore, dedup_producers, payload_names};
+
+/// The ids and heap bases this replay gave the graph's tasks so far.
+struct Replayed<'a> {
+    graph: &'a GraphInner,
+    bound: &'a [TensorDesc],
+    ids: Vec<TaskId>,
+    bases: Vec<u64>,
+    /// Verify mode: graph task index by id.
+    index: Option<HashMap<TaskId, u32>>,
+}
+
+impl Replayed<'_> {
+    /// `desc` (recorded over `origin`) moved onto this replay's buffers.
+    fn rebase(&self, desc: &TensorDesc, origin: Origin) -> TensorDesc {
+        match origin {
+            Origin::Input(i) => {
+                let (b, r) = (&self.bound[i as usize], &self.graph.inputs[i as usize]);
+                let start = b
+                    .start_offset()
+                    .wrapping_add(desc.start_offset().wrapping_sub(r.start_offset()));
+                desc.relocated(b.buffer(), start, b.owner())
+            }
+            Origin::Task(k) => {
+                let task = &self.graph.tasks[k as usize];
+                let base = self.bases[k as usize] + (desc.base() - task.virt_base);
+                desc.relocated(
+                    BufferAddr::device(base, desc.buffer_bytes()),
+                    desc.start_offset(),
+                    Some(self.ids[k as usize]),
+                )
+            }
+        }
+    }
+}
+
+impl OrchCore {
+    /// Submits the tasks of `graph` with its inputs bound to `bound`; returns its outputs.
+    pub(crate) fn replay(
+        &mut self,
+        graph: &RecordedGraph,
+        bound: &[TensorDesc],
+    ) -> OrchResult<Vec<TensorDesc>> {
+        self.check_fatal()?;
+        let inner = &*graph.inner;
+        if let Err(e) = graph.check_binding(bound) {
+            return Err(self.fail_immediate(ErrorCode::InvalidArgs, e));
+        }
+        if self.scopes.len() + inner.max_depth > MAX_SCOPE_DEPTH {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "graph {:?} nests {} scope(s) below depth {}: scopes nest at most {MAX_SCOPE_DEPTH} deep",
+                    inner.name,
+                    inner.max_depth,
+                    self.depth()
+                ),
+            ));
+        }
+        for t in inner.tasks.iter().filter(|t| t.sync_start) {
+            self.check_sync_start(t.shape, t.block_num)?;
+        }
+        self.check_needs(graph)?;
+        let mut state = Replayed {
+            graph: inner,
+            bound,
+            ids: Vec::with_capacity(inner.tasks.len()),
+            bases: Vec::with_capacity(inner.tasks.len()),
+            index: graph.verifies().then(HashMap::new),
+        };
+        let mut open = 0usize;
+        let mut result = Ok(());
+        for step in &inner.steps {
+            result = match *step {
+                Step::Begin => self
+                    .begin_scope_at(format!("graph {}", inner.name))
+                    .map(|()| open += 1),
+                Step::End => {
+                    self.end_scope();
+                    open -= 1;
+                    Ok(())
+                }
+                Step::Task(k) => self.replay_task(&mut state, k),
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+        for _ in 0..open {
+            self.end_scope();
+        }
+        result?;
+        Ok(inner
+            .outputs
+            .iter()
+            .map(|o| state.rebase(&o.desc, Origin::Task(o.task)))
+            .collect())
+    }
+
+    /// Fails at once when the graph's pinned task slots or heap bytes cannot fit beside what
+    /// the open scopes pin already (they could never be freed while the replay runs). The dep
+    /// pool is not checked here: its worst case assumes every producer is still running, and
+    /// a replay whose producers finish in time fits in less.
+    fn check_needs(&self, graph: &RecordedGraph) -> OrchResult<()> {
+        let needs = graph.needs().at_depth(self.depth());
+        for (ring, need) in needs.iter().enumerate() {
+            if need.task_window == 0 {
+                continue;
+            }
+            let frames = self.scopes.iter().filter(|f| f.ring == ring);
+            let (tasks, heap) = frames.fold((0u64, 0u64), |(t, h), f| {
+                (t + f.tasks.len() as u64, h + f.heap)
+            });
+            let window = u64::from(self.rings[ring].window());
+            let capacity = self.sizing.heap(ring);
+            let (code, resource, used, requested, min) = if tasks + need.task_window > window - 1 {
+                let min = Resource::TaskWindow.legal_at_least(tasks + need.task_window + 1);
+                let kind = ResourceKind::TaskWindow;
+                (ErrorCode::ScopeDeadlock, kind, tasks, need.task_window, min)
+            } else if heap + need.heap > capacity {
+                let min = Resource::Heap.legal_at_least(heap + need.heap + need.heap_largest_alloc);
+                (
+                    ErrorCode::HeapRingDeadlock,
+                    ResourceKind::Heap,
+                    heap,
+                    need.heap,
+                    min,
+                )
+            } else {
+                continue;
+            };
+            let res = resource.ring_resource().expect("a ring resource");
+            let cap = self.sizing.at(res, ring);
+            let mut e = ChipError::new(
+                code,
+                Detector::Immediate,
+                format!(
+                    "replaying graph {:?} at depth {} pins {requested} {} on ring {ring} beside {used} pinned by open scopes; {} capacity {} (source: {}); recommended minimum {min}",
+                    graph.name(),
+                    self.depth(),
+                    res.unit(),
+                    resource.as_str(),
+                    cap.value,
+                    cap.source
+                ),
+            );
+            e.ring = Some(ring);
+            e.resource = Some(resource);
+            e.capacity = Some(cap);
+            e.used = Some(used);
+            e.requested = Some(requested);
+            e.recommended_min = Some(min);
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// Submits graph task `k`.
+    fn replay_task(&mut self, st: &mut Replayed<'_>, k: u32) -> OrchResult<()> {
+        self.check_fatal()?;
+        let t: &RecordedTask = &st.graph.tasks[k as usize];
+        let submit_start = (self.run.trace_level >= 4).then(|| self.run.micros(Instant::now()));
+        let (id, offset) = self.admit_and_allocate(t.heap_bytes)?;
+        let ring = usize::from(id.ring());
+        self.tensormap
+            .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
+        st.ids.push(id);
+        st.bases
+            .push(self.memory.heap_device_base + self.heap_bases[ring] + offset);
+        if let Some(index) = &mut st.index {
+            index.insert(id, k);
+        }
+        let tensors: ArgTensors = t
+            .args
+            .iter()
+            .map(|a| match (a.arg, a.origin) {
+                (ArgTensor::Existing { tag, desc }, Some(origin)) => ArgTensor::Existing {
+                    tag,
+                    desc: st.rebase(&desc, origin),
+                },
+                (arg, _) => arg,
+            })
+            .collect();
+        if let Some(deps) = &mut self.deps {
+            let names = payload_names(&t.kernels);
+            deps.replayed_task(
+                id,
+                names,
+                self.scopes.len() - 1,
+                t.block_num,
+                st.graph.name.clone(),
+            );
+            for e in &t.edges {
+                for kind in e.kinds() {
+                    deps.edge(st.ids[e.from as usize], id, kind, e.retain);
+                }
+            }
+        }
+        let producers = if st.index.is_some() {
+            self.verified_producers(st, k, id, &tensors)?
+        } else {
+            self.replayed_producers(st, t, id, &tensors)?
+        };
+        let (bound, _) = self.bind_tensors(id, ring, offset, &tensors);
+        let payload = Arc::new(TaskPayload {
+            shape: t.shape,
+            kernels: t.kernels,
+            tensors: bound,
+            scalars: t.scalars.clone(),
+            block_num: t.block_num,
+            sync_start: t.sync_start,
+        });
+        if let Some(trace) = &self.run.trace {
+            trace.lock().graph_task(id, st.graph.name.clone());
+        }
+        self.publish(id, payload, producers, t.alloc)?;
+        if let Some(start) = submit_start {
+            let names = payload_names(&t.kernels);
+            self.trace_orch(format!("replay {id} {names} ({})", st.graph.name), start);
+        }
+        Ok(())
+    }
+
+    /// The fast path: recorded edges, plus inference over the boundary arguments only.
+    fn replayed_producers(
+        &mut self,
+        st: &Replayed<'_>,
+        t: &RecordedTask,
+        id: TaskId,
+        tensors: &ArgTensors,
+    ) -> OrchResult<Vec<(TaskId, bool)>> {
+        let mut producers = std::mem::take(&mut self.producers_scratch);
+        producers.clear();
+        producers.extend(t.edges.iter().map(|e| (st.ids[e.from as usize], e.retain)));
+        if !t.boundary {
+            return Ok(producers);
+        }
+        let observed = self.observed;
+        let mut writers = ArgTensors::new();
+        for (a, arg) in t.args.iter().zip(tensors) {
+            let ArgTensor::Existing { tag, desc } = *arg else {
+                continue;
+            };
+            if !a.boundary {
+                continue;
+            }
+            let deps = &mut self.deps;
+            infer::arg_producers(
+                &mut self.tensormap,
+                &observed,
+                tag,
+                &desc,
+                |p, retain, kind| {
+                    producers.push((p, retain));
+                    if let Some(graph) = deps.as_mut() {
+                        graph.edge(p, id, kind, retain);
+                    }
+                },
+            );
+            writers.push(*arg);
+        }
+        self.register_writers(id, &writers)?;
+        dedup_producers(&mut producers, id);
+        Ok(producers)
+    }
+
+    /// Verify mode: full inference over every argument, compared with the recording.
+    fn verified_producers(
+        &mut self,
+        st: &Replayed<'_>,
+        k: u32,
+        id: TaskId,
+        tensors: &ArgTensors,
+    ) -> OrchResult<Vec<(TaskId, bool)>> {
+        let t = &st.graph.tasks[k as usize];
+        let index = st.index.as_ref().expect("verify mode");
+        let observed = self.observed;
+        let mut inferred: Vec<(TaskId, bool, usize)> = Vec::new();
+        for (i, arg) in tensors.iter().enumerate() {
+            if let ArgTensor::Existing { tag, desc } = *arg {
+                infer::arg_producers(
+                    &mut self.tensormap,
+                    &observed,
+                    tag,
+                    &desc,
+                    |p, retain, _| {
+                        inferred.push((p, retain, i));
+                    },
+                );
+            }
+        }
+        self.register_writers(id, tensors)?;
+        let recorded = |j: u32| t.edges.iter().any(|e: &RecordedEdge| e.from == j);
+        let mut problem = None;
+        for &(p, _, i) in &inferred {
+            if p == id {
+                continue;
+            }
+            match index.get(&p) {
+                Some(&j) if !recorded(j) => {
+                    problem = Some(format!(
+                        "inference found edge task {j} → task {k} (argument {i}), which the recording lacks"
+                    ));
+                }
+                None if !t.args[i].boundary && !self.completed(p) => {
+                    problem = Some(format!(
+                        "argument {i} of task {k} stays inside the graph, but inference found the running task {p} outside it"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        for e in &t.edges {
+            let p = st.ids[e.from as usize];
+            let explicit_only = e.kinds().all(|kind| kind == EdgeKind::Explicit);
+            let retired = p.local() < observed[usize::from(p.ring())];
+            if !explicit_only && !retired && !inferred.iter().any(|&(q, _, _)| q == p) {
+                problem = Some(format!(
+                    "the recording has edge task {} → task {k}, which inference did not find",
+                    e.from
+                ));
+            }
+        }
+        if let Some(problem) = problem {
+            let mut e = ChipError::new(
+                ErrorCode::InternalError,
+                Detector::Immediate,
+                format!("replay verify of graph {:?}: {problem}", st.graph.name),
+            );
+            e.task = Some(id);
+            return Err(self.fail(e));
+        }
+        let mut producers = std::mem::take(&mut self.producers_scratch);
+        producers.clear();
+        producers.extend(t.edges.iter().map(|e| (st.ids[e.from as usize], e.retain)));
+        producers.extend(inferred.iter().map(|&(p, retain, _)| (p, retain)));
+        dedup_producers(&mut producers, id);
+        Ok(producers)
+    }
+
+    /// `p` has completed (or retired): an edge to it orders nothing.
+    fn completed(&self, p: TaskId) -> bool {
+        usize::from(p.ring()) >= RING_COUNT
+            || p.local() < self.observed[usize::from(p.ring())]
+            || self.run.lock_graph().producer_state(p) != ProducerState::Pending
+    }
+}

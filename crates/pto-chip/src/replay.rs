@@ -1,0 +1,849 @@
+//! Record a block of submissions once as a graph; replay it many times.
+//!
+//! A job that submits the same pattern again and again (a layer per layer, a decode step per
+//! token, a stencil per time step) pays the dependency analysis of every task each time. A
+//! [`RecordedGraph`] pays it once:
+//!
+//! - [`RecordedGraph::record`] runs a recording closure offline, on no chip, against a
+//!   [`Recorder`] that has the submit methods of a [`Scope`]. The closure receives one
+//!   [`OrchTensor`] per [`GraphInput`] and returns the graph's outputs (tensors created inside
+//!   it). The recording keeps every task (kernels, block counts, scalars, tensor roles) and
+//!   every edge between its tasks that inference finds: the recorder runs the very inference
+//!   code of a submit (`engine/infer.rs`) over a TensorMap of its own in which no task ever
+//!   retires, so it finds the edges of every timing (RAW, WAR/WAW through INOUT and
+//!   OUTPUT_EXISTING, overlapping views, creator edges, explicit `dep`s).
+//! - [`Scope::replay`] submits the graph into a running chip job, binding its inputs to tensors
+//!   of the recorded shapes and returning its outputs. Edges between graph tasks come from the
+//!   recording; only the **boundary** goes through the TensorMap — arguments over a graph input,
+//!   and arguments over a buffer the graph returns — so a replay orders against the tasks
+//!   before and after it exactly as inference would. Buffers that stay inside the graph
+//!   (intermediates) never enter the TensorMap.
+//! - A graph knows what it needs from the rings ([`GraphNeeds`]): a replay whose pinned task
+//!   slots or heap bytes cannot fit the run's sizing fails at once (SCOPE_DEADLOCK or
+//!   HEAP_RING_DEADLOCK, naming the ring and the recommended minimum), and
+//!   `pto_sizing::advise::advise_graph` turns the same numbers into a `runtime_env`.
+//! - **Verify mode** ([`RecordedGraph::verified`]; on by default in debug builds, so in tests)
+//!   replays through full inference as well and fails the run with INTERNAL_ERROR on any
+//!   difference in edges.
+//!
+//! A replay is checked against its recording before anything is submitted: the number of
+//! inputs, each input's dtype, shape, strides, version and `manual_dep`, and that no two bound
+//! inputs overlap (the recording had them disjoint). A mismatch is INVALID_ARGS naming the graph
+//! and the input.
+//!
+//! ```
+//! use pto_chip::orch::{KernelArgs, OrchTensor, RootScope, OrchArgs, OrchResult};
+//! use pto_chip::replay::{GraphInput, RecordedGraph};
+//! use pto_types::DType;
+//!
+//! // Record once (offline): x → y = f(x) in a fresh buffer, then g(y) in place.
+//! fn record(f: pto_chip::kernel::KernelRef, g: pto_chip::kernel::KernelRef) -> RecordedGraph {
+//!     let x = GraphInput::new(&[64], DType::F32).unwrap();
+//!     RecordedGraph::record("step", &[x], |r, ins| {
+//!         let y = r.submit_aiv(f, KernelArgs::new().input(ins[0]).output(
+//!             pto_chip::orch::TensorCreateInfo::new(&[64], DType::F32),
+//!         ))?.tensor(0);
+//!         r.submit_aiv(g, KernelArgs::new().inout(y))?;
+//!         Ok(vec![y])
+//!     })
+//!     .expect("the recording is valid")
+//! }
+//!
+//! // Replay many times in a chip job: each step's output is the next step's input.
+//! fn orchestrate<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>, graph: &RecordedGraph) -> OrchResult<()> {
+//!     let mut x: OrchTensor<'r> = a.tensor(0);
+//!     for _ in 0..8 {
+//!         x = s.replay(graph, &[x])?[0];
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! [`Scope`]: crate::orch::Scope
+//! [`Scope::replay`]: crate::orch::Scope::replay
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use pto_types::{DType, RING_COUNT};
+
+use crate::diag::deps::EdgeKind;
+use crate::engine::infer;
+use crate::engine::orchestrator::{
+    ArgTensor, CreateInfo, MAX_SCALARS, MAX_SCOPE_DEPTH, MAX_TENSORS, SubmitRequest,
+};
+use crate::engine::{INLINE_ARGS, Scalars, Shape};
+use crate::error::{Fatal, OrchResult};
+use crate::kernel::{CoreType, KernelRef};
+use crate::orch::{
+    KernelArgs, MixedKernels, OrchTensor, ScopeMarker, TaskOutputs, TensorCreateInfo, kind_error,
+    mix_plan,
+};
+use crate::ring::align_heap;
+use crate::task_id::TaskId;
+use crate::tensor::{BufferAddr, TensorDesc, TensorError};
+use crate::tensormap::TensorMap;
+
+/// The ring of the ids a recording hands out (`TaskOutputs::task_id`, tensor owners): no chip
+/// has it, so a recorded id can never be mistaken for a task of a run.
+pub(crate) const RECORDED_RING: u8 = 0xFE;
+/// Where the recording's virtual input buffers start, one per 2^48 bytes.
+const INPUT_SPACE: u64 = 1 << 56;
+/// Where the recording's virtual heap starts (below every input buffer).
+const HEAP_SPACE: u64 = 1 << 40;
+
+/// One input of a graph: the shape, strides and dtype every bound tensor must have.
+#[derive(Clone, Copy, Debug)]
+pub struct GraphInput {
+    desc: TensorDesc,
+}
+
+impl GraphInput {
+    /// A row-major contiguous input.
+    pub fn new(shape: &[u32], dtype: DType) -> Result<GraphInput, TensorError> {
+        let numel: u64 = shape.iter().map(|&n| u64::from(n)).product();
+        let bytes = numel.max(1) * dtype.size() as u64;
+        Ok(GraphInput {
+            desc: TensorDesc::contiguous(0, bytes, shape, dtype)?,
+        })
+    }
+
+    /// An input laid out like `t` (shape, strides, dtype, version, `manual_dep`): for a graph
+    /// recorded from the tensors of a run, e.g. a view with strides.
+    pub fn like(t: &OrchTensor<'_>) -> GraphInput {
+        let d = *t.desc();
+        let buffer = BufferAddr::device(0, d.buffer_bytes());
+        GraphInput {
+            desc: d.relocated(buffer, d.start_offset(), None),
+        }
+    }
+
+    /// The recorded layout.
+    pub fn desc(&self) -> &TensorDesc {
+        &self.desc
+    }
+}
+
+/// What a graph needs of one ring when it is replayed at one scope depth: its most tasks,
+/// heap bytes and dependency entries pinned at once by scopes that are open while it runs.
+/// Pinned resources cannot be freed until the replay's enclosing scope ends, so a replay fits
+/// only if the ring holds them on top of what is pinned already.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingNeed {
+    /// Most graph tasks pinned at once (a window must be larger than the live tasks).
+    pub task_window: u64,
+    /// Most heap bytes pinned at once (64-byte aligned allocations).
+    pub heap: u64,
+    /// The largest single heap allocation (slack for the ring heap's wrap).
+    pub heap_largest_alloc: u64,
+    /// Most dependency entries between graph tasks pinned at once: the dep pool's worst case
+    /// (every producer still running when its consumer is wired), boundary edges not counted.
+    pub dep_pool: u64,
+}
+
+/// What a graph needs from the rings, per replay depth (the scope depth `Scope::replay` is
+/// called at; depths from `RING_COUNT - 1` on share the last ring).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphNeeds {
+    per_depth: [[RingNeed; RING_COUNT]; RING_COUNT],
+}
+
+impl GraphNeeds {
+    /// Per ring, what a replay at scope depth `depth` needs.
+    pub fn at_depth(&self, depth: usize) -> &[RingNeed; RING_COUNT] {
+        &self.per_depth[depth.min(RING_COUNT - 1)]
+    }
+}
+
+/// A recording that is not a valid graph.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("recording graph {graph:?}: {message}")]
+pub struct RecordError {
+    pub graph: String,
+    pub message: String,
+}
+
+/// A recorded graph; cheap to clone and share between threads and runs.
+#[derive(Clone, Debug)]
+pub struct RecordedGraph {
+    pub(crate) inner: Arc<GraphInner>,
+    verify: bool,
+}
+
+impl RecordedGraph {
+    /// Records the submissions of `f` as the graph `name`, with one input per `inputs`. `f`
+    /// returns the graph's outputs: tensors created inside it (or views of them).
+    pub fn record<F>(
+        name: impl Into<String>,
+        inputs: &[GraphInput],
+        f: F,
+    ) -> Result<RecordedGraph, RecordError>
+    where
+        F: for<'g> FnOnce(
+            &mut Recorder<'g, 'g>,
+            &[OrchTensor<'g>],
+        ) -> OrchResult<Vec<OrchTensor<'g>>>,
+    {
+        let name = name.into();
+        let mut state = RecordState::new(inputs);
+        let ins: Vec<OrchTensor<'_>> = state.inputs.iter().map(|&d| OrchTensor::new(d)).collect();
+        let result = {
+            let mut root = Recorder {
+                state: &mut state,
+                _marker: PhantomData,
+            };
+            f(&mut root, &ins)
+        };
+        let outputs: Vec<TensorDesc> = match result {
+            Ok(outputs) => outputs.iter().map(|t| *t.desc()).collect(),
+            Err(Fatal(())) => Vec::new(),
+        };
+        let inner = state
+            .finish(Arc::from(name.as_str()), outputs)
+            .map_err(|message| RecordError {
+                graph: name.clone(),
+                message,
+            })?;
+        Ok(RecordedGraph {
+            inner: Arc::new(inner),
+            verify: cfg!(debug_assertions),
+        })
+    }
+
+    /// The same graph with verify mode on or off (default: on in debug builds).
+    pub fn verified(mut self, on: bool) -> RecordedGraph {
+        self.verify = on;
+        self
+    }
+
+    /// Whether replays of this handle also run full inference and compare edges.
+    pub fn verifies(&self) -> bool {
+        self.verify
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Tasks per replay (hidden `alloc_tensors` tasks included).
+    pub fn num_tasks(&self) -> usize {
+        self.inner.tasks.len()
+    }
+
+    pub fn inputs(&self) -> impl Iterator<Item = &TensorDesc> {
+        self.inner.inputs.iter()
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        self.inner.outputs.len()
+    }
+
+    /// The edges between graph tasks, `(producer, consumer)` as task indices in submit order.
+    pub fn edges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.inner
+            .tasks
+            .iter()
+            .enumerate()
+            .flat_map(|(k, t)| t.edges.iter().map(move |e| (e.from as usize, k)))
+    }
+
+    /// What a replay needs from the rings.
+    pub fn needs(&self) -> &GraphNeeds {
+        &self.inner.needs
+    }
+}
+
+/// A step of a recording, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Task(u32),
+    Begin,
+    End,
+}
+
+/// Where a recorded argument's buffer comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Input(u32),
+    /// The heap allocation of graph task `k`.
+    Task(u32),
+}
+
+/// One tensor argument of a recorded task.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordedArg {
+    /// The argument with its recorded (virtual) descriptor.
+    pub(crate) arg: ArgTensor,
+    /// `None` for a tensor the task creates.
+    pub(crate) origin: Option<Origin>,
+    /// Goes through the TensorMap at replay: over a graph input, or over a buffer the graph
+    /// returns.
+    pub(crate) boundary: bool,
+}
+
+/// One recorded edge into a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecordedEdge {
+    pub(crate) from: u32,
+    pub(crate) retain: bool,
+    /// The kinds inference found it by, as `1 << EdgeKind as u8` bits.
+    pub(crate) kinds: u8,
+}
+
+impl RecordedEdge {
+    pub(crate) fn kinds(&self) -> impl Iterator<Item = EdgeKind> + '_ {
+        EDGE_KINDS
+            .into_iter()
+            .filter(|&k| self.kinds & kind_bit(k) != 0)
+    }
+}
+
+const EDGE_KINDS: [EdgeKind; 3] = [EdgeKind::Creator, EdgeKind::TensorMap, EdgeKind::Explicit];
+
+fn kind_bit(kind: EdgeKind) -> u8 {
+    match kind {
+        EdgeKind::Creator => 1,
+        EdgeKind::TensorMap => 2,
+        EdgeKind::Explicit => 4,
+    }
+}
+
+/// One recorded task.
+#[derive(Clone, Debug)]
+pub(crate) struct RecordedTask {
+    pub(crate) kernels: [Option<KernelRef>; 3],
+    pub(crate) shape: Shape,
+    pub(crate) scalars: Scalars,
+    pub(crate) block_num: u32,
+    pub(crate) sync_start: bool,
+    /// The hidden task of `alloc_tensors` (complete at once).
+    pub(crate) alloc: bool,
+    /// Its heap allocation (OUTPUTs padded), unaligned as a submit computes it.
+    pub(crate) heap_bytes: u64,
+    /// Scope depth relative to the replay's.
+    pub(crate) depth: usize,
+    /// The virtual device address of its heap allocation.
+    pub(crate) virt_base: u64,
+    pub(crate) args: smallvec::SmallVec<[RecordedArg; INLINE_ARGS]>,
+    /// Explicit dependencies first (as the orchestration gave them), then inferred ones.
+    pub(crate) edges: Vec<RecordedEdge>,
+    /// Some argument goes through the TensorMap at replay.
+    pub(crate) boundary: bool,
+}
+
+/// A graph output: a view of a buffer created by a graph task.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordedOutput {
+    pub(crate) task: u32,
+    pub(crate) desc: TensorDesc,
+}
+
+/// An immutable recording.
+#[derive(Debug)]
+pub(crate) struct GraphInner {
+    pub(crate) name: Arc<str>,
+    /// The virtual descriptor of each input.
+    pub(crate) inputs: Vec<TensorDesc>,
+    pub(crate) steps: Vec<Step>,
+    pub(crate) tasks: Vec<RecordedTask>,
+    pub(crate) outputs: Vec<RecordedOutput>,
+    pub(crate) needs: GraphNeeds,
+    /// Deepest relative scope depth (0 = no nested scope).
+    pub(crate) max_depth: usize,
+}
+
+/// The recorder of one graph: a scope of the recording, depth `'s`, nested in `'p` (the same
+/// lifetime rules as [`crate::orch::Scope`]).
+pub struct Recorder<'s, 'p> {
+    state: &'s mut RecordState,
+    _marker: ScopeMarker<'s, 'p>,
+}
+
+impl<'s, 'p> Recorder<'s, 'p> {
+    /// Records `f` in a nested scope: at replay its tasks go to the next ring down and are
+    /// released when it ends, as in [`crate::orch::Scope::scope`].
+    pub fn scope<R>(
+        &mut self,
+        f: impl for<'i> FnOnce(&mut Recorder<'i, 's>) -> OrchResult<R>,
+    ) -> OrchResult<R> {
+        self.state.check()?;
+        if self.state.depth + 1 >= MAX_SCOPE_DEPTH {
+            return Err(self.state.fail(format!(
+                "scopes nest at most {MAX_SCOPE_DEPTH} deep, counting the root scope"
+            )));
+        }
+        self.state.steps.push(Step::Begin);
+        self.state.depth += 1;
+        let result = {
+            let mut inner: Recorder<'_, 's> = Recorder {
+                state: &mut *self.state,
+                _marker: PhantomData,
+            };
+            f(&mut inner)
+        };
+        self.state.depth -= 1;
+        self.state.steps.push(Step::End);
+        result
+    }
+
+    fn submit(
+        &mut self,
+        kernels: [Option<KernelRef>; 3],
+        shape: Shape,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        let (task, outputs) = self
+            .state
+            .submit(args.into_request(kernels, shape), false)?;
+        Ok(TaskOutputs::new(task, outputs))
+    }
+
+    fn checked(&mut self, kernel: KernelRef, want: CoreType) -> OrchResult<()> {
+        match kind_error(kernel, want) {
+            None => Ok(()),
+            Some(e) => Err(self.state.fail(e)),
+        }
+    }
+
+    /// Records an AIC (cube) task.
+    pub fn submit_aic(
+        &mut self,
+        kernel: KernelRef,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        self.checked(kernel, CoreType::Aic)?;
+        self.submit([Some(kernel), None, None], Shape::Aic, args)
+    }
+
+    /// Records an AIV (vector) task.
+    pub fn submit_aiv(
+        &mut self,
+        kernel: KernelRef,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        self.checked(kernel, CoreType::Aiv)?;
+        self.submit([None, Some(kernel), None], Shape::Aiv, args)
+    }
+
+    /// Records a task over the cores of one cluster (as [`crate::orch::Scope::submit_mix`]).
+    pub fn submit_mix(
+        &mut self,
+        kernels: MixedKernels,
+        args: KernelArgs<'s>,
+    ) -> OrchResult<TaskOutputs<'s>> {
+        match mix_plan(kernels) {
+            Ok((kernels, shape)) => self.submit(kernels, shape, args),
+            Err(e) => Err(self.state.fail(e)),
+        }
+    }
+
+    /// Records a task that takes part in dependencies but runs no kernel.
+    pub fn submit_dummy(&mut self, args: KernelArgs<'s>) -> OrchResult<TaskOutputs<'s>> {
+        self.submit([None; 3], Shape::Dummy, args)
+    }
+
+    /// Records an `alloc_tensors`: buffers owned by a hidden task that is complete at once.
+    pub fn alloc_tensors(&mut self, infos: &[TensorCreateInfo]) -> OrchResult<TaskOutputs<'s>> {
+        if infos.is_empty() {
+            return Err(self
+                .state
+                .fail("alloc_tensors needs at least one tensor".into()));
+        }
+        let args = infos
+            .iter()
+            .fold(KernelArgs::new(), |args, &ci| args.output(ci));
+        let (task, outputs) = self
+            .state
+            .submit(args.into_request([None; 3], Shape::Dummy), true)?;
+        Ok(TaskOutputs::new(task, outputs))
+    }
+
+    /// The scope depth relative to the graph (0 = the graph's own level).
+    pub fn depth(&self) -> usize {
+        self.state.depth
+    }
+}
+
+/// A recording in progress.
+struct RecordState {
+    inputs: Vec<TensorDesc>,
+    tasks: Vec<RecordedTask>,
+    steps: Vec<Step>,
+    depth: usize,
+    /// Buffer base → where the buffer comes from.
+    origins: HashMap<u64, Origin>,
+    next_virt: u64,
+    error: Option<String>,
+}
+
+impl RecordState {
+    fn new(inputs: &[GraphInput]) -> RecordState {
+        let inputs: Vec<TensorDesc> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| {
+                let d = input.desc;
+                let base = INPUT_SPACE + ((i as u64) << 48);
+                d.relocated(
+                    BufferAddr::device(base, d.buffer_bytes()),
+                    d.start_offset(),
+                    None,
+                )
+            })
+            .collect();
+        let origins = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.base(), Origin::Input(i as u32)))
+            .collect();
+        RecordState {
+            inputs,
+            tasks: Vec::new(),
+            steps: Vec::new(),
+            depth: 0,
+            origins,
+            next_virt: HEAP_SPACE,
+            error: None,
+        }
+    }
+
+    fn check(&self) -> OrchResult<()> {
+        match self.error {
+            Some(_) => Err(Fatal(())),
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps the first error; every later call fails too.
+    fn fail(&mut self, message: String) -> Fatal {
+        self.error.get_or_insert(message);
+        Fatal(())
+    }
+
+    fn submit(&mut self, req: SubmitRequest, alloc: bool) -> OrchResult<(TaskId, Vec<TensorDesc>)> {
+        self.check()?;
+        let k = self.tasks.len() as u32;
+        match self.record_task(k, req, alloc) {
+            Ok(outputs) => {
+                self.steps.push(Step::Task(k));
+                Ok((TaskId::new(RECORDED_RING, u64::from(k)), outputs))
+            }
+            Err(message) => Err(self.fail(format!("task {k}: {message}"))),
+        }
+    }
+
+    fn record_task(
+        &mut self,
+        k: u32,
+        req: SubmitRequest,
+        alloc: bool,
+    ) -> Result<Vec<TensorDesc>, String> {
+        if let Some(error) = req.error {
+            return Err(error);
+        }
+        if req.tensors.len() > MAX_TENSORS || req.scalars.len() > MAX_SCALARS {
+            return Err(format!(
+                "{} tensors and {} scalars; the limits are {MAX_TENSORS} and {MAX_SCALARS}",
+                req.tensors.len(),
+                req.scalars.len()
+            ));
+        }
+        let mut edges = Vec::new();
+        for &(dep, retain) in &req.deps {
+            if dep.ring() != RECORDED_RING || dep.local() >= u64::from(k) {
+                return Err(format!(
+                    "explicit dependency on {dep}, which is not an earlier task of this graph"
+                ));
+            }
+            edges.push(RecordedEdge {
+                from: dep.local() as u32,
+                retain,
+                kinds: kind_bit(EdgeKind::Explicit),
+            });
+        }
+        let virt_base = self.next_virt;
+        let mut next = virt_base;
+        let mut args = smallvec::SmallVec::new();
+        let mut outputs = Vec::new();
+        for (i, arg) in req.tensors.iter().enumerate() {
+            let origin = match *arg {
+                ArgTensor::Existing { desc, .. } => Some(
+                    self.origin_of(&desc)
+                        .map_err(|why| format!("tensor argument {i} {why}"))?,
+                ),
+                ArgTensor::Create(ci) => {
+                    outputs.push(created(next, ci, k));
+                    self.origins.insert(next, Origin::Task(k));
+                    next += ci.padded_bytes();
+                    None
+                }
+            };
+            args.push(RecordedArg {
+                arg: *arg,
+                origin,
+                boundary: false,
+            });
+        }
+        self.next_virt = next.next_multiple_of(1 << 12);
+        self.tasks.push(RecordedTask {
+            kernels: req.kernels,
+            shape: req.shape,
+            scalars: req.scalars,
+            block_num: req.block_num,
+            sync_start: req.sync_start,
+            alloc,
+            heap_bytes: next - virt_base,
+            depth: self.depth,
+            virt_base,
+            args,
+            edges,
+            boundary: false,
+        });
+        Ok(outputs)
+    }
+
+    /// Where `desc`'s buffer comes from; an error names what is wrong with it.
+    fn origin_of(&self, desc: &TensorDesc) -> Result<Origin, String> {
+        let Some(&origin) = self.origins.get(&desc.base()) else {
+            return Err(
+                "is not derived from a graph input or a tensor created in the graph".to_string(),
+            );
+        };
+        match origin {
+            Origin::Input(i) => {
+                let input = &self.inputs[i as usize];
+                let inside = desc.is_empty()
+                    || (desc.element_range().start >= input.element_range().start
+                        && desc.element_range().end <= input.element_range().end);
+                if !inside || desc.owner().is_some() {
+                    return Err(format!("is not a view of graph input {i}"));
+                }
+            }
+            Origin::Task(k) => {
+                if desc.owner() != Some(TaskId::new(RECORDED_RING, u64::from(k))) {
+                    return Err(format!("is not a view of a tensor created by task {k}"));
+                }
+            }
+        }
+        Ok(origin)
+    }
+
+    /// Checks the outputs, marks the boundary, infers the edges and the needs.
+    fn finish(mut self, name: Arc<str>, outputs: Vec<TensorDesc>) -> Result<GraphInner, String> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        let mut exported = vec![false; self.tasks.len()];
+        let mut recorded_outputs = Vec::with_capacity(outputs.len());
+        for (i, desc) in outputs.iter().enumerate() {
+            match self.origin_of(desc) {
+                Ok(Origin::Task(k)) => {
+                    exported[k as usize] = true;
+                    recorded_outputs.push(RecordedOutput {
+                        task: k,
+                        desc: *desc,
+                    });
+                }
+                Ok(Origin::Input(j)) => {
+                    return Err(format!(
+                        "output {i} is a view of graph input {j}; return only tensors created in the graph"
+                    ));
+                }
+                Err(why) => return Err(format!("output {i} {why}")),
+            }
+        }
+        for task in &mut self.tasks {
+            for arg in &mut task.args {
+                arg.boundary = match arg.origin {
+                    Some(Origin::Input(_)) => true,
+                    Some(Origin::Task(k)) => exported[k as usize],
+                    None => false,
+                };
+            }
+            task.boundary = task.args.iter().any(|a| a.boundary);
+        }
+        infer_edges(&mut self.tasks);
+        let max_depth = self.tasks.iter().map(|t| t.depth).max().unwrap_or(0);
+        let needs = GraphNeeds {
+            per_depth: std::array::from_fn(|d| pinned_peaks(&self.steps, &self.tasks, d)),
+        };
+        Ok(GraphInner {
+            name,
+            inputs: self.inputs,
+            steps: self.steps,
+            tasks: self.tasks,
+            outputs: recorded_outputs,
+            needs,
+            max_depth,
+        })
+    }
+}
+
+/// The descriptor of an OUTPUT created at virtual address `base` by task `k`.
+fn created(base: u64, ci: CreateInfo, k: u32) -> TensorDesc {
+    TensorDesc::contiguous(base, ci.padded_bytes(), ci.shape(), ci.dtype)
+        .expect("a created buffer fits its tensor")
+        .with_owner(Some(TaskId::new(RECORDED_RING, u64::from(k))))
+        .with_manual_dep(ci.manual_dep)
+}
+
+/// Runs submit inference over the recording, with nothing ever retiring, and appends each
+/// task's edges (deduplicated, kinds merged) after its explicit ones.
+fn infer_edges(tasks: &mut [RecordedTask]) {
+    let n = tasks.len() as u64;
+    let writers: usize = tasks
+        .iter()
+        .flat_map(|t| &t.args)
+        .filter(|a| matches!(a.arg, ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc)))
+        .count();
+    let window = (n + 1).next_power_of_two();
+    let mut map = TensorMap::new(writers + 1, 256, [window, 1, 1, 1]);
+    let never_retired = [0; RING_COUNT];
+    for (k, task) in tasks.iter_mut().enumerate() {
+        let mut found: Vec<RecordedEdge> = Vec::new();
+        for arg in &task.args {
+            let ArgTensor::Existing { tag, desc } = arg.arg else {
+                continue;
+            };
+            infer::arg_producers(&mut map, &never_retired, tag, &desc, |p, retain, kind| {
+                found.push(RecordedEdge {
+                    from: p.local() as u32,
+                    retain,
+                    kinds: kind_bit(kind),
+                });
+            });
+        }
+        for arg in &task.args {
+            if let ArgTensor::Existing { tag, desc } = arg.arg
+                && infer::writes(tag, &desc)
+            {
+                map.insert(TaskId::new(0, k as u64), desc)
+                    .expect("the map holds every writer of the recording");
+            }
+        }
+        for e in found {
+            if e.from as usize == k {
+                continue;
+            }
+            match task.edges.iter_mut().find(|x| x.from == e.from) {
+                Some(x) => {
+                    x.retain |= e.retain;
+                    x.kinds |= e.kinds;
+                }
+                None => task.edges.push(e),
+            }
+        }
+    }
+}
+
+/// Per ring, the most tasks, heap bytes and dep entries the graph pins at once when replayed at
+/// depth `depth`.
+fn pinned_peaks(steps: &[Step], tasks: &[RecordedTask], depth: usize) -> [RingNeed; RING_COUNT] {
+    #[derive(Default, Clone, Copy)]
+    struct Pinned {
+        tasks: u64,
+        heap: u64,
+        deps: u64,
+    }
+    let ring_of = |rel: usize| pto_types::ring_config::ring_for_depth(depth + rel);
+    let mut frames = vec![(ring_of(0), Pinned::default())];
+    let mut now = [Pinned::default(); RING_COUNT];
+    let mut peak = [RingNeed::default(); RING_COUNT];
+    for step in steps {
+        match *step {
+            Step::Begin => frames.push((ring_of(frames.len()), Pinned::default())),
+            Step::End => {
+                let (ring, p) = frames.pop().expect("a recorded scope is open");
+                now[ring].tasks -= p.tasks;
+                now[ring].heap -= p.heap;
+                now[ring].deps -= p.deps;
+            }
+            Step::Task(k) => {
+                let t = &tasks[k as usize];
+                let (ring, frame) = frames.last_mut().expect("the graph's own level");
+                let add = Pinned {
+                    tasks: 1,
+                    heap: align_heap(t.heap_bytes),
+                    deps: t.edges.len() as u64,
+                };
+                for (f, n) in [(frame, add), (&mut now[*ring], add)] {
+                    f.tasks += n.tasks;
+                    f.heap += n.heap;
+                    f.deps += n.deps;
+                }
+                let (now, peak) = (now[*ring], &mut peak[*ring]);
+                peak.task_window = peak.task_window.max(now.tasks);
+                peak.heap = peak.heap.max(now.heap);
+                peak.heap_largest_alloc = peak.heap_largest_alloc.max(add.heap);
+                peak.dep_pool = peak.dep_pool.max(now.deps);
+            }
+        }
+    }
+    peak
+}
+
+impl RecordedGraph {
+    /// The recorded input descriptors are virtual; this checks `bound` against them and says
+    /// what does not fit, naming the input.
+    pub(crate) fn check_binding(&self, bound: &[TensorDesc]) -> Result<(), String> {
+        let inputs = &self.inner.inputs;
+        if bound.len() != inputs.len() {
+            return Err(format!(
+                "graph {:?} has {} input(s), the replay bound {}",
+                self.name(),
+                inputs.len(),
+                bound.len()
+            ));
+        }
+        for (i, (b, r)) in bound.iter().zip(inputs).enumerate() {
+            let mismatch = if b.dtype() != r.dtype() {
+                Some(format!("dtype {} (recorded {})", b.dtype(), r.dtype()))
+            } else if b.shape() != r.shape() {
+                Some(format!("shape {:?} (recorded {:?})", b.shape(), r.shape()))
+            } else if b.strides() != r.strides() {
+                Some(format!(
+                    "strides {:?} (recorded {:?})",
+                    b.strides(),
+                    r.strides()
+                ))
+            } else if b.version() != r.version() {
+                Some(format!(
+                    "version {} (recorded {})",
+                    b.version(),
+                    r.version()
+                ))
+            } else if b.manual_dep() != r.manual_dep() {
+                Some(format!(
+                    "manual_dep {} (recorded {})",
+                    b.manual_dep(),
+                    r.manual_dep()
+                ))
+            } else {
+                None
+            };
+            if let Some(what) = mismatch {
+                return Err(format!(
+                    "graph {:?}: input {i} is bound to a tensor with {what}",
+                    self.name()
+                ));
+            }
+        }
+        for i in 0..bound.len() {
+            for j in i + 1..bound.len() {
+                let (a, b) = (&bound[i], &bound[j]);
+                if a.base() == b.base()
+                    && a.space() == b.space()
+                    && a.geometry().classify(&b.geometry())
+                        != pto_types::geometry::Overlap::NoOverlap
+                {
+                    return Err(format!(
+                        "graph {:?}: inputs {i} and {j} are bound to overlapping tensors ({a} and {b}); the recording had them disjoint",
+                        self.name()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

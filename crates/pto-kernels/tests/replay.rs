@@ -1,0 +1,420 @@
+//! Recorded graphs replayed in chip jobs (`pto_chip::replay`): results equal inference's, the
+//! boundary orders replays against the tasks around them, bindings and sizings that do not fit
+//! fail at once with a clear error, and diagnostics name the graph.
+
+mod common;
+
+use std::cell::RefCell;
+
+use common::{chip, f32_tensor, with_timeout};
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, TensorCreateInfo};
+use pto_chip::replay::{GraphInput, RecordedGraph};
+use pto_chip::{ChipRunError, Detector, RunContext};
+use pto_kernels::bench::INC;
+use pto_kernels::vector::ADD;
+use pto_types::{CallConfig, DType, ErrorCode, RuntimeEnv, TaskArgs};
+use serde_json::Value;
+
+const N: u32 = 64;
+
+/// y = x + x; z = y + y; z[0] += 1; returns z (4x, plus 1 at element 0).
+fn step_graph() -> RecordedGraph {
+    let x = GraphInput::new(&[N], DType::F32).unwrap();
+    RecordedGraph::record("step", &[x], |r, ins| {
+        let ci = TensorCreateInfo::new(&[N], DType::F32);
+        let y = r
+            .submit_aiv(
+                ADD,
+                KernelArgs::new().input(ins[0]).input(ins[0]).output(ci),
+            )?
+            .tensor(0);
+        let z = r
+            .submit_aiv(ADD, KernelArgs::new().input(y).input(y).output(ci))?
+            .tensor(0);
+        r.submit_aiv(INC, KernelArgs::new().inout(z))?;
+        Ok(vec![z])
+    })
+    .unwrap()
+}
+
+/// The same step submitted directly (inference).
+fn step_inferred<'r>(s: &mut RootScope<'r>, x: OrchTensor<'r>) -> OrchResult<OrchTensor<'r>> {
+    let ci = TensorCreateInfo::new(&[N], DType::F32);
+    let y = s
+        .submit_aiv(ADD, KernelArgs::new().input(x).input(x).output(ci))?
+        .tensor(0);
+    let z = s
+        .submit_aiv(ADD, KernelArgs::new().input(y).input(y).output(ci))?
+        .tensor(0);
+    s.submit_aiv(INC, KernelArgs::new().inout(z))?;
+    Ok(z)
+}
+
+thread_local! {
+    static GRAPH: RefCell<Option<RecordedGraph>> = const { RefCell::new(None) };
+}
+
+fn graph() -> RecordedGraph {
+    GRAPH
+        .with(|g| g.borrow().clone())
+        .expect("a graph is installed")
+}
+
+fn install(g: RecordedGraph) {
+    GRAPH.with(|slot| *slot.borrow_mut() = Some(g));
+}
+
+/// Entry: tensors (x, zeros, out), scalar steps; `out = step^steps(x)` by replay.
+fn chain_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = graph();
+    let steps: u64 = a.scalar(0);
+    let mut x = a.tensor(0);
+    for _ in 0..steps {
+        x = s.replay(&g, &[x])?[0];
+    }
+    s.submit_aiv(
+        ADD,
+        KernelArgs::new()
+            .input(x)
+            .input(a.tensor(1))
+            .output_existing(a.tensor(2)),
+    )?;
+    Ok(())
+}
+
+fn chain_inferred<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let steps: u64 = a.scalar(0);
+    let mut x = a.tensor(0);
+    for _ in 0..steps {
+        x = step_inferred(s, x)?;
+    }
+    s.submit_aiv(
+        ADD,
+        KernelArgs::new()
+            .input(x)
+            .input(a.tensor(1))
+            .output_existing(a.tensor(2)),
+    )?;
+    Ok(())
+}
+
+fn run_chain(orch: pto_chip::orch::OrchFn, steps: u64, cfg: &CallConfig) -> Vec<f32> {
+    let chip = chip(2, &[]);
+    let (_x, xt) = f32_tensor(N as usize, 1.0);
+    let (_z, zt) = f32_tensor(N as usize, 0.0);
+    let (out, ot) = f32_tensor(N as usize, -1.0);
+    let args = TaskArgs::new()
+        .input(&xt)
+        .input(&zt)
+        .output(&ot)
+        .scalar(steps);
+    chip.run_fn(orch, &args, cfg, &RunContext::default())
+        .unwrap();
+    out.read_f32(0, N as usize)
+}
+
+#[test]
+fn a_replayed_chain_computes_what_inference_computes() {
+    with_timeout(60, || {
+        install(step_graph());
+        assert!(graph().verifies(), "verify mode is on in debug builds");
+        let cfg = CallConfig::default();
+        let replayed = run_chain(chain_replayed, 5, &cfg);
+        let inferred = run_chain(chain_inferred, 5, &cfg);
+        assert_eq!(replayed, inferred);
+        // 4^5 everywhere; element 0: (((((4+1)·4+1)·4+1)·4+1)·4+1).
+        assert_eq!(replayed[0], 1365.0);
+        assert!(replayed[1..].iter().all(|&v| v == 1024.0));
+        // The same graph in verify-off mode, and in a second run of another chip.
+        install(step_graph().verified(false));
+        assert_eq!(run_chain(chain_replayed, 5, &cfg), inferred);
+    });
+}
+
+#[test]
+fn the_graph_knows_its_edges_and_needs() {
+    let g = step_graph();
+    assert_eq!((g.name(), g.num_tasks(), g.num_outputs()), ("step", 3, 1));
+    let mut edges: Vec<(usize, usize)> = g.edges().collect();
+    edges.sort_unstable();
+    assert_eq!(edges, vec![(0, 1), (1, 2)]);
+    let at_root = g.needs().at_depth(0);
+    assert_eq!(at_root[0].task_window, 3);
+    assert_eq!(at_root[0].heap, 2 * 1024, "two 1 KiB-padded outputs");
+    assert_eq!(at_root[0].heap_largest_alloc, 1024);
+    assert_eq!(at_root[0].dep_pool, 2);
+    assert_eq!(at_root[1], Default::default());
+    assert_eq!(g.needs().at_depth(7)[3].task_window, 3);
+}
+
+/// Entry: tensor (acc) and scalar replays: `acc[0] += 3` per replay, by a graph whose input is
+/// INOUT (its writers go through the TensorMap, so replays order one after another).
+fn inc_three_times<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = graph();
+    let n: u64 = a.scalar(0);
+    for _ in 0..n {
+        s.scope(|s| s.replay(&g, &[a.tensor(0)]).map(|_| ()))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn replays_of_an_inout_input_order_one_after_another() {
+    with_timeout(60, || {
+        let acc = GraphInput::new(&[N], DType::F32).unwrap();
+        install(
+            RecordedGraph::record("inc3", &[acc], |r, ins| {
+                for _ in 0..3 {
+                    r.submit_aiv(INC, KernelArgs::new().inout(ins[0]))?;
+                }
+                Ok(vec![])
+            })
+            .unwrap(),
+        );
+        let chip = chip(4, &[]);
+        let (buf, t) = f32_tensor(N as usize, 0.5);
+        let args = TaskArgs::new().inout(&t).scalar(40u64);
+        let env = RuntimeEnv::default().with_task_window(16);
+        chip.run_fn(
+            inc_three_times,
+            &args,
+            &CallConfig::with_runtime_env(env),
+            &RunContext::default(),
+        )
+        .unwrap();
+        assert_eq!(buf.read_f32(0, 2), vec![120.5, 0.5]);
+    });
+}
+
+fn replay_once<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = graph();
+    let inputs: Vec<OrchTensor<'r>> = (0..a.num_tensors()).map(|i| a.tensor(i)).collect();
+    s.replay(&g, &inputs)?;
+    Ok(())
+}
+
+fn replay_error(g: RecordedGraph, args: &TaskArgs, env: RuntimeEnv) -> Box<pto_chip::ChipError> {
+    install(g);
+    let chip = chip(2, &[]);
+    match chip.run_fn(
+        replay_once,
+        args,
+        &CallConfig::with_runtime_env(env),
+        &RunContext::default(),
+    ) {
+        Err(ChipRunError::Run(e)) => e,
+        other => panic!("expected a run error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_binding_that_does_not_fit_the_recording_is_a_clear_error() {
+    with_timeout(60, || {
+        let (_a, a64) = f32_tensor(64, 1.0);
+        let (_b, a32) = f32_tensor(32, 1.0);
+        let two = || {
+            let x = GraphInput::new(&[64], DType::F32).unwrap();
+            RecordedGraph::record("two", &[x, x], |r, ins| {
+                r.submit_aiv(INC, KernelArgs::new().inout(ins[0]).input(ins[1]))?;
+                Ok(vec![])
+            })
+            .unwrap()
+        };
+        let cases: Vec<(TaskArgs, &str)> = vec![
+            (
+                TaskArgs::new().inout(&a64),
+                "has 2 input(s), the replay bound 1",
+            ),
+            (
+                TaskArgs::new().inout(&a64).input(&a32),
+                "input 1 is bound to a tensor with shape [32] (recorded [64])",
+            ),
+            (
+                TaskArgs::new().inout(&a64).input(&a64),
+                "inputs 0 and 1 are bound to overlapping tensors",
+            ),
+        ];
+        for (args, want) in cases {
+            let e = replay_error(two(), &args, RuntimeEnv::default());
+            assert_eq!(e.code, ErrorCode::InvalidArgs, "{e}");
+            assert!(e.detail.contains("graph \"two\""), "{e}");
+            assert!(e.detail.contains(want), "want {want:?} in {e}");
+        }
+        let (_c, i32t) = {
+            let buffer = pto_chip::memory::HostMemory::new(64 * 4).unwrap();
+            let id = pto_types::BufferId {
+                owner_uid: 7,
+                buffer_id: 999,
+                generation: 0,
+            };
+            let t =
+                pto_types::Tensor::contiguous(buffer.buffer_ref(id), &[64], DType::I32).unwrap();
+            (buffer, t)
+        };
+        let e = replay_error(
+            two(),
+            &TaskArgs::new().inout(&a64).input(&i32t),
+            RuntimeEnv::default(),
+        );
+        assert!(
+            e.detail.contains("input 1 is bound to a tensor with dtype"),
+            "{e}"
+        );
+    });
+}
+
+#[test]
+fn a_replay_that_cannot_fit_the_rings_fails_at_once_with_the_minimum() {
+    with_timeout(60, || {
+        let (_a, t) = f32_tensor(64, 1.0);
+        let x = GraphInput::new(&[64], DType::F32).unwrap();
+        // 100 tasks at the graph's own level: all pinned by the root scope.
+        let wide = RecordedGraph::record("wide", &[x], |r, ins| {
+            for _ in 0..100 {
+                r.submit_aiv(INC, KernelArgs::new().inout(ins[0]))?;
+            }
+            Ok(vec![])
+        })
+        .unwrap();
+        let e = replay_error(
+            wide,
+            &TaskArgs::new().inout(&t),
+            RuntimeEnv::default().with_task_window(64),
+        );
+        assert_eq!(e.code, ErrorCode::ScopeDeadlock, "{e}");
+        assert_eq!(e.detector, Detector::Immediate);
+        assert_eq!(
+            (e.ring, e.requested, e.recommended_min),
+            (Some(0), Some(100), Some(128))
+        );
+        assert!(
+            e.detail.contains("graph \"wide\"") && e.detail.contains("recommended minimum 128"),
+            "{e}"
+        );
+
+        // 8 outputs of 4 KiB at the graph's level: 32 KiB pinned on a 16 KiB heap.
+        let big = RecordedGraph::record("big", &[x], |r, ins| {
+            let mut outs = Vec::new();
+            for _ in 0..8 {
+                let ci = TensorCreateInfo::new(&[1024], DType::F32);
+                outs.push(
+                    r.submit_aiv(
+                        ADD,
+                        KernelArgs::new().input(ins[0]).input(ins[0]).output(ci),
+                    )?
+                    .tensor(0),
+                );
+            }
+            Ok(outs)
+        });
+        let e = replay_error(
+            big.unwrap(),
+            &TaskArgs::new().inout(&t),
+            RuntimeEnv::default().with_heap(16 << 10),
+        );
+        assert_eq!(e.code, ErrorCode::HeapRingDeadlock, "{e}");
+        assert_eq!((e.ring, e.requested), (Some(0), Some(32 << 10)));
+        assert_eq!(
+            e.recommended_min,
+            Some(36 << 10),
+            "pinned bytes plus the largest allocation"
+        );
+    });
+}
+
+#[test]
+fn a_recording_that_is_not_a_graph_is_refused() {
+    let x = GraphInput::new(&[16], DType::F32).unwrap();
+    let e = RecordedGraph::record("foreign", &[x], |r, ins| {
+        r.submit_aiv(
+            INC,
+            KernelArgs::new()
+                .inout(ins[0])
+                .dep(pto_chip::TaskId::new(0, 3)),
+        )?;
+        Ok(vec![])
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("not an earlier task of this graph"),
+        "{e}"
+    );
+    let e = RecordedGraph::record("echo", &[x], |_, ins| Ok(vec![ins[0]])).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("output 0 is a view of graph input 0"),
+        "{e}"
+    );
+    let e = RecordedGraph::record("bad", &[x], |r, _| {
+        r.submit_aiv(INC, KernelArgs::new().block_num(0))?;
+        Ok(vec![])
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("task 0: block_num must be at least 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn diagnostics_name_the_graph_of_replayed_tasks() {
+    with_timeout(60, || {
+        install(step_graph());
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = CallConfig {
+            enable_chip_swimlane: 2,
+            enable_dep_gen: true,
+            output_prefix: Some(dir.path().to_str().unwrap().to_string()),
+            ..CallConfig::default()
+        };
+        run_chain(chain_replayed, 2, &cfg);
+        let found = |name: &str| {
+            walk(dir.path())
+                .into_iter()
+                .find(|p| p.file_name().is_some_and(|f| f == name))
+                .unwrap_or_else(|| panic!("{name} written"))
+        };
+        let deps: Value =
+            serde_json::from_str(&std::fs::read_to_string(found("deps.json")).unwrap()).unwrap();
+        let tasks = deps["tasks"].as_array().unwrap();
+        let replayed = tasks.iter().filter(|t| t["graph"] == "step").count();
+        assert_eq!(replayed, 6, "{deps}");
+        let trace: Value =
+            serde_json::from_str(&std::fs::read_to_string(found("chip_swimlane.json")).unwrap())
+                .unwrap();
+        let blocks: Vec<&Value> = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "kernel")
+            .collect();
+        assert_eq!(
+            blocks
+                .iter()
+                .filter(|b| b["args"]["graph"] == "step")
+                .count(),
+            6
+        );
+        assert_eq!(
+            blocks
+                .iter()
+                .filter(|b| b["args"]["graph"].is_null())
+                .count(),
+            1
+        );
+    });
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
