@@ -340,7 +340,7 @@ pub(crate) struct RecordedOutput {
 }
 
 /// An immutable recording.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct GraphInner {
     pub(crate) name: Arc<str>,
     /// The virtual descriptor of each input.
@@ -845,5 +845,118 @@ impl RecordedGraph {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use pto_types::ring_config::env::EnvSource;
+    use pto_types::{CallConfig, ErrorCode, TaskArgs};
+
+    use super::*;
+    use crate::orch::{OrchArgs, RootScope};
+    use crate::{ChipRunError, ChipSpec, ChipWorker, RunContext};
+
+    /// alloc → A writes t (INOUT) → B reads t: one TensorMap edge A → B and creator edges.
+    fn graph() -> RecordedGraph {
+        RecordedGraph::record("g", &[], |r, _| {
+            let t = r
+                .alloc_tensors(&[TensorCreateInfo::new(&[16], DType::F32)])?
+                .tensor(0);
+            r.submit_dummy(KernelArgs::new().inout(t))?;
+            r.submit_dummy(KernelArgs::new().input(t))?;
+            Ok(vec![])
+        })
+        .unwrap()
+    }
+
+    thread_local! {
+        static GRAPH: RefCell<Option<RecordedGraph>> = const { RefCell::new(None) };
+    }
+
+    fn replay_it<'r>(s: &mut RootScope<'r>, _: &OrchArgs<'r>) -> OrchResult<()> {
+        let g = GRAPH.with(|g| g.borrow().clone()).unwrap();
+        s.replay(&g, &[]).map(|_| ())
+    }
+
+    fn run(g: RecordedGraph) -> Result<(), Box<crate::ChipError>> {
+        GRAPH.with(|slot| *slot.borrow_mut() = Some(g));
+        let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty()).unwrap();
+        match chip.run_fn(
+            replay_it,
+            &TaskArgs::new(),
+            &CallConfig::default(),
+            &RunContext::default(),
+        ) {
+            Ok(_) => Ok(()),
+            Err(ChipRunError::Run(e)) => Err(e),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The recording with `edit` applied to task 2's edges, in verify mode.
+    fn corrupted(edit: impl FnOnce(&mut Vec<RecordedEdge>)) -> RecordedGraph {
+        let g = graph();
+        let mut inner = (*g.inner).clone();
+        edit(&mut inner.tasks[2].edges);
+        RecordedGraph {
+            inner: Arc::new(inner),
+            verify: true,
+        }
+    }
+
+    #[test]
+    fn the_recording_has_the_edges_inference_finds() {
+        let mut edges: Vec<(usize, usize)> = graph().edges().collect();
+        edges.sort_unstable();
+        assert_eq!(edges, vec![(0, 1), (0, 2), (1, 2)]);
+        run(graph().verified(true)).unwrap();
+    }
+
+    #[test]
+    fn verify_mode_fails_loudly_on_a_missing_edge() {
+        let g = corrupted(|edges| edges.retain(|e| e.from != 1));
+        let e = run(g.clone()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InternalError, "{e}");
+        assert!(
+            e.detail.contains("inference found edge task 1 → task 2"),
+            "{e}"
+        );
+        // Without verify the corrupted recording is trusted: that is what verify is for.
+        run(g.verified(false)).unwrap();
+    }
+
+    #[test]
+    fn verify_mode_fails_loudly_on_an_extra_edge() {
+        // Two readers of t: no edge between them, until one is made up.
+        let g = RecordedGraph::record("readers", &[], |r, _| {
+            let t = r
+                .alloc_tensors(&[TensorCreateInfo::new(&[16], DType::F32)])?
+                .tensor(0);
+            r.submit_dummy(KernelArgs::new().input(t))?;
+            r.submit_dummy(KernelArgs::new().input(t))?;
+            Ok(vec![])
+        })
+        .unwrap();
+        let mut inner = (*g.inner).clone();
+        inner.tasks[2].edges.push(RecordedEdge {
+            from: 1,
+            retain: false,
+            kinds: kind_bit(EdgeKind::TensorMap),
+        });
+        let g = RecordedGraph {
+            inner: Arc::new(inner),
+            verify: true,
+        };
+        // The root scope stays open, so task 1 cannot have retired: inference must see it.
+        let e = run(g).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InternalError, "{e}");
+        assert!(
+            e.detail
+                .contains("the recording has edge task 1 → task 2, which inference did not find"),
+            "{e}"
+        );
     }
 }

@@ -11,6 +11,8 @@
 //! `part = block_idx · parts_per_block + lane` (lane 0 for AIC and single-kind tasks, 1 + sub
 //! block for the AIVs of a MIX task). Multi-part tasks must not have INOUT tensors.
 
+pub mod program;
+
 use pto_chip::kernel::{CoreType, KernelCtx, block_chunk};
 
 /// Applies the rule above for the given lane.

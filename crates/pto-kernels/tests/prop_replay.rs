@@ -1,0 +1,219 @@
+//! Replay == inference over random chip programs (issue 26): a program from the generator of
+//! `prop_chip.rs` is recorded as a graph whose inputs are the four external buffers, then
+//! replayed several times in one run — at the root, or in nested scopes — with verify mode on
+//! (every replayed task's edges are also inferred and compared) or off (the recording alone
+//! wires the graph's inside). The buffers must hold exactly what the sequential model computes
+//! for the program run that many times.
+
+mod common;
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use common::with_timeout;
+use proptest::prelude::*;
+use pto_chip::memory::HostMemory;
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope};
+use pto_chip::replay::{GraphInput, RecordedGraph};
+use pto_chip::{ChipSpec, ChipWorker, RunContext, TaskId};
+use pto_kernels::prop::program::{Builder, Choices, EXT_SHAPES, Model, initial_ext, record_ops};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs};
+
+/// Records the program of `choices`; returns it with its builder (for the model).
+fn record(choices: &[u32]) -> (Builder, Vec<pto_kernels::prop::program::Op>, RecordedGraph) {
+    let mut builder = Builder::new();
+    let mut budget = 60;
+    let mut c = Choices {
+        data: choices,
+        pos: 0,
+    };
+    let ops = builder.ops(&mut c, 0, &mut budget);
+    let mut inputs: Vec<GraphInput> = EXT_SHAPES
+        .iter()
+        .map(|shape| GraphInput::new(shape, DType::U32).unwrap())
+        .collect();
+    inputs.push(GraphInput::new(&[1], DType::U32).unwrap());
+    let created_len = builder.created_len.len();
+    let graph = RecordedGraph::record("prop", &inputs, |r, ins| {
+        let mut ids: Vec<TaskId> = Vec::new();
+        let mut created: Vec<Option<OrchTensor<'_>>> = vec![None; created_len];
+        // The token (input 4) orders replays: the gate waits for the previous replay's fence
+        // (a TensorMap edge over the token), every task waits for the gate, and the fence for
+        // every task. Write-after-read across replays is then ordered too.
+        let gate = r.submit_dummy(KernelArgs::new().inout(ins[4]))?.task_id();
+        record_ops(r, &ops, &ins[..4], &mut ids, &mut created, Some(gate))?;
+        let fence = ids
+            .iter()
+            .fold(KernelArgs::new().inout(ins[4]), |a, &id| a.dep_wait(id));
+        r.submit_dummy(fence)?;
+        // The root level's created tensors are the graph's outputs: their buffers are
+        // boundary, so their writers go through the TensorMap at replay.
+        Ok(created.into_iter().flatten().collect())
+    })
+    .expect("a generated program is a valid graph");
+    (builder, ops, graph)
+}
+
+thread_local! {
+    static GRAPH: RefCell<Option<(RecordedGraph, Vec<bool>)>> = const { RefCell::new(None) };
+}
+
+/// Replays the installed graph once per entry of the plan: `true` in a nested scope.
+fn orchestrate<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (graph, plan) = GRAPH.with(|g| g.borrow().clone()).expect("installed");
+    let ext: Vec<OrchTensor<'r>> = (0..5).map(|i| a.tensor(i)).collect();
+    for nested in plan {
+        if nested {
+            s.scope(|s| s.replay(&graph, &ext).map(|_| ()))?;
+        } else {
+            let outputs = s.replay(&graph, &ext)?;
+            assert_eq!(outputs.len(), graph.num_outputs());
+        }
+    }
+    Ok(())
+}
+
+fn chip() -> ChipWorker {
+    pto_kernels::link();
+    let spec = ChipSpec {
+        clusters: 2,
+        scheduler_timeout: Some(std::time::Duration::from_secs(2)),
+        ..ChipSpec::default()
+    };
+    ChipWorker::new(spec, EnvSource::empty()).unwrap()
+}
+
+/// Runs the program of `choices` replayed once per entry of `plan`, in verify mode or not.
+fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> Result<(), String> {
+    let (builder, ops, graph) = record(choices);
+    assert!(
+        graph.verifies(),
+        "verify mode is the default of debug builds"
+    );
+    let graph = graph.verified(verify);
+    let mut model = Model {
+        ext: initial_ext(),
+        created: Vec::new(),
+    };
+    for _ in &plan {
+        model.run(&builder, &ops);
+    }
+    let buffers: Vec<Arc<HostMemory>> = initial_ext()
+        .iter()
+        .map(|data| {
+            let b = HostMemory::new(data.len() * 4).unwrap();
+            b.write(0, data);
+            b
+        })
+        .collect();
+    let mut args = TaskArgs::new();
+    for (i, b) in buffers.iter().enumerate() {
+        let id = BufferId {
+            owner_uid: 11,
+            buffer_id: i as u64,
+            generation: 0,
+        };
+        let t = pto_types::Tensor::contiguous(b.buffer_ref(id), EXT_SHAPES[i], DType::U32).unwrap();
+        args = args.inout(&t);
+    }
+    let token = HostMemory::new(4).unwrap();
+    let token_id = BufferId {
+        owner_uid: 11,
+        buffer_id: 4,
+        generation: 0,
+    };
+    args = args.inout(
+        &pto_types::Tensor::contiguous(token.buffer_ref(token_id), &[1], DType::U32).unwrap(),
+    );
+    GRAPH.with(|g| *g.borrow_mut() = Some((graph, plan)));
+    let env = RuntimeEnv::default()
+        .with_task_window(1024)
+        .with_heap(4 << 20)
+        .with_dep_pool(16384);
+    let result = chip.run_fn(
+        orchestrate,
+        &args,
+        &CallConfig::with_runtime_env(env),
+        &RunContext::default(),
+    );
+    GRAPH.with(|g| *g.borrow_mut() = None);
+    result.map_err(|e| format!("the run failed: {e}"))?;
+    for (i, b) in buffers.iter().enumerate() {
+        let got: Vec<u32> = b.read(0, model.ext[i].len());
+        if got != model.ext[i] {
+            let first = got
+                .iter()
+                .zip(&model.ext[i])
+                .position(|(g, w)| g != w)
+                .unwrap();
+            return Err(format!(
+                "buffer {i} differs at element {first}: got {}, sequential {}",
+                got[first], model.ext[i][first]
+            ));
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    static CHIP: ChipWorker = chip();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 300,
+        max_shrink_iters: 2000,
+        failure_persistence: None,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn replayed_random_programs_match_sequential(
+        choices in proptest::collection::vec(any::<u32>(), 0..1200),
+        plan in proptest::collection::vec(any::<bool>(), 2..4),
+        verify in any::<bool>(),
+    ) {
+        let result = CHIP.with(|chip| check(chip, &choices, plan, verify));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
+
+#[test]
+fn a_long_fixed_program_replays_to_sequential() {
+    with_timeout(120, || {
+        let chip = chip();
+        let choices: Vec<u32> = (0..3000u32)
+            .map(|i| i.wrapping_mul(2654435761) ^ (i >> 3))
+            .collect();
+        for verify in [true, false] {
+            check(&chip, &choices, vec![false, true, false, true], verify).unwrap();
+        }
+    });
+}
+
+#[test]
+fn recorded_programs_have_internal_edges_and_a_boundary() {
+    // Guards the property: graphs must carry edges between their tasks (not only boundary
+    // lookups) and outputs, or replay == inference proves little.
+    let mut rng = 0x9E3779B97F4A7C15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng as u32
+    };
+    let (mut edges, mut outputs, mut tasks) = (0, 0, 0);
+    for _ in 0..100 {
+        let choices: Vec<u32> = (0..800).map(|_| next()).collect();
+        let (_, _, graph) = record(&choices);
+        edges += graph.edges().count();
+        outputs += graph.num_outputs();
+        tasks += graph.num_tasks();
+    }
+    assert!(
+        tasks >= 1500 && edges >= tasks,
+        "tasks {tasks}, edges {edges}"
+    );
+    assert!(outputs >= 100, "outputs {outputs}");
+}
