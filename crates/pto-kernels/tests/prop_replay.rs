@@ -13,45 +13,19 @@ use std::sync::Arc;
 use common::with_timeout;
 use proptest::prelude::*;
 use pto_chip::memory::HostMemory;
-use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope};
-use pto_chip::replay::{GraphInput, RecordedGraph};
-use pto_chip::{ChipSpec, ChipWorker, RunContext, TaskId};
-use pto_kernels::prop::program::{Builder, Choices, EXT_SHAPES, Model, initial_ext, record_ops};
+use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
+use pto_chip::replay::RecordedGraph;
+use pto_chip::{ChipSpec, ChipWorker, RunContext};
+use pto_kernels::prop::program::{
+    Builder, EXT_SHAPES, Op, build, expected, initial_ext, record_program, replay_plan,
+};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs};
 
 /// Records the program of `choices`; returns it with its builder (for the model).
-fn record(choices: &[u32]) -> (Builder, Vec<pto_kernels::prop::program::Op>, RecordedGraph) {
-    let mut builder = Builder::new();
-    let mut budget = 60;
-    let mut c = Choices {
-        data: choices,
-        pos: 0,
-    };
-    let ops = builder.ops(&mut c, 0, &mut budget);
-    let mut inputs: Vec<GraphInput> = EXT_SHAPES
-        .iter()
-        .map(|shape| GraphInput::new(shape, DType::U32).unwrap())
-        .collect();
-    inputs.push(GraphInput::new(&[1], DType::U32).unwrap());
-    let created_len = builder.created_len.len();
-    let graph = RecordedGraph::record("prop", &inputs, |r, ins| {
-        let mut ids: Vec<TaskId> = Vec::new();
-        let mut created: Vec<Option<OrchTensor<'_>>> = vec![None; created_len];
-        // The token (input 4) orders replays: the gate waits for the previous replay's fence
-        // (a TensorMap edge over the token), every task waits for the gate, and the fence for
-        // every task. Write-after-read across replays is then ordered too.
-        let gate = r.submit_dummy(KernelArgs::new().inout(ins[4]))?.task_id();
-        record_ops(r, &ops, &ins[..4], &mut ids, &mut created, Some(gate))?;
-        let fence = ids
-            .iter()
-            .fold(KernelArgs::new().inout(ins[4]), |a, &id| a.dep_wait(id));
-        r.submit_dummy(fence)?;
-        // The root level's created tensors are the graph's outputs: their buffers are
-        // boundary, so their writers go through the TensorMap at replay.
-        Ok(created.into_iter().flatten().collect())
-    })
-    .expect("a generated program is a valid graph");
+fn record(choices: &[u32]) -> (Builder, Vec<Op>, RecordedGraph) {
+    let (builder, ops) = build(choices);
+    let graph = record_program("prop", &builder, &ops);
     (builder, ops, graph)
 }
 
@@ -63,15 +37,7 @@ thread_local! {
 fn orchestrate<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let (graph, plan) = GRAPH.with(|g| g.borrow().clone()).expect("installed");
     let ext: Vec<OrchTensor<'r>> = (0..5).map(|i| a.tensor(i)).collect();
-    for nested in plan {
-        if nested {
-            s.scope(|s| s.replay(&graph, &ext).map(|_| ()))?;
-        } else {
-            let outputs = s.replay(&graph, &ext)?;
-            assert_eq!(outputs.len(), graph.num_outputs());
-        }
-    }
-    Ok(())
+    replay_plan(s, &graph, &ext, &plan)
 }
 
 fn chip() -> ChipWorker {
@@ -92,13 +58,7 @@ fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> R
         "verify mode is the default of debug builds"
     );
     let graph = graph.verified(verify);
-    let mut model = Model {
-        ext: initial_ext(),
-        created: Vec::new(),
-    };
-    for _ in &plan {
-        model.run(&builder, &ops);
-    }
+    let want = expected(&builder, &ops, plan.len());
     let buffers: Vec<Arc<HostMemory>> = initial_ext()
         .iter()
         .map(|data| {
@@ -140,16 +100,12 @@ fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> R
     GRAPH.with(|g| *g.borrow_mut() = None);
     result.map_err(|e| format!("the run failed: {e}"))?;
     for (i, b) in buffers.iter().enumerate() {
-        let got: Vec<u32> = b.read(0, model.ext[i].len());
-        if got != model.ext[i] {
-            let first = got
-                .iter()
-                .zip(&model.ext[i])
-                .position(|(g, w)| g != w)
-                .unwrap();
+        let got: Vec<u32> = b.read(0, want[i].len());
+        if got != want[i] {
+            let first = got.iter().zip(&want[i]).position(|(g, w)| g != w).unwrap();
             return Err(format!(
                 "buffer {i} differs at element {first}: got {}, sequential {}",
-                got[first], model.ext[i][first]
+                got[first], want[i][first]
             ));
         }
     }

@@ -26,5 +26,6 @@ mod liveness;
 mod memory;
 mod pipeline;
 mod remote;
+mod replay;
 
 pto_node::test_child_entry!();

@@ -12,8 +12,10 @@
 use std::collections::BTreeSet;
 
 use pto_chip::TaskId;
-use pto_chip::orch::{KernelArgs, MixedKernels, OrchResult, OrchTensor, Scope, TensorCreateInfo};
-use pto_chip::replay::Recorder;
+use pto_chip::orch::{
+    KernelArgs, MixedKernels, OrchResult, OrchTensor, RootScope, Scope, TensorCreateInfo,
+};
+use pto_chip::replay::{GraphInput, RecordedGraph, Recorder};
 use pto_types::{DType, RING_COUNT, RuntimeEnv};
 
 use super::{APPLY_AIC, APPLY_AIV, unflatten};
@@ -673,4 +675,86 @@ pub fn initial_ext() -> Vec<Vec<u32>> {
             (0..n).map(|e| (b as u32 + 1) * 1000 + e).collect()
         })
         .collect()
+}
+
+/// The program of `choices`, at most 60 tasks and scopes.
+pub fn build(choices: &[u32]) -> (Builder, Vec<Op>) {
+    let mut builder = Builder::new();
+    let mut budget = 60;
+    let mut c = Choices {
+        data: choices,
+        pos: 0,
+    };
+    let ops = builder.ops(&mut c, 0, &mut budget);
+    (builder, ops)
+}
+
+/// `n` pseudo-random choices from `seed` (xorshift), for callers without proptest.
+pub fn seeded_choices(seed: u64, n: usize) -> Vec<u32> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u32
+        })
+        .collect()
+}
+
+/// Records a program as a graph with five inputs: the four external buffers and a one-element
+/// U32 token that orders replays. The gate (first task) writes the token, so it waits for the
+/// previous replay's fence through the TensorMap; every task waits for the gate; the fence
+/// (last task) writes the token after every task. Write-after-read across replays, which the
+/// runtime does not track, is then ordered too. The root level's created tensors are the
+/// graph's outputs, so their buffers are boundary.
+pub fn record_program(name: &str, builder: &Builder, ops: &[Op]) -> RecordedGraph {
+    let mut inputs: Vec<GraphInput> = EXT_SHAPES
+        .iter()
+        .map(|shape| GraphInput::new(shape, DType::U32).expect("valid shape"))
+        .collect();
+    inputs.push(GraphInput::new(&[1], DType::U32).expect("valid shape"));
+    let created_len = builder.created_len.len();
+    RecordedGraph::record(name, &inputs, |r, ins| {
+        let mut ids: Vec<TaskId> = Vec::new();
+        let mut created: Vec<Option<OrchTensor<'_>>> = vec![None; created_len];
+        let gate = r.submit_dummy(KernelArgs::new().inout(ins[4]))?.task_id();
+        record_ops(r, ops, &ins[..4], &mut ids, &mut created, Some(gate))?;
+        let fence = ids
+            .iter()
+            .fold(KernelArgs::new().inout(ins[4]), |a, &id| a.dep_wait(id));
+        r.submit_dummy(fence)?;
+        Ok(created.into_iter().flatten().collect())
+    })
+    .expect("a generated program is a valid graph")
+}
+
+/// Replays `graph` (from [`record_program`]) once per entry of `plan` over the five tensors
+/// `ext`: in a nested scope for `true`, at the root for `false`.
+pub fn replay_plan<'r>(
+    s: &mut RootScope<'r>,
+    graph: &RecordedGraph,
+    ext: &[OrchTensor<'r>],
+    plan: &[bool],
+) -> OrchResult<()> {
+    for &nested in plan {
+        if nested {
+            s.scope(|s| s.replay(graph, ext).map(|_| ()))?;
+        } else {
+            s.replay(graph, ext)?;
+        }
+    }
+    Ok(())
+}
+
+/// The external buffers after the program ran `times` times from [`initial_ext`].
+pub fn expected(builder: &Builder, ops: &[Op], times: usize) -> Vec<Vec<u32>> {
+    let mut model = Model {
+        ext: initial_ext(),
+        created: Vec::new(),
+    };
+    for _ in 0..times {
+        model.run(builder, ops);
+    }
+    model.ext
 }
