@@ -281,6 +281,62 @@ pub(crate) fn stencil_1d<'r>(
     Ok(())
 }
 
+/// Steps per recorded stencil_1d graph (the replay rows of B1 and B2).
+pub(crate) const GRAPH_STEPS: u64 = 16;
+
+/// Records [`GRAPH_STEPS`] steps of stencil_1d as a graph over one input, the 2 × WIDTH grid
+/// of the run, one nested scope per step. The steps between the first and the last work on a
+/// grid allocated inside the graph: the first reads the input's row 1, the last writes it, so
+/// consecutive replays chain through the input (the TensorMap orders them) while the steps in
+/// between are wired from the recording alone. `submit` submits one task with its arguments.
+pub(crate) fn record_stencil_1d(
+    mut submit: impl for<'i, 'p> FnMut(
+        &mut pto_chip::replay::Recorder<'i, 'p>,
+        pto_chip::orch::KernelArgs<'i>,
+    ) -> pto_chip::orch::OrchResult<()>,
+) -> anyhow::Result<pto_chip::replay::RecordedGraph> {
+    use pto_chip::orch::{KernelArgs, TensorCreateInfo};
+    let grid = pto_chip::replay::GraphInput::new(&[2, WIDTH], pto_types::DType::F32)?;
+    let graph = pto_chip::replay::RecordedGraph::record("stencil_1d", &[grid], |r, ins| {
+        let ci = TensorCreateInfo::new(&[2, WIDTH], pto_types::DType::F32);
+        let inner = r.alloc_tensors(&[ci])?.tensor(0);
+        for t in 0..GRAPH_STEPS {
+            let src = if t == 0 { ins[0] } else { inner };
+            let dst = if t == GRAPH_STEPS - 1 { ins[0] } else { inner };
+            r.scope(|r| {
+                for j in 0..WIDTH {
+                    // Views of a WIDTH-wide grid cannot fail; the error is reported anyway.
+                    let (input, output) =
+                        match (stencil_views(&src, t, j), stencil_views(&dst, t, j)) {
+                            (Ok((input, _)), Ok((_, output))) => (input, output),
+                            (Err(e), _) | (_, Err(e)) => {
+                                return Err(r.report_fatal(e.to_string()));
+                            }
+                        };
+                    submit(r, KernelArgs::new().input(input).output_existing(output))?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(vec![])
+    })?;
+    Ok(graph)
+}
+
+/// Runs `steps` steps (rounded up to whole graphs) of stencil_1d over `grid` by replaying
+/// `graph` (from [`record_stencil_1d`]), one scope per replay.
+pub(crate) fn replay_stencil_1d<'r>(
+    s: &mut pto_chip::orch::RootScope<'r>,
+    grid: &pto_chip::orch::OrchTensor<'r>,
+    steps: u64,
+    graph: &pto_chip::replay::RecordedGraph,
+) -> pto_chip::orch::OrchResult<()> {
+    for _ in 0..steps.div_ceil(GRAPH_STEPS) {
+        s.scope(|s| s.replay(graph, &[*grid]).map(|_| ()))?;
+    }
+    Ok(())
+}
+
 /// Microseconds since `t`.
 pub fn us_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6

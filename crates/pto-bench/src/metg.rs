@@ -9,12 +9,14 @@
 //! it. The peers, swept the same way in the same process: the same pattern as `omp task depend`
 //! tasks on a GCC libgomp team of W threads ([`crate::omp`]), issued as one graph and with a
 //! `taskwait` every 8 steps (libgomp's best on this pattern), and as bulk-synchronous steps on
-//! a rayon pool of W threads (one parallel loop per step).
+//! a rayon pool of W threads (one parallel loop per step). The replayed row runs the same
+//! pattern by replaying a recorded graph of 16 steps (`pto_chip::replay`), one scope each.
 
 use std::time::Instant;
 
 use pto_chip::kernel::{CoreType, KernelCtx};
 use pto_chip::orch::{OrchArgs, OrchResult, RootScope};
+use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
@@ -94,6 +96,59 @@ pub fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64, w: f64) -> anyho
     chip.run_fn(stencil, &args, &cfg, &RunContext::default())?;
     let wall = started.elapsed().as_secs_f64();
     Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * w))
+}
+
+thread_local! {
+    /// The stencil graph of the last grain replayed, by grain: recorded once per grain.
+    static GRAPH: std::cell::RefCell<Option<(u64, RecordedGraph)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The recorded stencil graph whose tasks spin `g_ns` (W = 2).
+fn graph_for(g_ns: u64) -> anyhow::Result<RecordedGraph> {
+    if let Some((g, graph)) = GRAPH.with(|c| c.borrow().clone())
+        && g == g_ns
+    {
+        return Ok(graph);
+    }
+    let graph =
+        crate::record_stencil_1d(|r, args| r.submit_aiv(SPIN, args.scalar(g_ns)).map(|_| ()))?;
+    GRAPH.with(|c| *c.borrow_mut() = Some((g_ns, graph.clone())));
+    Ok(graph)
+}
+
+/// `stencil_1d` by replay: scalar 0 = steps, scalar 1 = g (ns); W = 2.
+fn stencil_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (steps, g): (u64, u64) = (a.scalar(0), a.scalar(1));
+    let Ok(graph) = graph_for(g) else {
+        return Err(s.report_fatal("recording the stencil graph failed"));
+    };
+    crate::replay_stencil_1d(s, &a.tensor(0), steps, &graph)
+}
+
+/// pto's efficiency at grain `g_ns` over `steps` steps (rounded up to whole graphs) replaying
+/// a recorded graph of the pattern (W = 2).
+fn pto_replayed_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f64> {
+    let steps = steps.div_ceil(crate::GRAPH_STEPS) * crate::GRAPH_STEPS;
+    graph_for(g_ns)?;
+    let buf = pto_chip::memory::HostMemory::new((2 * WIDTH as usize) * 4)?;
+    let id = BufferId {
+        owner_uid: 0xBE7D,
+        buffer_id: 2,
+        generation: 0,
+    };
+    let t = Tensor::contiguous(buf.buffer_ref(id), &[2, WIDTH], DType::F32)?;
+    let args = TaskArgs::new().inout(&t).scalar(steps).scalar(g_ns);
+    let cfg = CallConfig::with_runtime_env(
+        RuntimeEnv::default()
+            .with_task_window(256)
+            .with_heap(1 << 16)
+            .with_dep_pool(1024),
+    );
+    let started = Instant::now();
+    chip.run_fn(stencil_replayed, &args, &cfg, &RunContext::default())?;
+    let wall = started.elapsed().as_secs_f64();
+    Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W))
 }
 
 /// The rayon bulk-synchronous peer's efficiency at grain `g_ns`.
@@ -217,6 +272,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         .build()?;
     let ours = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g, W))?;
     let ours_w1 = sweep(|g| pto_efficiency(&chip, steps_for(g, budget / 2.0, range), g, 1.0))?;
+    let replayed = sweep(|g| pto_replayed_efficiency(&chip, steps_for(g, budget, range), g))?;
     let rayon = sweep(|g| Ok(rayon_efficiency(&pool, steps_for(g, budget, range), g)))?;
     // A build without OpenMP reports the peer as unmeasured (NaN) and says why in the anchor.
     let openmp = sweep(|g| omp_efficiency(steps_for(g, budget, range), g, Issue::Graph));
@@ -257,9 +313,21 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         metg = metg.with_anchor(e.to_string());
         task_bench = task_bench.with_anchor(e.to_string());
     }
+    let replayed_case = format!("{case}, replayed (graphs of {} steps)", crate::GRAPH_STEPS);
+    let replayed_row = |what: &str, unit: &'static str, figure: &dyn Fn(&Sweep) -> f64| {
+        Point::new(
+            "metg",
+            format!("{replayed_case}: {what}"),
+            unit,
+            Stats::one(figure(&replayed)),
+        )
+        .with_peer(RAYON, figure(&rayon))
+    };
     Ok(vec![
         metg,
         task_bench,
+        replayed_row("METG(50%), kernel time", "us", &kernel),
+        replayed_row("METG(50%), Task Bench granularity", "us", &granularity),
         compare("efficiency at 100 us", "fraction", &|s: &Sweep| s.at_100),
         Point::new(
             "metg",

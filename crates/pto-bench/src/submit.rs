@@ -7,11 +7,19 @@
 //! cost of an empty run, and independent tasks on chips of 1, 2, 8 and 24 clusters (the cost
 //! must not grow with the simulated size). Peers in the same run: rayon's `scope.spawn` of a
 //! no-op closure per task, and a sequential loop through a `black_box`.
+//!
+//! The `replayed` shapes submit the same patterns by replaying a recorded graph
+//! (`pto_chip::replay`), one scope per replay: independent (64 tasks per graph), chain (64
+//! INOUT tasks over a tensor allocated in the graph, chained through the input by the first and
+//! the last), stencil_1d (16 steps per graph, the steps between the first and the last over a
+//! grid allocated in the graph). The ratio rows divide a replayed median by the inferred one
+//! of the same run.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, TensorCreateInfo};
+use pto_chip::replay::{GraphInput, RecordedGraph};
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
@@ -93,14 +101,104 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     })
 }
 
+/// CHUNK independent no-op tasks, as one inferred scope submits them.
+fn record_independent() -> anyhow::Result<RecordedGraph> {
+    let k = noop();
+    Ok(RecordedGraph::record("independent", &[], |r, _| {
+        for _ in 0..CHUNK {
+            r.submit_aiv(k, KernelArgs::new())?;
+        }
+        Ok(vec![])
+    })?)
+}
+
+/// A chain of CHUNK INOUT tasks over a tensor allocated in the graph; the first also reads the
+/// input and the last writes it, so replays chain through the input.
+fn record_chain() -> anyhow::Result<RecordedGraph> {
+    let k = noop();
+    let x = GraphInput::new(&[1], DType::F32)?;
+    Ok(RecordedGraph::record("chain", &[x], |r, ins| {
+        let t = r
+            .alloc_tensors(&[TensorCreateInfo::new(&[1], DType::F32)])?
+            .tensor(0);
+        for i in 0..CHUNK {
+            let mut args = KernelArgs::new().inout(t);
+            if i == 0 {
+                args = args.input(ins[0]);
+            }
+            if i == CHUNK - 1 {
+                args = args.inout(ins[0]);
+            }
+            r.submit_aiv(k, args)?;
+        }
+        Ok(vec![])
+    })?)
+}
+
+/// The recorded graphs of the replay shapes, recorded once per process.
+struct Graphs {
+    independent: RecordedGraph,
+    chain: RecordedGraph,
+    stencil: RecordedGraph,
+}
+
+static GRAPHS: std::sync::OnceLock<Graphs> = std::sync::OnceLock::new();
+
+fn graphs() -> &'static Graphs {
+    GRAPHS.get().expect("recorded before the runs")
+}
+
+fn record_graphs() -> anyhow::Result<()> {
+    if GRAPHS.get().is_none() {
+        let k = noop();
+        let graphs = Graphs {
+            independent: record_independent()?,
+            chain: record_chain()?,
+            stencil: crate::record_stencil_1d(|r, args| r.submit_aiv(k, args).map(|_| ()))?,
+        };
+        let _ = GRAPHS.set(graphs);
+    }
+    Ok(())
+}
+
+/// `n / CHUNK` replays of a graph of CHUNK tasks, one scope each.
+fn replay_chunks<'r>(
+    s: &mut RootScope<'r>,
+    a: &OrchArgs<'r>,
+    graph: &RecordedGraph,
+    inputs: usize,
+) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let ins: Vec<OrchTensor<'r>> = (0..inputs).map(|i| a.tensor(i)).collect();
+    for _ in 0..n / CHUNK {
+        s.scope(|s| s.replay(graph, &ins).map(|_| ()))?;
+    }
+    Ok(())
+}
+
+fn independent_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    replay_chunks(s, a, &graphs().independent, 0)
+}
+
+fn chain_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    replay_chunks(s, a, &graphs().chain, 1)
+}
+
+fn stencil_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let steps = n.div_ceil(u64::from(WIDTH));
+    crate::replay_stencil_1d(s, &a.tensor(0), steps, &graphs().stencil)
+}
+
 /// One shape: its orchestration and the entry tensor it needs.
+#[derive(Clone, Copy)]
 struct Shape {
     name: &'static str,
     orch: pto_chip::orch::OrchFn,
     grid: bool,
 }
 
-const SHAPES: [Shape; 4] = [
+const SHAPES: [Shape; 7] = [
     Shape {
         name: "independent",
         orch: independent,
@@ -121,7 +219,56 @@ const SHAPES: [Shape; 4] = [
         orch: chain,
         grid: false,
     },
+    Shape {
+        name: "independent replayed",
+        orch: independent_replayed,
+        grid: false,
+    },
+    Shape {
+        name: "stencil_1d replayed",
+        orch: stencil_replayed,
+        grid: true,
+    },
+    Shape {
+        name: "chain replayed",
+        orch: chain_replayed,
+        grid: false,
+    },
 ];
+
+thread_local! {
+    /// The orchestration [`timed`] runs, and how long its last run took (ns).
+    static TIMED: std::cell::Cell<(Option<pto_chip::orch::OrchFn>, u64)> =
+        const { std::cell::Cell::new((None, 0)) };
+}
+
+/// Runs the installed orchestration and records how long it took: the orchestrator's own
+/// cost (it runs on the thread that called `run`), without the wait for the last tasks.
+fn timed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (orch, _) = TIMED.with(|t| t.get());
+    let started = Instant::now();
+    let result = orch.expect("installed")(s, a);
+    let ns = started.elapsed().as_nanos() as u64;
+    TIMED.with(|t| t.set((orch, ns)));
+    result
+}
+
+/// µs per task of one run of `shape` with `n` tasks and window `window`: end to end, and in
+/// the orchestration function.
+fn run_timed(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Result<(f64, f64)> {
+    TIMED.with(|t| t.set((Some(shape.orch), 0)));
+    let end_to_end = run_once(
+        chip,
+        &Shape {
+            orch: timed,
+            ..*shape
+        },
+        n,
+        window,
+    )?;
+    let orch_us = TIMED.with(|t| t.get().1) as f64 / 1e3 / n as f64;
+    Ok((end_to_end, orch_us))
+}
 
 /// µs per task of one run of `shape` with `n` tasks and window `window`.
 fn run_once(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Result<f64> {
@@ -212,18 +359,27 @@ fn by_clusters(n: u64, runs: usize) -> anyhow::Result<Vec<Point>> {
 }
 
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
+    // Whole graphs: n is a multiple of CHUNK and of GRAPH_STEPS × WIDTH tasks.
     let (n, runs) = if quick {
-        (2_000u64, 1)
+        (2_048u64, 1)
     } else {
-        (200_000u64, 3)
+        (204_800u64, 3)
     };
+    record_graphs()?;
     let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty())?;
     let (rayon, sequential) = peers(n, runs)?;
     let mut points = Vec::new();
+    let mut medians: Vec<(&str, u64, f64)> = Vec::new();
+    let mut orch_medians: Vec<(&str, u64, f64)> = Vec::new();
     for shape in &SHAPES {
         for window in [1024u64, 262_144] {
             let cpu_before = crate::idle::process_cpu_s();
-            let stats = sample(runs, || run_once(&chip, shape, n, window))?;
+            let mut orch_us = Vec::new();
+            let stats = sample(runs, || {
+                let (end_to_end, orch) = run_timed(&chip, shape, n, window)?;
+                orch_us.push(orch);
+                Ok(end_to_end)
+            })?;
             let cpu = crate::idle::process_cpu_s() - cpu_before;
             points.push(Point::new(
                 "submit",
@@ -231,7 +387,16 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
                 "us CPU/task",
                 Stats::one(cpu * 1e6 / (n as f64 * stats.runs as f64)),
             ));
+            let orch = Stats::of(&orch_us);
+            orch_medians.push((shape.name, window, orch.median));
+            points.push(Point::new(
+                "submit",
+                format!("{} window={window} n={n}: orchestration", shape.name),
+                "us/task",
+                orch,
+            ));
             let case = format!("{} window={window} n={n}", shape.name);
+            medians.push((shape.name, window, stats.median));
             let mut p = Point::new("submit", case, "us/task", stats)
                 .with_peer("rayon scope.spawn", rayon.median);
             if shape.name == "independent" && window == 1024 {
@@ -240,6 +405,24 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
                 );
             }
             points.push(p);
+        }
+    }
+    for name in ["independent", "stencil_1d", "chain"] {
+        for window in [1024u64, 262_144] {
+            let median = |of: &[(&str, u64, f64)], shape: &str| {
+                of.iter()
+                    .find(|m| m.0 == shape && m.1 == window)
+                    .map_or(f64::NAN, |m| m.2)
+            };
+            let replayed = format!("{name} replayed");
+            for (what, of) in [("end to end", &medians), ("orchestration", &orch_medians)] {
+                points.push(Point::new(
+                    "submit",
+                    format!("{name} window={window}: replayed / inferred, {what}"),
+                    "ratio",
+                    Stats::one(median(of, &replayed) / median(of, name)),
+                ));
+            }
         }
     }
     points.push(Point::new(

@@ -239,13 +239,24 @@ impl RecordedGraph {
         self.inner.outputs.len()
     }
 
-    /// The edges between graph tasks, `(producer, consumer)` as task indices in submit order.
+    /// The edges between graph tasks as inference finds them, `(producer, consumer)` as task
+    /// indices in submit order. A replay wires [`RecordedGraph::wired_edges`].
     pub fn edges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.inner
             .tasks
             .iter()
             .enumerate()
             .flat_map(|(k, t)| t.edges.iter().map(move |e| (e.from as usize, k)))
+    }
+
+    /// The edges a replay wires: [`RecordedGraph::edges`] less the edges that only order and
+    /// that a path through other edges implies (graphs of at most 8192 tasks).
+    pub fn wired_edges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.inner
+            .tasks
+            .iter()
+            .enumerate()
+            .flat_map(|(k, t)| t.wiring.iter().map(move |&(p, _)| (p as usize, k)))
     }
 
     /// What a replay needs from the rings.
@@ -326,8 +337,12 @@ pub(crate) struct RecordedTask {
     /// The virtual device address of its heap allocation.
     pub(crate) virt_base: u64,
     pub(crate) args: smallvec::SmallVec<[RecordedArg; INLINE_ARGS]>,
-    /// Explicit dependencies first (as the orchestration gave them), then inferred ones.
+    /// Explicit dependencies first (as the orchestration gave them), then inferred ones: every
+    /// edge, as inference finds it when nothing has retired.
     pub(crate) edges: Vec<RecordedEdge>,
+    /// What a replay wires: `edges` less the ordering-only edges another path implies
+    /// (`(producer, RETAIN)`, see [`reduce_edges`]).
+    pub(crate) wiring: Vec<(u32, bool)>,
     /// Some argument goes through the TensorMap at replay.
     pub(crate) boundary: bool,
 }
@@ -457,6 +472,11 @@ impl<'s, 'p> Recorder<'s, 'p> {
             .state
             .submit(args.into_request([None; 3], Shape::Dummy), true)?;
         Ok(TaskOutputs::new(task, outputs))
+    }
+
+    /// Fails the recording with `message` ([`RecordedGraph::record`] returns it).
+    pub fn report_fatal(&mut self, message: impl Into<String>) -> Fatal {
+        self.state.fail(message.into())
     }
 
     /// The scope depth relative to the graph (0 = the graph's own level).
@@ -598,6 +618,7 @@ impl RecordState {
             virt_base,
             args,
             edges,
+            wiring: Vec::new(),
             boundary: false,
         });
         Ok(outputs)
@@ -664,6 +685,7 @@ impl RecordState {
             task.boundary = task.args.iter().any(|a| a.boundary);
         }
         infer_edges(&mut self.tasks);
+        reduce_edges(&mut self.tasks);
         let max_depth = self.tasks.iter().map(|t| t.depth).max().unwrap_or(0);
         let needs = GraphNeeds {
             per_depth: std::array::from_fn(|d| pinned_peaks(&self.steps, &self.tasks, d)),
@@ -737,6 +759,47 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
     }
 }
 
+/// Graphs up to this many tasks get their wiring reduced (the ancestor sets cost N²/8 bytes).
+const REDUCE_LIMIT: usize = 8192;
+
+/// Fills each task's wiring: its edges, less those that only order (not RETAIN) and that a path
+/// through another of its producers implies. Offline inference finds the edges of every
+/// timing — in a stencil, a task's lookups find every earlier writer of its columns, which a
+/// run would mostly have retired — so a replay wiring them all would pay for edges that order
+/// nothing. The order a replay enforces is the same: a consumer still starts only after every
+/// producer inference found has completed.
+fn reduce_edges(tasks: &mut [RecordedTask]) {
+    let n = tasks.len();
+    if n > REDUCE_LIMIT {
+        for t in tasks.iter_mut() {
+            t.wiring = t.edges.iter().map(|e| (e.from, e.retain)).collect();
+        }
+        return;
+    }
+    let words = n.div_ceil(64);
+    let has = |set: &[u64], i: u32| set[i as usize / 64] & (1 << (i % 64)) != 0;
+    // ancestors[k]: every task task k transitively waits for.
+    let mut ancestors: Vec<Vec<u64>> = Vec::with_capacity(n);
+    for t in tasks.iter_mut() {
+        let mut direct: Vec<(u32, bool)> = t.edges.iter().map(|e| (e.from, e.retain)).collect();
+        direct.sort_unstable_by_key(|&(p, _)| std::cmp::Reverse(p));
+        let mut covered = vec![0u64; words];
+        let mut wiring = Vec::with_capacity(direct.len());
+        for (p, retain) in direct {
+            if retain || !has(&covered, p) {
+                wiring.push((p, retain));
+                for (c, a) in covered.iter_mut().zip(&ancestors[p as usize]) {
+                    *c |= a;
+                }
+            }
+            covered[p as usize / 64] |= 1 << (p % 64);
+        }
+        wiring.reverse();
+        t.wiring = wiring;
+        ancestors.push(covered);
+    }
+}
+
 /// Per ring, the most tasks, heap bytes and dep entries the graph pins at once when replayed at
 /// depth `depth`.
 fn pinned_peaks(steps: &[Step], tasks: &[RecordedTask], depth: usize) -> [RingNeed; RING_COUNT] {
@@ -765,7 +828,7 @@ fn pinned_peaks(steps: &[Step], tasks: &[RecordedTask], depth: usize) -> [RingNe
                 let add = Pinned {
                     tasks: 1,
                     heap: align_heap(t.heap_bytes),
-                    deps: t.edges.len() as u64,
+                    deps: t.wiring.len() as u64,
                 };
                 for (f, n) in [(frame, add), (&mut now[*ring], add)] {
                     f.tasks += n.tasks;

@@ -406,6 +406,65 @@ fn diagnostics_name_the_graph_of_replayed_tasks() {
     });
 }
 
+/// Entry: tensor (acc); replays `inc3s` (three INOUT tasks in a nested scope) twice.
+fn nested_replays<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = graph();
+    s.replay(&g, &[a.tensor(0)])?;
+    s.replay(&g, &[a.tensor(0)]).map(|_| ())
+}
+
+#[test]
+fn scope_stats_name_the_scopes_of_a_graph() {
+    with_timeout(60, || {
+        let acc = GraphInput::new(&[N], DType::F32).unwrap();
+        install(
+            RecordedGraph::record("inc3s", &[acc], |r, ins| {
+                r.scope(|r| {
+                    for _ in 0..3 {
+                        r.submit_aiv(INC, KernelArgs::new().inout(ins[0]))?;
+                    }
+                    Ok(())
+                })?;
+                Ok(vec![])
+            })
+            .unwrap(),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = CallConfig {
+            enable_scope_stats: true,
+            output_prefix: Some(dir.path().to_str().unwrap().to_string()),
+            ..CallConfig::default()
+        };
+        let chip = chip(2, &[]);
+        let (buf, t) = f32_tensor(N as usize, 0.0);
+        chip.run_fn(
+            nested_replays,
+            &TaskArgs::new().inout(&t),
+            &cfg,
+            &RunContext::default(),
+        )
+        .unwrap();
+        assert_eq!(buf.read_f32(0, 1), vec![6.0]);
+        let path = walk(dir.path())
+            .into_iter()
+            .find(|p| p.file_name().is_some_and(|f| f == "scope_stats.jsonl"))
+            .expect("scope stats written");
+        let text = std::fs::read_to_string(path).unwrap();
+        let ends: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["site"] == "graph inc3s" && r["phase"] == "end")
+            .collect();
+        assert_eq!(ends.len(), 2, "{text}");
+        assert!(
+            ends.iter().all(|r| r["depth"] == 1 && r["ring"] == 1),
+            "{text}"
+        );
+        // The ring's live tasks during the first scope: its own three.
+        assert_eq!(ends[0]["task_window_peak"], 3, "{text}");
+    });
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

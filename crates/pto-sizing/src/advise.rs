@@ -410,6 +410,61 @@ pub fn advise_all(runs: &[ScopeStats], headroom: Headroom) -> Advice {
     advice
 }
 
+/// Recommends a ring sizing for a chip job that replays `graph` at scope depth `depth`, before
+/// it ever runs: the graph's needs ([`pto_chip::replay::GraphNeeds`]: its most pinned task
+/// slots, heap bytes and worst-case dependency entries per ring) take the place of measured
+/// peaks, through the same formulas as [`advise`]. Rings the graph does not use get the
+/// smallest legal value; capacities are the compile-time defaults (what the advice is
+/// compared with). The job's own tasks around the replays are not counted: size those from a
+/// run's scope stats and take the larger value.
+pub fn advise_graph(
+    graph: &pto_chip::replay::RecordedGraph,
+    depth: usize,
+    headroom: Headroom,
+) -> Advice {
+    let needs = graph.needs().at_depth(depth);
+    let rings = std::array::from_fn(|ring| {
+        let need = &needs[ring];
+        let used = need.task_window > 0;
+        let peaks = RingPeaks {
+            end_records: u64::from(used),
+            task_window_peak: need.task_window,
+            heap_peak: need.heap,
+            heap_largest_alloc: need.heap_largest_alloc,
+            dep_pool_peak: need.dep_pool,
+            spill_peak: 0,
+        };
+        let resources = Resource::ALL.map(|resource| {
+            let demand = used.then(|| peaks.demand(resource));
+            ResourceAdvice {
+                demand,
+                capacity: Resolved {
+                    value: resource.default_value(),
+                    source: SizeSource::Default,
+                },
+                recommended: match demand {
+                    Some(d) => recommend(resource, d, headroom),
+                    None => resource.legal_at_least(0),
+                },
+                lower_bound: false,
+            }
+        });
+        RingAdvice {
+            ring,
+            peaks,
+            resources,
+        }
+    });
+    Advice {
+        headroom,
+        rings,
+        notes: vec![format!(
+            "from the needs of graph {:?} replayed at scope depth {depth}, before any run",
+            graph.name()
+        )],
+    }
+}
+
 fn ring_advice(runs: &[ScopeStats], ring: usize, headroom: Headroom, failed: bool) -> RingAdvice {
     let mut peaks = RingPeaks::default();
     for s in runs.iter().filter(|s| s.rings[ring].end_records > 0) {

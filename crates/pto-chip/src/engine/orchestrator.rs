@@ -637,49 +637,72 @@ impl OrchCore {
 
     /// Steps 3–4: scope admission, then a slot and heap bytes on the current ring.
     fn admit_and_allocate(&mut self, total_bytes: u64) -> OrchResult<(TaskId, u64)> {
+        let ring = self.check_admission()?;
+        let alloc = self.wait_for(ring, None, |core| core.try_allocate(ring, total_bytes))?;
+        Ok(self.allocated(ring, alloc, total_bytes))
+    }
+
+    /// Step 3: a scope may not hold more tasks than its ring keeps live. Returns the ring.
+    fn check_admission(&self) -> OrchResult<usize> {
         let ring = pto_types::ring_config::ring_for_depth(self.depth());
         let window = u64::from(self.rings[ring].window());
         let in_scope = self.scopes.last().expect("root scope").tasks.len() as u64;
-        if in_scope >= window - 1 {
-            let mut e = ChipError::new(
-                ErrorCode::ScopeDeadlock,
-                Detector::Immediate,
-                format!(
-                    "the scope at depth {} already holds {in_scope} tasks on ring {ring}; a ring of window {window} keeps at most {} live",
-                    self.depth(),
-                    window - 1
-                ),
-            );
-            e.ring = Some(ring);
-            e.resource = Some(ResourceKind::TaskWindow);
-            e.capacity = Some(self.sizing.at(Resource::TaskWindow, ring));
-            e.used = Some(in_scope);
-            e.requested = Some(1);
-            e.recommended_min = Some(2 * window);
-            return Err(self.fail(e));
+        if in_scope < window - 1 {
+            return Ok(ring);
         }
-        let alloc = self.wait_for(ring, None, |core| {
-            core.rings[ring].try_alloc(total_bytes).map_err(|f| {
-                let heap = f.impossible || f.kind == AllocFailureKind::HeapFull;
-                Blocked {
-                    ring_bound: true,
-                    code: if heap {
-                        ErrorCode::HeapRingDeadlock
-                    } else {
-                        ErrorCode::FlowControlDeadlock
-                    },
-                    resource: if heap {
-                        ResourceKind::Heap
-                    } else {
-                        ResourceKind::TaskWindow
-                    },
-                    impossible: f.impossible,
-                    used: if heap { f.heap_used } else { f.live },
-                    requested: if heap { f.needed } else { 1 },
-                    recommended_min: f.recommended_min(),
-                }
-            })
-        })?;
+        let mut e = ChipError::new(
+            ErrorCode::ScopeDeadlock,
+            Detector::Immediate,
+            format!(
+                "the scope at depth {} already holds {in_scope} tasks on ring {ring}; a ring of window {window} keeps at most {} live",
+                self.depth(),
+                window - 1
+            ),
+        );
+        e.ring = Some(ring);
+        e.resource = Some(ResourceKind::TaskWindow);
+        e.capacity = Some(self.sizing.at(Resource::TaskWindow, ring));
+        e.used = Some(in_scope);
+        e.requested = Some(1);
+        e.recommended_min = Some(2 * window);
+        Err(self.fail(e))
+    }
+
+    /// Step 4's attempt: a slot and `total_bytes` of heap on `ring`, or why not.
+    fn try_allocate(
+        &mut self,
+        ring: usize,
+        total_bytes: u64,
+    ) -> Result<crate::ring::Allocation, Blocked> {
+        self.rings[ring].try_alloc(total_bytes).map_err(|f| {
+            let heap = f.impossible || f.kind == AllocFailureKind::HeapFull;
+            Blocked {
+                ring_bound: true,
+                code: if heap {
+                    ErrorCode::HeapRingDeadlock
+                } else {
+                    ErrorCode::FlowControlDeadlock
+                },
+                resource: if heap {
+                    ResourceKind::Heap
+                } else {
+                    ResourceKind::TaskWindow
+                },
+                impossible: f.impossible,
+                used: if heap { f.heap_used } else { f.live },
+                requested: if heap { f.needed } else { 1 },
+                recommended_min: f.recommended_min(),
+            }
+        })
+    }
+
+    /// Books an allocation: the slot's marks and the scope's pinned heap.
+    fn allocated(
+        &mut self,
+        ring: usize,
+        alloc: crate::ring::Allocation,
+        total_bytes: u64,
+    ) -> (TaskId, u64) {
         let marks = &mut self.marks[ring];
         if alloc.slot == marks.len() {
             marks.push(SlotMarks::default());
@@ -692,7 +715,7 @@ impl OrchCore {
             scope_open: true,
         };
         self.scopes.last_mut().expect("root scope").heap += crate::ring::align_heap(total_bytes);
-        Ok((TaskId::new(ring as u8, alloc.id), alloc.offset))
+        (TaskId::new(ring as u8, alloc.id), alloc.offset)
     }
 
     /// Step 7: explicit dependencies; invalid ones fail the run, retired ones are skipped.
@@ -814,7 +837,6 @@ impl OrchCore {
     ) -> OrchResult<()> {
         let ring = usize::from(id.ring());
         let run = Arc::clone(&self.run);
-        let capacity = u64::from(self.sizing.dep_pool(ring));
         let mut task = Some(NewTask {
             id,
             payload,
@@ -825,50 +847,57 @@ impl OrchCore {
         let mut wired = 0;
         self.wait_for(ring, Some(id), |core| {
             let mut graph = run.lock_graph();
-            let new = task.as_ref().expect("published once");
-            let mut edges = 0u64;
-            let mut pending = 0u64;
-            for &(p, _) in &new.producers {
-                match graph.producer_state(p) {
-                    ProducerState::Gone => {}
-                    ProducerState::Completed => edges += 1,
-                    ProducerState::Pending => {
-                        edges += 1;
-                        pending += 1;
-                    }
+            let new = task.take().expect("published once");
+            match core.publish_locked(&mut graph, new, &mut fx) {
+                Ok(edges) => {
+                    fx.wake = graph.signal(&run);
+                    wired = edges;
+                    Ok(())
+                }
+                Err((new, blocked)) => {
+                    task = Some(new);
+                    Err(blocked)
                 }
             }
-            let spill = edges.saturating_sub(INLINE_FANIN);
-            let nodes_ok = core.dep_pools[ring].available() >= pending;
-            let spill_ok = core.spill_pools[ring].available() >= spill;
-            if nodes_ok && spill_ok {
-                if pending > 0 {
-                    core.dep_pools[ring]
-                        .try_alloc_n(pending)
-                        .expect("checked available");
+        })?;
+        self.after_publish(id, wired);
+        self.after_lock(&fx);
+        Ok(())
+    }
+
+    /// Under the graph lock: counts the live edges of `new`, reserves its dep-list and spill
+    /// entries and publishes it; returns the edges wired, or the task back and why the pools
+    /// refused it.
+    fn publish_locked(
+        &mut self,
+        graph: &mut super::graph::Graph,
+        new: NewTask,
+        fx: &mut Effects,
+    ) -> Result<u64, (NewTask, Blocked)> {
+        let ring = usize::from(new.id.ring());
+        let mut edges = 0u64;
+        let mut pending = 0u64;
+        for &(p, _) in &new.producers {
+            match graph.producer_state(p) {
+                ProducerState::Gone => {}
+                ProducerState::Completed => edges += 1,
+                ProducerState::Pending => {
+                    edges += 1;
+                    pending += 1;
                 }
-                if spill > 0 {
-                    core.spill_pools[ring]
-                        .try_alloc_n(spill)
-                        .expect("checked available");
-                }
-                core.producers_scratch =
-                    graph.publish(task.take().expect("published once"), &run, &mut fx);
-                fx.wake = graph.signal(&run);
-                if edges > 0 {
-                    core.dep_demand[ring]
-                        .try_alloc_n(edges)
-                        .expect("the demand ledger is unbounded");
-                }
-                wired = edges;
-                return Ok(());
             }
+        }
+        let spill = edges.saturating_sub(INLINE_FANIN);
+        let nodes_ok = self.dep_pools[ring].available() >= pending;
+        let spill_ok = self.spill_pools[ring].available() >= spill;
+        if !(nodes_ok && spill_ok) {
+            let capacity = u64::from(self.sizing.dep_pool(ring));
             let (resource, needed, pool) = if !spill_ok {
-                (ResourceKind::FaninSpill, spill, &core.spill_pools[ring])
+                (ResourceKind::FaninSpill, spill, &self.spill_pools[ring])
             } else {
-                (ResourceKind::DepList, pending, &core.dep_pools[ring])
+                (ResourceKind::DepList, pending, &self.dep_pools[ring])
             };
-            Err(Blocked {
+            let blocked = Blocked {
                 ring_bound: true,
                 code: ErrorCode::DepPoolOverflow,
                 resource,
@@ -876,8 +905,31 @@ impl OrchCore {
                 used: pool.used(),
                 requested: needed,
                 recommended_min: pool.used() + needed,
-            })
-        })?;
+            };
+            return Err((new, blocked));
+        }
+        if pending > 0 {
+            self.dep_pools[ring]
+                .try_alloc_n(pending)
+                .expect("checked available");
+        }
+        if spill > 0 {
+            self.spill_pools[ring]
+                .try_alloc_n(spill)
+                .expect("checked available");
+        }
+        self.producers_scratch = graph.publish(new, &self.run, fx);
+        if edges > 0 {
+            self.dep_demand[ring]
+                .try_alloc_n(edges)
+                .expect("the demand ledger is unbounded");
+        }
+        Ok(edges)
+    }
+
+    /// The orchestrator's books after task `id` was published with `wired` edges.
+    fn after_publish(&mut self, id: TaskId, wired: u64) {
+        let ring = usize::from(id.ring());
         self.published += 1;
         let mask = u64::from(self.rings[ring].window()) - 1;
         let marks = &mut self.marks[ring][(id.local() & mask) as usize];
@@ -887,8 +939,6 @@ impl OrchCore {
         let frame = self.scopes.last_mut().expect("root scope");
         frame.tasks.push(id);
         frame.edges += wired;
-        self.after_lock(&fx);
-        Ok(())
     }
 
     /// Records an orchestrator span (trace level 4).

@@ -27,4 +27,4 @@ mod task_ring;
 mod prop_tests;
 
 pub(crate) use dep_pool::DepPool;
-pub(crate) use task_ring::{AllocFailureKind, TaskRing};
+pub(crate) use task_ring::{AllocFailureKind, Allocation, TaskRing};

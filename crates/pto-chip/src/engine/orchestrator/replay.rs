@@ -258,7 +258,11 @@ impl OrchCore {
     ) -> OrchResult<Vec<(TaskId, bool)>> {
         let mut producers = std::mem::take(&mut self.producers_scratch);
         producers.clear();
-        producers.extend(t.edges.iter().map(|e| (st.ids[e.from as usize], e.retain)));
+        producers.extend(
+            t.wiring
+                .iter()
+                .map(|&(p, retain)| (st.ids[p as usize], retain)),
+        );
         if !t.boundary {
             return Ok(producers);
         }
@@ -359,7 +363,11 @@ impl OrchCore {
         }
         let mut producers = std::mem::take(&mut self.producers_scratch);
         producers.clear();
-        producers.extend(t.edges.iter().map(|e| (st.ids[e.from as usize], e.retain)));
+        producers.extend(
+            t.wiring
+                .iter()
+                .map(|&(p, retain)| (st.ids[p as usize], retain)),
+        );
         producers.extend(inferred.iter().map(|&(p, retain, _)| (p, retain)));
         dedup_producers(&mut producers, id);
         Ok(producers)
