@@ -263,6 +263,19 @@ impl RecordedGraph {
     pub fn needs(&self) -> &GraphNeeds {
         &self.inner.needs
     }
+
+    /// What `replays` replays in a row in one scope at depth `depth` need from each ring: the
+    /// graph's own level stays pinned by that scope, so its tasks add up; its nested scopes
+    /// free theirs as they end.
+    pub fn needs_of_replays(&self, depth: usize, replays: u32) -> [RingNeed; RING_COUNT] {
+        let inner = &self.inner;
+        pinned_peaks(
+            &inner.steps,
+            &inner.tasks,
+            depth.min(RING_COUNT - 1),
+            replays,
+        )
+    }
 }
 
 /// A step of a recording, in order.
@@ -688,7 +701,7 @@ impl RecordState {
         reduce_edges(&mut self.tasks);
         let max_depth = self.tasks.iter().map(|t| t.depth).max().unwrap_or(0);
         let needs = GraphNeeds {
-            per_depth: std::array::from_fn(|d| pinned_peaks(&self.steps, &self.tasks, d)),
+            per_depth: std::array::from_fn(|d| pinned_peaks(&self.steps, &self.tasks, d, 1)),
         };
         Ok(GraphInner {
             name,
@@ -800,9 +813,14 @@ fn reduce_edges(tasks: &mut [RecordedTask]) {
     }
 }
 
-/// Per ring, the most tasks, heap bytes and dep entries the graph pins at once when replayed at
-/// depth `depth`.
-fn pinned_peaks(steps: &[Step], tasks: &[RecordedTask], depth: usize) -> [RingNeed; RING_COUNT] {
+/// Per ring, the most tasks, heap bytes and dep entries the graph pins at once when replayed
+/// `replays` times in a row in one scope at depth `depth`.
+fn pinned_peaks(
+    steps: &[Step],
+    tasks: &[RecordedTask],
+    depth: usize,
+    replays: u32,
+) -> [RingNeed; RING_COUNT] {
     #[derive(Default, Clone, Copy)]
     struct Pinned {
         tasks: u64,
@@ -813,7 +831,7 @@ fn pinned_peaks(steps: &[Step], tasks: &[RecordedTask], depth: usize) -> [RingNe
     let mut frames = vec![(ring_of(0), Pinned::default())];
     let mut now = [Pinned::default(); RING_COUNT];
     let mut peak = [RingNeed::default(); RING_COUNT];
-    for step in steps {
+    for step in (0..replays).flat_map(|_| steps) {
         match *step {
             Step::Begin => frames.push((ring_of(frames.len()), Pinned::default())),
             Step::End => {

@@ -13,6 +13,7 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let mut benches = std::collections::BTreeSet::new();
+    let (mut replayed_metg, mut replay_ratios) = (false, 0);
     for line in stdout(&out).lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -26,15 +27,25 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
         }
         figures_can_be(&v, line);
         benches.insert(v["bench"].as_str().unwrap().to_string());
-        if v["case"]
-            .as_str()
-            .unwrap()
-            .ends_with("METG(50%), kernel time")
-            && v["case"].as_str().unwrap().contains("W=2")
-        {
-            metg_peers(&v, line);
+        let case = v["case"].as_str().unwrap();
+        if case.ends_with("METG(50%), kernel time") && case.contains("W=2") {
+            if case.contains("replayed") {
+                // The replayed row is held to the rayon peer (issue 26).
+                assert!(v["peer"].as_str().unwrap().contains("rayon"), "{line}");
+                replayed_metg = true;
+            } else {
+                metg_peers(&v, line);
+            }
+        }
+        if case.contains("replayed / inferred") {
+            replay_ratios += 1;
         }
     }
+    assert!(replayed_metg, "pto bench metg has a replayed row");
+    assert_eq!(
+        replay_ratios, 12,
+        "replayed / inferred for 3 shapes, 2 windows, 2 measures"
+    );
     let want: std::collections::BTreeSet<String> = [
         "submit",
         "metg",

@@ -1,4 +1,4 @@
-//! The README's Rust snippets are cut from programs CI builds and runs (the two README example
+//! The README's Rust snippets are cut from programs CI builds and runs (the README example
 //! programs, run by `.ci/run`, and the template crate `examples/custom-workload`, whose tests
 //! `.ci/run` runs), and its Python script is a file the Python tests run, so a snippet cannot
 //! rot without a test failing.
@@ -7,8 +7,9 @@ use std::path::Path;
 
 /// Files a README snippet may be cut from, and whether a snippet must be the file's tail (a
 /// whole program) rather than any part of it.
-const SOURCES: [(&str, bool); 5] = [
+const SOURCES: [(&str, bool); 6] = [
     ("crates/pto-kernels/examples/readme_l2.rs", true),
+    ("crates/pto-kernels/examples/readme_replay.rs", false),
     ("crates/pto-node/examples/readme_l3.rs", true),
     ("examples/custom-workload/src/lib.rs", false),
     ("examples/custom-workload/src/main.rs", true),

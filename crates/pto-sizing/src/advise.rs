@@ -410,19 +410,21 @@ pub fn advise_all(runs: &[ScopeStats], headroom: Headroom) -> Advice {
     advice
 }
 
-/// Recommends a ring sizing for a chip job that replays `graph` at scope depth `depth`, before
-/// it ever runs: the graph's needs ([`pto_chip::replay::GraphNeeds`]: its most pinned task
-/// slots, heap bytes and worst-case dependency entries per ring) take the place of measured
-/// peaks, through the same formulas as [`advise`]. Rings the graph does not use get the
-/// smallest legal value; capacities are the compile-time defaults (what the advice is
-/// compared with). The job's own tasks around the replays are not counted: size those from a
-/// run's scope stats and take the larger value.
+/// Recommends a ring sizing for a chip job that replays `graph` `replays` times in a row in one
+/// scope at depth `depth`, before it ever runs: the graph's needs
+/// ([`pto_chip::replay::RecordedGraph::needs_of_replays`]: the most task slots, heap bytes and
+/// worst-case dependency entries pinned at once per ring) take the place of measured peaks,
+/// through the same formulas as [`advise`]. Rings the graph does not use get the smallest legal
+/// value; capacities are the compile-time defaults (what the advice is compared with). The
+/// job's own tasks around the replays are not counted: size those from a run's scope stats and
+/// take the larger value.
 pub fn advise_graph(
     graph: &pto_chip::replay::RecordedGraph,
     depth: usize,
+    replays: u32,
     headroom: Headroom,
 ) -> Advice {
-    let needs = graph.needs().at_depth(depth);
+    let needs = graph.needs_of_replays(depth, replays);
     let rings = std::array::from_fn(|ring| {
         let need = &needs[ring];
         let used = need.task_window > 0;
@@ -459,7 +461,7 @@ pub fn advise_graph(
         headroom,
         rings,
         notes: vec![format!(
-            "from the needs of graph {:?} replayed at scope depth {depth}, before any run",
+            "from the needs of graph {:?} replayed {replays} time(s) at scope depth {depth}, before any run",
             graph.name()
         )],
     }

@@ -64,21 +64,27 @@ fn advice_from_a_graph_sizes_the_job_before_it_runs() {
     let needs = g.needs().at_depth(0);
     assert_eq!((needs[0].task_window, needs[1].task_window), (100, 10));
     assert_eq!(needs[0].heap, 100 * 4096);
-    // Two replays at the root: the advice for one, applied to each resource at twice the
-    // demand, is what the job needs; here the headroom 1.0 doubles it.
-    let advice = advise_graph(&g, 0, Headroom::parse("100%").unwrap());
+    // Two replays at the root pin 200 tasks on ring 0; the nested scopes free theirs.
+    let two = g.needs_of_replays(0, 2);
+    assert_eq!((two[0].task_window, two[1].task_window), (200, 10));
+    assert_eq!(two[0].heap, 200 * 4096);
+    let advice = advise_graph(&g, 0, 2, Headroom::parse("0%").unwrap());
     let env = advice.runtime_env();
     assert_eq!(
         env.ring_task_window[0], 256,
-        "2 × 100 live + 1, to a power of two"
+        "200 live + 1, to a power of two"
     );
-    assert_eq!(env.ring_task_window[1], 32);
-    assert_eq!(env.ring_heap[0], 2 * (100 * 4096 + 4096));
+    assert_eq!(env.ring_task_window[1], 16);
+    assert_eq!(
+        env.ring_heap[0],
+        200 * 4096 + 4096,
+        "pinned bytes plus the largest allocation"
+    );
     assert_eq!(
         env.ring_task_window[2],
         Resource::TaskWindow.legal_at_least(0)
     );
-    assert!(advice.notes[0].contains("graph \"layer\""));
+    assert!(advice.notes[0].contains("graph \"layer\" replayed 2 time(s)"));
     run(env).unwrap();
 
     // Half the advised window on ring 0 cannot hold two replays: the second fails at once.
