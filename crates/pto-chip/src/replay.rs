@@ -86,8 +86,14 @@ use crate::tensor::{BufferAddr, TensorDesc, TensorError};
 use crate::tensormap::TensorMap;
 
 /// The ring of the ids a recording hands out (`TaskOutputs::task_id`, tensor owners): no chip
-/// has it, so a recorded id can never be mistaken for a task of a run.
+/// has it, so a recorded id can never be mistaken for a task of a run. The local id holds the
+/// recording's serial above [`LOCAL_BITS`], so an id of another recording is refused too.
 pub(crate) const RECORDED_RING: u8 = 0xFE;
+/// Bits of a recorded local id that number the task; the bits above number the recording.
+const LOCAL_BITS: u32 = 32;
+const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
+/// Serial numbers of recordings (wrapping within the 24 bits a local id has left).
+static RECORDINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 /// Where the recording's virtual input buffers start, one per 2^48 bytes.
 const INPUT_SPACE: u64 = 1 << 56;
 /// Where the recording's virtual heap starts (below every input buffer).
@@ -102,8 +108,18 @@ pub struct GraphInput {
 impl GraphInput {
     /// A row-major contiguous input.
     pub fn new(shape: &[u32], dtype: DType) -> Result<GraphInput, TensorError> {
-        let numel: u64 = shape.iter().map(|&n| u64::from(n)).product();
-        let bytes = numel.max(1) * dtype.size() as u64;
+        let overflow = TensorError::BufferOverflow {
+            base: 0,
+            bytes: u64::MAX,
+        };
+        let numel = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+            .ok_or(overflow.clone())?;
+        let bytes = numel
+            .max(1)
+            .checked_mul(dtype.size() as u64)
+            .ok_or(overflow)?;
         Ok(GraphInput {
             desc: TensorDesc::contiguous(0, bytes, shape, dtype)?,
         })
@@ -147,12 +163,20 @@ pub struct RingNeed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GraphNeeds {
     per_depth: [[RingNeed; RING_COUNT]; RING_COUNT],
+    /// Per depth and ring, everything the graph puts on the ring: what it needs behind a task
+    /// that an open scope pins already (nothing after that task retires).
+    totals: [[RingNeed; RING_COUNT]; RING_COUNT],
 }
 
 impl GraphNeeds {
     /// Per ring, what a replay at scope depth `depth` needs.
     pub fn at_depth(&self, depth: usize) -> &[RingNeed; RING_COUNT] {
         &self.per_depth[depth.min(RING_COUNT - 1)]
+    }
+
+    /// Per ring, all the graph puts on it when replayed at `depth`.
+    pub(crate) fn totals_at_depth(&self, depth: usize) -> &[RingNeed; RING_COUNT] {
+        &self.totals[depth.min(RING_COUNT - 1)]
     }
 }
 
@@ -197,7 +221,14 @@ impl RecordedGraph {
         };
         let outputs: Vec<TensorDesc> = match result {
             Ok(outputs) => outputs.iter().map(|t| *t.desc()).collect(),
-            Err(Fatal(())) => Vec::new(),
+            Err(Fatal(())) => {
+                // A failure of the recorder is in `state.error`; any other one (e.g. a `Fatal`
+                // of a running scope passed up through the closure) fails the recording too.
+                let _ = state.fail(
+                    "the recording closure failed with an error that is not the recorder's".into(),
+                );
+                Vec::new()
+            }
         };
         let inner = state
             .finish(Arc::from(name.as_str()), outputs)
@@ -275,6 +306,7 @@ impl RecordedGraph {
             depth.min(RING_COUNT - 1),
             replays,
         )
+        .0
     }
 }
 
@@ -311,8 +343,13 @@ pub(crate) struct RecordedArg {
 pub(crate) struct RecordedEdge {
     pub(crate) from: u32,
     pub(crate) retain: bool,
-    /// The kinds inference found it by, as `1 << EdgeKind as u8` bits.
+    /// The kinds inference found it by, as [`kind_bit`] bits.
     pub(crate) kinds: u8,
+    /// Found by an explicit dependency, a creator, or a TensorMap hit through an argument that
+    /// is not boundary. An edge found only through boundary arguments is not wired from the
+    /// recording: the replay's own lookup of those arguments finds it (at the bound tensors'
+    /// real offsets, where a view's classification may differ from the recorded one).
+    pub(crate) wirable: bool,
 }
 
 impl RecordedEdge {
@@ -345,8 +382,6 @@ pub(crate) struct RecordedTask {
     pub(crate) alloc: bool,
     /// Its heap allocation (OUTPUTs padded), unaligned as a submit computes it.
     pub(crate) heap_bytes: u64,
-    /// Scope depth relative to the replay's.
-    pub(crate) depth: usize,
     /// The virtual device address of its heap allocation.
     pub(crate) virt_base: u64,
     pub(crate) args: smallvec::SmallVec<[RecordedArg; INLINE_ARGS]>,
@@ -500,6 +535,8 @@ impl<'s, 'p> Recorder<'s, 'p> {
 
 /// A recording in progress.
 struct RecordState {
+    /// This recording's serial, in the bits of its ids above [`LOCAL_BITS`].
+    serial: u64,
     inputs: Vec<TensorDesc>,
     tasks: Vec<RecordedTask>,
     steps: Vec<Step>,
@@ -530,7 +567,9 @@ impl RecordState {
             .enumerate()
             .map(|(i, d)| (d.base(), Origin::Input(i as u32)))
             .collect();
+        let serial = RECORDINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xFF_FFFF;
         RecordState {
+            serial,
             inputs,
             tasks: Vec::new(),
             steps: Vec::new(),
@@ -554,13 +593,20 @@ impl RecordState {
         Fatal(())
     }
 
+    /// The id task `k` of this recording has in its `TaskOutputs` and tensor owners.
+    fn id(&self, k: u32) -> TaskId {
+        TaskId::new(RECORDED_RING, self.serial << LOCAL_BITS | u64::from(k))
+    }
+
     fn submit(&mut self, req: SubmitRequest, alloc: bool) -> OrchResult<(TaskId, Vec<TensorDesc>)> {
         self.check()?;
-        let k = self.tasks.len() as u32;
+        let Ok(k) = u32::try_from(self.tasks.len()) else {
+            return Err(self.fail("a graph holds at most 2^32 tasks".into()));
+        };
         match self.record_task(k, req, alloc) {
             Ok(outputs) => {
                 self.steps.push(Step::Task(k));
-                Ok((TaskId::new(RECORDED_RING, u64::from(k)), outputs))
+                Ok((self.id(k), outputs))
             }
             Err(message) => Err(self.fail(format!("task {k}: {message}"))),
         }
@@ -584,15 +630,17 @@ impl RecordState {
         }
         let mut edges = Vec::new();
         for &(dep, retain) in &req.deps {
-            if dep.ring() != RECORDED_RING || dep.local() >= u64::from(k) {
+            let ours = dep.ring() == RECORDED_RING && dep.local() >> LOCAL_BITS == self.serial;
+            if !ours || dep.local() & LOCAL_MASK >= u64::from(k) {
                 return Err(format!(
                     "explicit dependency on {dep}, which is not an earlier task of this graph"
                 ));
             }
             edges.push(RecordedEdge {
-                from: dep.local() as u32,
+                from: (dep.local() & LOCAL_MASK) as u32,
                 retain,
                 kinds: kind_bit(EdgeKind::Explicit),
+                wirable: true,
             });
         }
         let virt_base = self.next_virt;
@@ -606,9 +654,18 @@ impl RecordState {
                         .map_err(|why| format!("tensor argument {i} {why}"))?,
                 ),
                 ArgTensor::Create(ci) => {
-                    outputs.push(created(next, ci, k));
+                    let end = next
+                        .checked_add(ci.padded_bytes())
+                        .filter(|&end| end < INPUT_SPACE)
+                        .ok_or_else(|| {
+                            format!(
+                                "output {i} ({} bytes) exceeds every heap",
+                                ci.padded_bytes()
+                            )
+                        })?;
+                    outputs.push(created(next, ci, self.id(k)));
                     self.origins.insert(next, Origin::Task(k));
-                    next += ci.padded_bytes();
+                    next = end;
                     None
                 }
             };
@@ -618,7 +675,9 @@ impl RecordState {
                 boundary: false,
             });
         }
-        self.next_virt = next.next_multiple_of(1 << 12);
+        // At least a page per task: a task whose outputs are all empty takes no bytes, and the
+        // next task's buffers must not share its bases.
+        self.next_virt = (next.max(virt_base + 1)).next_multiple_of(1 << 12);
         self.tasks.push(RecordedTask {
             kernels: req.kernels,
             shape: req.shape,
@@ -627,7 +686,6 @@ impl RecordState {
             sync_start: req.sync_start,
             alloc,
             heap_bytes: next - virt_base,
-            depth: self.depth,
             virt_base,
             args,
             edges,
@@ -655,7 +713,7 @@ impl RecordState {
                 }
             }
             Origin::Task(k) => {
-                if desc.owner() != Some(TaskId::new(RECORDED_RING, u64::from(k))) {
+                if desc.owner() != Some(self.id(k)) {
                     return Err(format!("is not a view of a tensor created by task {k}"));
                 }
             }
@@ -699,9 +757,23 @@ impl RecordState {
         }
         infer_edges(&mut self.tasks);
         reduce_edges(&mut self.tasks);
-        let max_depth = self.tasks.iter().map(|t| t.depth).max().unwrap_or(0);
+        let max_depth = self
+            .steps
+            .iter()
+            .scan(0usize, |depth, step| {
+                match step {
+                    Step::Begin => *depth += 1,
+                    Step::End => *depth -= 1,
+                    Step::Task(_) => {}
+                }
+                Some(*depth)
+            })
+            .max()
+            .unwrap_or(0);
+        let per_depth = std::array::from_fn(|d| pinned_peaks(&self.steps, &self.tasks, d, 1));
         let needs = GraphNeeds {
-            per_depth: std::array::from_fn(|d| pinned_peaks(&self.steps, &self.tasks, d, 1)),
+            per_depth: per_depth.map(|(peak, _)| peak),
+            totals: per_depth.map(|(_, total)| total),
         };
         Ok(GraphInner {
             name,
@@ -715,11 +787,11 @@ impl RecordState {
     }
 }
 
-/// The descriptor of an OUTPUT created at virtual address `base` by task `k`.
-fn created(base: u64, ci: CreateInfo, k: u32) -> TensorDesc {
+/// The descriptor of an OUTPUT created at virtual address `base` by the task `owner`.
+fn created(base: u64, ci: CreateInfo, owner: TaskId) -> TensorDesc {
     TensorDesc::contiguous(base, ci.padded_bytes(), ci.shape(), ci.dtype)
         .expect("a created buffer fits its tensor")
-        .with_owner(Some(TaskId::new(RECORDED_RING, u64::from(k))))
+        .with_owner(Some(owner))
         .with_manual_dep(ci.manual_dep)
 }
 
@@ -743,9 +815,10 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
             };
             infer::arg_producers(&mut map, &never_retired, tag, &desc, |p, retain, kind| {
                 found.push(RecordedEdge {
-                    from: p.local() as u32,
+                    from: (p.local() & LOCAL_MASK) as u32,
                     retain,
                     kinds: kind_bit(kind),
+                    wirable: kind != EdgeKind::TensorMap || !arg.boundary,
                 });
             });
         }
@@ -765,6 +838,7 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
                 Some(x) => {
                     x.retain |= e.retain;
                     x.kinds |= e.kinds;
+                    x.wirable |= e.wirable;
                 }
                 None => task.edges.push(e),
             }
@@ -775,17 +849,22 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
 /// Graphs up to this many tasks get their wiring reduced (the ancestor sets cost N²/8 bytes).
 const REDUCE_LIMIT: usize = 8192;
 
-/// Fills each task's wiring: its edges, less those that only order (not RETAIN) and that a path
-/// through another of its producers implies. Offline inference finds the edges of every
+/// Fills each task's wiring: its wirable edges ([`RecordedEdge::wirable`]), less those that
+/// only order (not RETAIN) and that a path of wirable edges through another of its producers
+/// implies. Offline inference finds the edges of every
 /// timing — in a stencil, a task's lookups find every earlier writer of its columns, which a
 /// run would mostly have retired — so a replay wiring them all would pay for edges that order
 /// nothing. The order a replay enforces is the same: a consumer still starts only after every
 /// producer inference found has completed.
 fn reduce_edges(tasks: &mut [RecordedTask]) {
     let n = tasks.len();
+    let wirable = |t: &RecordedTask| -> Vec<(u32, bool)> {
+        let edges = t.edges.iter().filter(|e| e.wirable);
+        edges.map(|e| (e.from, e.retain)).collect()
+    };
     if n > REDUCE_LIMIT {
         for t in tasks.iter_mut() {
-            t.wiring = t.edges.iter().map(|e| (e.from, e.retain)).collect();
+            t.wiring = wirable(t);
         }
         return;
     }
@@ -794,7 +873,7 @@ fn reduce_edges(tasks: &mut [RecordedTask]) {
     // ancestors[k]: every task task k transitively waits for.
     let mut ancestors: Vec<Vec<u64>> = Vec::with_capacity(n);
     for t in tasks.iter_mut() {
-        let mut direct: Vec<(u32, bool)> = t.edges.iter().map(|e| (e.from, e.retain)).collect();
+        let mut direct = wirable(t);
         direct.sort_unstable_by_key(|&(p, _)| std::cmp::Reverse(p));
         let mut covered = vec![0u64; words];
         let mut wiring = Vec::with_capacity(direct.len());
@@ -814,54 +893,80 @@ fn reduce_edges(tasks: &mut [RecordedTask]) {
 }
 
 /// Per ring, the most tasks, heap bytes and dep entries the graph pins at once when replayed
-/// `replays` times in a row in one scope at depth `depth`.
+/// `replays` times in a row in one scope at depth `depth`, and (second) what it puts on each
+/// ring in all.
+///
+/// A ring retires in order, so a task stays live while any earlier task of its ring belongs to
+/// a scope that is still open: what is pinned is the span from the first such task to the
+/// newest. (Where two graph levels share ring 3, the tasks of a scope that has ended stay
+/// behind an open outer scope's task.)
 fn pinned_peaks(
     steps: &[Step],
     tasks: &[RecordedTask],
     depth: usize,
     replays: u32,
-) -> [RingNeed; RING_COUNT] {
-    #[derive(Default, Clone, Copy)]
-    struct Pinned {
-        tasks: u64,
+) -> ([RingNeed; RING_COUNT], [RingNeed; RING_COUNT]) {
+    /// One task on a ring: its frame, heap bytes, wired edges.
+    struct Live {
+        frame: usize,
+        heap: u64,
+        deps: u64,
+    }
+    #[derive(Default)]
+    struct RingSpan {
+        tasks: Vec<Live>,
+        /// The first task of the span: every earlier one can retire.
+        first: usize,
         heap: u64,
         deps: u64,
     }
     let ring_of = |rel: usize| pto_types::ring_config::ring_for_depth(depth + rel);
-    let mut frames = vec![(ring_of(0), Pinned::default())];
-    let mut now = [Pinned::default(); RING_COUNT];
+    // Open frames (ids), the graph's own level first; a frame id is never reused.
+    let mut open: Vec<usize> = vec![0];
+    let mut next_frame = 1;
+    let mut rings: [RingSpan; RING_COUNT] = Default::default();
     let mut peak = [RingNeed::default(); RING_COUNT];
+    let mut total = [RingNeed::default(); RING_COUNT];
     for step in (0..replays).flat_map(|_| steps) {
         match *step {
-            Step::Begin => frames.push((ring_of(frames.len()), Pinned::default())),
+            Step::Begin => {
+                open.push(next_frame);
+                next_frame += 1;
+            }
             Step::End => {
-                let (ring, p) = frames.pop().expect("a recorded scope is open");
-                now[ring].tasks -= p.tasks;
-                now[ring].heap -= p.heap;
-                now[ring].deps -= p.deps;
+                open.pop();
             }
             Step::Task(k) => {
                 let t = &tasks[k as usize];
-                let (ring, frame) = frames.last_mut().expect("the graph's own level");
-                let add = Pinned {
-                    tasks: 1,
-                    heap: align_heap(t.heap_bytes),
-                    deps: t.wiring.len() as u64,
-                };
-                for (f, n) in [(frame, add), (&mut now[*ring], add)] {
-                    f.tasks += n.tasks;
-                    f.heap += n.heap;
-                    f.deps += n.deps;
+                let ring = ring_of(open.len() - 1);
+                let (heap, deps) = (align_heap(t.heap_bytes), t.wiring.len() as u64);
+                let span = &mut rings[ring];
+                span.tasks.push(Live {
+                    frame: *open.last().expect("the graph's own level"),
+                    heap,
+                    deps,
+                });
+                span.heap += heap;
+                span.deps += deps;
+                while !open.contains(&span.tasks[span.first].frame) {
+                    span.heap -= span.tasks[span.first].heap;
+                    span.deps -= span.tasks[span.first].deps;
+                    span.first += 1;
                 }
-                let (now, peak) = (now[*ring], &mut peak[*ring]);
-                peak.task_window = peak.task_window.max(now.tasks);
-                peak.heap = peak.heap.max(now.heap);
-                peak.heap_largest_alloc = peak.heap_largest_alloc.max(add.heap);
-                peak.dep_pool = peak.dep_pool.max(now.deps);
+                let peak = &mut peak[ring];
+                peak.task_window = peak.task_window.max((span.tasks.len() - span.first) as u64);
+                peak.heap = peak.heap.max(span.heap);
+                peak.heap_largest_alloc = peak.heap_largest_alloc.max(heap);
+                peak.dep_pool = peak.dep_pool.max(span.deps);
+                let total = &mut total[ring];
+                total.task_window += 1;
+                total.heap += heap;
+                total.heap_largest_alloc = total.heap_largest_alloc.max(heap);
+                total.dep_pool += deps;
             }
         }
     }
-    peak
+    (peak, total)
 }
 
 impl RecordedGraph {
@@ -977,11 +1082,11 @@ mod tests {
         }
     }
 
-    /// The recording with `edit` applied to task 2's edges, in verify mode.
-    fn corrupted(edit: impl FnOnce(&mut Vec<RecordedEdge>)) -> RecordedGraph {
+    /// The recording with `edit` applied to task 2, in verify mode.
+    fn corrupted(edit: impl FnOnce(&mut RecordedTask)) -> RecordedGraph {
         let g = graph();
         let mut inner = (*g.inner).clone();
-        edit(&mut inner.tasks[2].edges);
+        edit(&mut inner.tasks[2]);
         RecordedGraph {
             inner: Arc::new(inner),
             verify: true,
@@ -998,7 +1103,10 @@ mod tests {
 
     #[test]
     fn verify_mode_fails_loudly_on_a_missing_edge() {
-        let g = corrupted(|edges| edges.retain(|e| e.from != 1));
+        let g = corrupted(|task| {
+            task.edges.retain(|e| e.from != 1);
+            task.wiring.retain(|&(p, _)| p != 1);
+        });
         let e = run(g.clone()).unwrap_err();
         assert_eq!(e.code, ErrorCode::InternalError, "{e}");
         assert!(
@@ -1026,7 +1134,9 @@ mod tests {
             from: 1,
             retain: false,
             kinds: kind_bit(EdgeKind::TensorMap),
+            wirable: true,
         });
+        inner.tasks[2].wiring.push((1, false));
         let g = RecordedGraph {
             inner: Arc::new(inner),
             verify: true,

@@ -10,7 +10,7 @@ use common::{chip, f32_tensor, with_timeout};
 use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, TensorCreateInfo};
 use pto_chip::replay::{GraphInput, RecordedGraph};
 use pto_chip::{ChipRunError, Detector, RunContext};
-use pto_kernels::bench::INC;
+use pto_kernels::bench::{FILL, INC};
 use pto_kernels::vector::ADD;
 use pto_types::{CallConfig, DType, ErrorCode, RuntimeEnv, TaskArgs};
 use serde_json::Value;
@@ -476,4 +476,174 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// Entry: tensor (buf of 40 f32); replays the installed two-input-view graph over elements
+/// 3..35 seen as 4 × 8, then reads element [0, 0] of that view.
+fn offset_binding<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = graph();
+    let view = a
+        .tensor(0)
+        .slice(0, 3, 32)
+        .and_then(|t| t.reshape(&[4, 8]))
+        .map_err(|e| s.report_fatal(e.to_string()))?;
+    s.replay(&g, &[view])?;
+    s.replay(&g, &[view]).map(|_| ())
+}
+
+#[test]
+fn an_input_bound_at_another_offset_replays_under_verify() {
+    with_timeout(60, || {
+        // Recorded at offset 0, the two halves of each row are disjoint boxes; bound at offset
+        // 3 the geometry may classify them differently. Boundary arguments are looked up at
+        // the bound offsets, so verify has nothing to disagree with.
+        let x = GraphInput::new(&[4, 8], DType::F32).unwrap();
+        install(
+            RecordedGraph::record("halves", &[x], |r, ins| {
+                let left = ins[0].view(&[4, 4], &[0, 0]).unwrap();
+                let right = ins[0].view(&[4, 4], &[0, 4]).unwrap();
+                r.submit_aiv(FILL, KernelArgs::new().output_existing(left))?;
+                r.submit_dummy(KernelArgs::new().input(right))?;
+                Ok(vec![])
+            })
+            .unwrap(),
+        );
+        let chip = chip(2, &[]);
+        let (buf, t) = f32_tensor(40, 0.0);
+        chip.run_fn(
+            offset_binding,
+            &TaskArgs::new().inout(&t),
+            &CallConfig::default(),
+            &RunContext::default(),
+        )
+        .unwrap();
+        // The view's left half (columns 0..4 of each row of 8, from element 3) is filled.
+        let got = buf.read_f32(0, 40);
+        let want: Vec<f32> = (0..40)
+            .map(|e| {
+                if (3..35).contains(&e) && (e - 3) % 8 < 4 {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        assert_eq!(got, want);
+    });
+}
+
+#[test]
+fn empty_outputs_record_and_replay() {
+    with_timeout(60, || {
+        let x = GraphInput::new(&[N], DType::F32).unwrap();
+        install(
+            RecordedGraph::record("empty", &[x], |r, ins| {
+                let empty = r
+                    .alloc_tensors(&[TensorCreateInfo::new(&[0], DType::F32)])?
+                    .tensor(0);
+                let full = r
+                    .alloc_tensors(&[TensorCreateInfo::new(&[N], DType::F32)])?
+                    .tensor(0);
+                r.submit_dummy(KernelArgs::new().input(empty).input(full))?;
+                r.submit_aiv(INC, KernelArgs::new().inout(ins[0]))?;
+                Ok(vec![empty, full])
+            })
+            .unwrap(),
+        );
+        let chip = chip(2, &[]);
+        let (buf, t) = f32_tensor(N as usize, 0.0);
+        chip.run_fn(
+            replay_once,
+            &TaskArgs::new().inout(&t),
+            &CallConfig::default(),
+            &RunContext::default(),
+        )
+        .unwrap();
+        assert_eq!(buf.read_f32(0, 1), vec![1.0]);
+    });
+}
+
+/// Entry: tensor (acc); replays the installed graph three scopes down (depth 3, ring 3).
+fn replay_at_depth_3<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = graph();
+    let acc = a.tensor(0);
+    s.scope(|s| s.scope(|s| s.scope(|s| s.replay(&g, &[acc]).map(|_| ()))))
+}
+
+#[test]
+fn nested_scopes_sharing_ring_3_are_counted_and_fail_at_once() {
+    with_timeout(60, || {
+        // t0, then 10 scopes of one task: at depth 3 every scope shares ring 3 with t0, whose
+        // open scope pins everything after it: 11 live tasks.
+        let x = GraphInput::new(&[N], DType::F32).unwrap();
+        let g = RecordedGraph::record("deep", &[x], |r, ins| {
+            r.submit_aiv(INC, KernelArgs::new().inout(ins[0]))?;
+            for _ in 0..10 {
+                r.scope(|r| {
+                    r.submit_aiv(INC, KernelArgs::new().inout(ins[0]))
+                        .map(|_| ())
+                })?;
+            }
+            Ok(vec![])
+        })
+        .unwrap();
+        assert_eq!(g.needs().at_depth(3)[3].task_window, 11);
+        assert_eq!(
+            g.needs().at_depth(0)[1].task_window,
+            1,
+            "at depth 0 the scopes free theirs"
+        );
+        install(g);
+        let chip = chip(2, &[]);
+        let (buf, t) = f32_tensor(N as usize, 0.0);
+        let run = |window: u64| {
+            chip.run_fn(
+                replay_at_depth_3,
+                &TaskArgs::new().inout(&t),
+                &CallConfig::with_runtime_env(
+                    RuntimeEnv::default().with_task_window([1024, 1024, 1024, window]),
+                ),
+                &RunContext::default(),
+            )
+        };
+        match run(8) {
+            Err(ChipRunError::Run(e)) => {
+                assert_eq!(e.code, ErrorCode::ScopeDeadlock, "{e}");
+                assert_eq!(e.detector, Detector::Immediate, "{e}");
+                assert_eq!((e.ring, e.recommended_min), (Some(3), Some(16)), "{e}");
+            }
+            other => panic!("expected an upfront failure, got {other:?}"),
+        }
+        run(16).unwrap();
+        assert_eq!(buf.read_f32(0, 1), vec![11.0]);
+    });
+}
+
+#[test]
+fn ids_of_another_recording_and_oversized_buffers_are_refused() {
+    let leaked = std::cell::Cell::new(None);
+    RecordedGraph::record("first", &[], |r, _| {
+        leaked.set(Some(r.submit_dummy(KernelArgs::new())?.task_id()));
+        Ok(vec![])
+    })
+    .unwrap();
+    let e = RecordedGraph::record("second", &[], |r, _| {
+        r.submit_dummy(KernelArgs::new())?;
+        r.submit_dummy(KernelArgs::new().dep(leaked.get().unwrap()))?;
+        Ok(vec![])
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("task 1: explicit dependency on"),
+        "{e}"
+    );
+
+    assert!(GraphInput::new(&[u32::MAX, u32::MAX, u32::MAX], DType::F32).is_err());
+    let e = RecordedGraph::record("huge", &[], |r, _| {
+        let ci = TensorCreateInfo::new(&[u32::MAX, u32::MAX, 4], DType::U8);
+        r.alloc_tensors(&[ci])?;
+        Ok(vec![])
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("exceeds every heap"), "{e}");
 }

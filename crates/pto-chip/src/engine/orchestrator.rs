@@ -75,9 +75,16 @@ impl CreateInfo {
         &self.shape[..self.ndims]
     }
 
+    /// The bytes its buffer takes, padded to [`OUTPUT_ALIGN`]; `u64::MAX` (more than any heap
+    /// holds, so an impossible request) when that does not fit in a `u64`.
     pub(crate) fn padded_bytes(&self) -> u64 {
-        let numel: u64 = self.shape().iter().map(|&n| u64::from(n)).product();
-        (numel * self.dtype.size() as u64).next_multiple_of(OUTPUT_ALIGN)
+        self.shape()
+            .iter()
+            .try_fold(self.dtype.size() as u64, |n, &d| {
+                n.checked_mul(u64::from(d))
+            })
+            .and_then(|bytes| bytes.checked_next_multiple_of(OUTPUT_ALIGN))
+            .unwrap_or(u64::MAX)
     }
 }
 
@@ -490,7 +497,7 @@ impl OrchCore {
                 ArgTensor::Create(ci) => ci.padded_bytes(),
                 ArgTensor::Existing { .. } => 0,
             })
-            .sum();
+            .fold(0, u64::saturating_add);
         let (id, offset) = self.admit_and_allocate(total_bytes)?;
         let ring = usize::from(id.ring());
         // 6. TensorMap sync for this ring.
@@ -619,7 +626,10 @@ impl OrchCore {
             ));
         }
         let tensors: Vec<ArgTensor> = infos.iter().copied().map(ArgTensor::Create).collect();
-        let total_bytes: u64 = infos.iter().map(CreateInfo::padded_bytes).sum();
+        let total_bytes: u64 = infos
+            .iter()
+            .map(CreateInfo::padded_bytes)
+            .fold(0, u64::saturating_add);
         let (id, offset) = self.admit_and_allocate(total_bytes)?;
         let ring = usize::from(id.ring());
         let (bound, outputs) = self.bind_tensors(id, ring, offset, &tensors);

@@ -125,19 +125,29 @@ impl OrchCore {
     }
 
     /// Fails at once when the graph's pinned task slots or heap bytes cannot fit beside what
-    /// the open scopes pin already (they could never be freed while the replay runs). The dep
-    /// pool is not checked here: its worst case assumes every producer is still running, and
-    /// a replay whose producers finish in time fits in less.
+    /// the open scopes pin already (they could never be freed while the replay runs). The
+    /// window check is exact; the heap check is a necessary condition (the ring heap also
+    /// loses bytes to wrapping, which the run-time detectors catch). The dep pool is not
+    /// checked here: its worst case assumes every producer is still running, and a replay
+    /// whose producers finish in time fits in less.
     fn check_needs(&self, graph: &RecordedGraph) -> OrchResult<()> {
-        let needs = graph.needs().at_depth(self.depth());
-        for (ring, need) in needs.iter().enumerate() {
-            if need.task_window == 0 {
+        let peaks = graph.needs().at_depth(self.depth());
+        let totals = graph.needs().totals_at_depth(self.depth());
+        for ring in 0..RING_COUNT {
+            if totals[ring].task_window == 0 {
                 continue;
             }
+            // A ring retires in order: from the first task of a scope still open on it, every
+            // task stays live — and so does every task the graph puts there.
             let frames = self.scopes.iter().filter(|f| f.ring == ring);
-            let (tasks, heap) = frames.fold((0u64, 0u64), |(t, h), f| {
-                (t + f.tasks.len() as u64, h + f.heap)
-            });
+            let first_pinned = frames.clone().filter_map(|f| f.tasks.first()).min();
+            let tasks = first_pinned.map_or(0, |id| self.rings[ring].next_id() - id.local());
+            let heap: u64 = frames.map(|f| f.heap).sum();
+            let need = if tasks > 0 {
+                &totals[ring]
+            } else {
+                &peaks[ring]
+            };
             let window = u64::from(self.rings[ring].window());
             let capacity = self.sizing.heap(ring);
             let (code, resource, used, requested, min) = if tasks + need.task_window > window - 1 {
@@ -324,16 +334,27 @@ impl OrchCore {
         let recorded = |j: u32| t.edges.iter().any(|e: &RecordedEdge| e.from == j);
         let mut problem = None;
         for &(p, _, i) in &inferred {
-            if p == id {
+            if p == id || t.args[i].boundary {
+                // A boundary argument is looked up at replay as here: nothing to compare.
                 continue;
             }
+            // A stale TensorMap entry of a graph task on heap its buffer's owner gave back
+            // (retired) can be found for a new buffer at the same address: that task never
+            // wrote this argument's buffer, and the edge orders nothing.
+            let wrote_this_buffer = |j: u32| {
+                let origin = t.args[i].origin;
+                st.graph.tasks[j as usize].args.iter().any(|a| {
+                    a.origin == origin
+                        && matches!(a.arg, ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc))
+                })
+            };
             match index.get(&p) {
-                Some(&j) if !recorded(j) => {
+                Some(&j) if !recorded(j) && wrote_this_buffer(j) => {
                     problem = Some(format!(
                         "inference found edge task {j} → task {k} (argument {i}), which the recording lacks"
                     ));
                 }
-                None if !t.args[i].boundary && !self.completed(p) => {
+                None if !self.completed(p) => {
                     problem = Some(format!(
                         "argument {i} of task {k} stays inside the graph, but inference found the running task {p} outside it"
                     ));
@@ -341,7 +362,7 @@ impl OrchCore {
                 _ => {}
             }
         }
-        for e in &t.edges {
+        for e in t.edges.iter().filter(|e| e.wirable) {
             let p = st.ids[e.from as usize];
             let explicit_only = e.kinds().all(|kind| kind == EdgeKind::Explicit);
             let retired = p.local() < observed[usize::from(p.ring())];
