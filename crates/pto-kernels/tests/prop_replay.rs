@@ -2,7 +2,8 @@
 //! `prop_chip.rs` is recorded as a graph whose inputs are the four external buffers, then
 //! replayed several times in one run — at the root, or in nested scopes — with verify mode on
 //! (every replayed task's edges are also inferred and compared) or off (the recording alone
-//! wires the graph's inside). The buffers must hold exactly what the sequential model computes
+//! wires the graph's inside), with the inputs bound at offset 0, as recorded, or at another
+//! offset in longer buffers. The buffers must hold exactly what the sequential model computes
 //! for the program run that many times.
 
 mod common;
@@ -30,13 +31,26 @@ fn record(choices: &[u32]) -> (Builder, Vec<Op>, RecordedGraph) {
 }
 
 thread_local! {
-    static GRAPH: RefCell<Option<(RecordedGraph, Vec<bool>)>> = const { RefCell::new(None) };
+    /// The graph, the replay plan and the offset every external buffer is bound at.
+    static GRAPH: RefCell<Option<(RecordedGraph, Vec<bool>, u32)>> = const { RefCell::new(None) };
 }
 
-/// Replays the installed graph once per entry of the plan: `true` in a nested scope.
+/// Replays the installed graph once per entry of the plan (`true`: in a nested scope), its four
+/// external inputs bound to views that start `shift` elements into their buffers (the graph
+/// was recorded at offset 0).
 fn orchestrate<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
-    let (graph, plan) = GRAPH.with(|g| g.borrow().clone()).expect("installed");
-    let ext: Vec<OrchTensor<'r>> = (0..5).map(|i| a.tensor(i)).collect();
+    let (graph, plan, shift) = GRAPH.with(|g| g.borrow().clone()).expect("installed");
+    let mut ext: Vec<OrchTensor<'r>> = Vec::new();
+    for (i, shape) in EXT_SHAPES.iter().enumerate() {
+        let len: u32 = shape.iter().product();
+        let view = a
+            .tensor(i)
+            .slice(0, shift, len)
+            .and_then(|t| t.reshape(shape))
+            .map_err(|e| s.report_fatal(e.to_string()))?;
+        ext.push(view);
+    }
+    ext.push(a.tensor(4));
     replay_plan(s, &graph, &ext, &plan)
 }
 
@@ -50,8 +64,15 @@ fn chip() -> ChipWorker {
     ChipWorker::new(spec, EnvSource::empty()).unwrap()
 }
 
-/// Runs the program of `choices` replayed once per entry of `plan`, in verify mode or not.
-fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> Result<(), String> {
+/// Runs the program of `choices` replayed once per entry of `plan`, in verify mode or not, its
+/// inputs bound `shift` elements into buffers that are that much longer.
+fn check(
+    chip: &ChipWorker,
+    choices: &[u32],
+    plan: Vec<bool>,
+    verify: bool,
+    shift: u32,
+) -> Result<(), String> {
     let (builder, ops, graph) = record(choices);
     assert!(
         graph.verifies(),
@@ -59,11 +80,13 @@ fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> R
     );
     let graph = graph.verified(verify);
     let want = expected(&builder, &ops, plan.len());
+    let shift_len = shift as usize;
     let buffers: Vec<Arc<HostMemory>> = initial_ext()
         .iter()
         .map(|data| {
-            let b = HostMemory::new(data.len() * 4).unwrap();
-            b.write(0, data);
+            let b = HostMemory::new((shift_len + data.len()) * 4).unwrap();
+            b.write(0, &vec![0u32; shift_len]);
+            b.write(shift_len, data);
             b
         })
         .collect();
@@ -74,7 +97,8 @@ fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> R
             buffer_id: i as u64,
             generation: 0,
         };
-        let t = pto_types::Tensor::contiguous(b.buffer_ref(id), EXT_SHAPES[i], DType::U32).unwrap();
+        let len = shift + EXT_SHAPES[i].iter().product::<u32>();
+        let t = pto_types::Tensor::contiguous(b.buffer_ref(id), &[len], DType::U32).unwrap();
         args = args.inout(&t);
     }
     let token = HostMemory::new(4).unwrap();
@@ -86,7 +110,7 @@ fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> R
     args = args.inout(
         &pto_types::Tensor::contiguous(token.buffer_ref(token_id), &[1], DType::U32).unwrap(),
     );
-    GRAPH.with(|g| *g.borrow_mut() = Some((graph, plan)));
+    GRAPH.with(|g| *g.borrow_mut() = Some((graph, plan, shift)));
     let env = RuntimeEnv::default()
         .with_task_window(1024)
         .with_heap(4 << 20)
@@ -100,7 +124,13 @@ fn check(chip: &ChipWorker, choices: &[u32], plan: Vec<bool>, verify: bool) -> R
     GRAPH.with(|g| *g.borrow_mut() = None);
     result.map_err(|e| format!("the run failed: {e}"))?;
     for (i, b) in buffers.iter().enumerate() {
-        let got: Vec<u32> = b.read(0, want[i].len());
+        let before: Vec<u32> = b.read(0, shift_len);
+        if before.iter().any(|&v| v != 0) {
+            return Err(format!(
+                "buffer {i}: an element before the bound view was written"
+            ));
+        }
+        let got: Vec<u32> = b.read(shift_len, want[i].len());
         if got != want[i] {
             let first = got.iter().zip(&want[i]).position(|(g, w)| g != w).unwrap();
             return Err(format!(
@@ -129,8 +159,9 @@ proptest! {
         choices in proptest::collection::vec(any::<u32>(), 0..1200),
         plan in proptest::collection::vec(any::<bool>(), 2..4),
         verify in any::<bool>(),
+        shift in prop_oneof![Just(0u32), 1u32..12],
     ) {
-        let result = CHIP.with(|chip| check(chip, &choices, plan, verify));
+        let result = CHIP.with(|chip| check(chip, &choices, plan, verify, shift));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
@@ -142,8 +173,15 @@ fn a_long_fixed_program_replays_to_sequential() {
         let choices: Vec<u32> = (0..3000u32)
             .map(|i| i.wrapping_mul(2654435761) ^ (i >> 3))
             .collect();
-        for verify in [true, false] {
-            check(&chip, &choices, vec![false, true, false, true], verify).unwrap();
+        for (verify, shift) in [(true, 0), (false, 0), (true, 5), (false, 3)] {
+            check(
+                &chip,
+                &choices,
+                vec![false, true, false, true],
+                verify,
+                shift,
+            )
+            .unwrap();
         }
     });
 }
