@@ -73,6 +73,18 @@ fn stencil<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
 
 /// pto's efficiency at grain `g_ns` over `steps` steps on `w` cores (2: AIV, 1: AIC).
 pub fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64, w: f64) -> anyhow::Result<f64> {
+    grid_efficiency(chip, stencil, steps, g_ns, w)
+}
+
+/// The efficiency of one run of `orch` (scalars: steps, g, 1 for the AIC core) over a fresh
+/// 2 × WIDTH grid, on `w` cores.
+fn grid_efficiency(
+    chip: &ChipWorker,
+    orch: pto_chip::orch::OrchFn,
+    steps: u64,
+    g_ns: u64,
+    w: f64,
+) -> anyhow::Result<f64> {
     let buf = pto_chip::memory::HostMemory::new((2 * WIDTH as usize) * 4)?;
     let id = BufferId {
         owner_uid: 0xBE7D,
@@ -93,7 +105,7 @@ pub fn pto_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64, w: f64) -> anyho
             .with_dep_pool(1024),
     );
     let started = Instant::now();
-    chip.run_fn(stencil, &args, &cfg, &RunContext::default())?;
+    chip.run_fn(orch, &args, &cfg, &RunContext::default())?;
     let wall = started.elapsed().as_secs_f64();
     Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * w))
 }
@@ -131,24 +143,7 @@ fn stencil_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<(
 fn pto_replayed_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f64> {
     let steps = steps.div_ceil(crate::GRAPH_STEPS) * crate::GRAPH_STEPS;
     graph_for(g_ns)?;
-    let buf = pto_chip::memory::HostMemory::new((2 * WIDTH as usize) * 4)?;
-    let id = BufferId {
-        owner_uid: 0xBE7D,
-        buffer_id: 2,
-        generation: 0,
-    };
-    let t = Tensor::contiguous(buf.buffer_ref(id), &[2, WIDTH], DType::F32)?;
-    let args = TaskArgs::new().inout(&t).scalar(steps).scalar(g_ns);
-    let cfg = CallConfig::with_runtime_env(
-        RuntimeEnv::default()
-            .with_task_window(256)
-            .with_heap(1 << 16)
-            .with_dep_pool(1024),
-    );
-    let started = Instant::now();
-    chip.run_fn(stencil_replayed, &args, &cfg, &RunContext::default())?;
-    let wall = started.elapsed().as_secs_f64();
-    Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W))
+    grid_efficiency(chip, stencil_replayed, steps, g_ns, W)
 }
 
 /// The rayon bulk-synchronous peer's efficiency at grain `g_ns`.

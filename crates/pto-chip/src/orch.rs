@@ -287,6 +287,24 @@ pub struct MixedKernels {
     pub aiv1: Option<KernelRef>,
 }
 
+impl MixedKernels {
+    /// `kernel` alone on the AIC core: what `submit_aic` submits.
+    pub(crate) fn aic(kernel: KernelRef) -> MixedKernels {
+        MixedKernels {
+            aic: Some(kernel),
+            ..MixedKernels::default()
+        }
+    }
+
+    /// `kernel` alone on an AIV core: what `submit_aiv` submits.
+    pub(crate) fn aiv(kernel: KernelRef) -> MixedKernels {
+        MixedKernels {
+            aiv0: Some(kernel),
+            ..MixedKernels::default()
+        }
+    }
+}
+
 /// The OUTPUT tensors of a submitted task, in argument order, and its id.
 #[derive(Clone, Debug)]
 pub struct TaskOutputs<'s> {
@@ -408,29 +426,18 @@ impl<'s, 'p> Scope<'s, 'p> {
         f(&mut inner)
     }
 
-    fn submit(
-        &mut self,
-        kernels: [Option<KernelRef>; 3],
-        shape: Shape,
-        args: KernelArgs<'s>,
-    ) -> OrchResult<TaskOutputs<'s>> {
+    /// Submits a task with the kernel slots and shape of `plan` ([`mix_plan`]); a plan that
+    /// failed fails the run with INVALID_ARGS.
+    fn submit(&mut self, plan: KernelPlan, args: KernelArgs<'s>) -> OrchResult<TaskOutputs<'s>> {
+        let (kernels, shape) = match plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                let error = ChipError::new(ErrorCode::InvalidArgs, Detector::Immediate, e);
+                return Err(self.core.fail(error));
+            }
+        };
         let (task, tensors) = self.core.submit(args.into_request(kernels, shape))?;
-        Ok(TaskOutputs {
-            task,
-            tensors,
-            _scope: PhantomData,
-        })
-    }
-
-    fn check_kind(&mut self, kernel: KernelRef, want: CoreType) -> OrchResult<()> {
-        match kind_error(kernel, want) {
-            None => Ok(()),
-            Some(e) => Err(self.core.fail(ChipError::new(
-                ErrorCode::InvalidArgs,
-                Detector::Immediate,
-                e,
-            ))),
-        }
+        Ok(TaskOutputs::new(task, tensors))
     }
 
     /// Submits an AIC (cube) task.
@@ -439,8 +446,7 @@ impl<'s, 'p> Scope<'s, 'p> {
         kernel: KernelRef,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        self.check_kind(kernel, CoreType::Aic)?;
-        self.submit([Some(kernel), None, None], Shape::Aic, args)
+        self.submit(mix_plan(MixedKernels::aic(kernel)), args)
     }
 
     /// Submits an AIV (vector) task.
@@ -449,8 +455,7 @@ impl<'s, 'p> Scope<'s, 'p> {
         kernel: KernelRef,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        self.check_kind(kernel, CoreType::Aiv)?;
-        self.submit([None, Some(kernel), None], Shape::Aiv, args)
+        self.submit(mix_plan(MixedKernels::aiv(kernel)), args)
     }
 
     /// Submits a task over the cores of one cluster. The shape follows from the kernels given:
@@ -460,19 +465,12 @@ impl<'s, 'p> Scope<'s, 'p> {
         kernels: MixedKernels,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        match mix_plan(kernels) {
-            Ok((kernels, shape)) => self.submit(kernels, shape, args),
-            Err(e) => Err(self.core.fail(ChipError::new(
-                ErrorCode::InvalidArgs,
-                Detector::Immediate,
-                e,
-            ))),
-        }
+        self.submit(mix_plan(kernels), args)
     }
 
     /// Submits a task that takes full part in dependencies but runs no kernel.
     pub fn submit_dummy(&mut self, args: KernelArgs<'s>) -> OrchResult<TaskOutputs<'s>> {
-        self.submit([None; 3], Shape::Dummy, args)
+        self.submit(mix_plan(MixedKernels::default()), args)
     }
 
     /// Allocates buffers owned by a hidden task that is complete at once; its id can be an
@@ -487,11 +485,7 @@ impl<'s, 'p> Scope<'s, 'p> {
         }
         let infos: Vec<CreateInfo> = infos.iter().map(|ci| ci.info).collect();
         let (task, tensors) = self.core.alloc_tensors(&infos)?;
-        Ok(TaskOutputs {
-            task,
-            tensors,
-            _scope: PhantomData,
-        })
+        Ok(TaskOutputs::new(task, tensors))
     }
 
     /// Reads one element of `t` once every task that writes it has completed (a blocking read
@@ -554,8 +548,11 @@ impl<'s, 'p> Scope<'s, 'p> {
     }
 }
 
+/// A task's kernel slots (AIC, AIV0, AIV1) and shape, or why its kernels do not fit.
+pub(crate) type KernelPlan = Result<([Option<KernelRef>; 3], Shape), String>;
+
 /// Why `kernel` cannot be submitted as a `want` task, if it cannot.
-pub(crate) fn kind_error(kernel: KernelRef, want: CoreType) -> Option<String> {
+fn kind_error(kernel: KernelRef, want: CoreType) -> Option<String> {
     (kernel.core_type() != want).then(|| {
         format!(
             "kernel {} runs on {:?} cores but was submitted as {:?}",
@@ -566,9 +563,9 @@ pub(crate) fn kind_error(kernel: KernelRef, want: CoreType) -> Option<String> {
     })
 }
 
-/// The kernel slots and shape of a `submit_mix`: none → dummy, AIC alone → AIC, one AIV alone →
-/// AIV, two or more → MIX. Fails on a kernel in the wrong slot.
-pub(crate) fn mix_plan(kernels: MixedKernels) -> Result<([Option<KernelRef>; 3], Shape), String> {
+/// The kernel slots and shape of every submit: none → dummy, AIC alone → AIC, one AIV alone →
+/// AIV (slot 1), two or more → MIX. Fails on a kernel in the wrong slot.
+pub(crate) fn mix_plan(kernels: MixedKernels) -> KernelPlan {
     for (k, want) in [
         (kernels.aic, CoreType::Aic),
         (kernels.aiv0, CoreType::Aiv),

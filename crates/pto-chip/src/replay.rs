@@ -75,9 +75,9 @@ use crate::engine::orchestrator::{
 };
 use crate::engine::{INLINE_ARGS, Scalars, Shape};
 use crate::error::{Fatal, OrchResult};
-use crate::kernel::{CoreType, KernelRef};
+use crate::kernel::KernelRef;
 use crate::orch::{
-    KernelArgs, MixedKernels, OrchTensor, ScopeMarker, TaskOutputs, TensorCreateInfo, kind_error,
+    KernelArgs, KernelPlan, MixedKernels, OrchTensor, ScopeMarker, TaskOutputs, TensorCreateInfo,
     mix_plan,
 };
 use crate::ring::align_heap;
@@ -450,23 +450,13 @@ impl<'s, 'p> Recorder<'s, 'p> {
         result
     }
 
-    fn submit(
-        &mut self,
-        kernels: [Option<KernelRef>; 3],
-        shape: Shape,
-        args: KernelArgs<'s>,
-    ) -> OrchResult<TaskOutputs<'s>> {
+    /// Records a task with the kernel slots and shape of `plan` (the mapping a scope uses).
+    fn submit(&mut self, plan: KernelPlan, args: KernelArgs<'s>) -> OrchResult<TaskOutputs<'s>> {
+        let (kernels, shape) = plan.map_err(|e| self.state.fail(e))?;
         let (task, outputs) = self
             .state
             .submit(args.into_request(kernels, shape), false)?;
         Ok(TaskOutputs::new(task, outputs))
-    }
-
-    fn checked(&mut self, kernel: KernelRef, want: CoreType) -> OrchResult<()> {
-        match kind_error(kernel, want) {
-            None => Ok(()),
-            Some(e) => Err(self.state.fail(e)),
-        }
     }
 
     /// Records an AIC (cube) task.
@@ -475,8 +465,7 @@ impl<'s, 'p> Recorder<'s, 'p> {
         kernel: KernelRef,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        self.checked(kernel, CoreType::Aic)?;
-        self.submit([Some(kernel), None, None], Shape::Aic, args)
+        self.submit(mix_plan(MixedKernels::aic(kernel)), args)
     }
 
     /// Records an AIV (vector) task.
@@ -485,8 +474,7 @@ impl<'s, 'p> Recorder<'s, 'p> {
         kernel: KernelRef,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        self.checked(kernel, CoreType::Aiv)?;
-        self.submit([None, Some(kernel), None], Shape::Aiv, args)
+        self.submit(mix_plan(MixedKernels::aiv(kernel)), args)
     }
 
     /// Records a task over the cores of one cluster (as [`crate::orch::Scope::submit_mix`]).
@@ -495,15 +483,12 @@ impl<'s, 'p> Recorder<'s, 'p> {
         kernels: MixedKernels,
         args: KernelArgs<'s>,
     ) -> OrchResult<TaskOutputs<'s>> {
-        match mix_plan(kernels) {
-            Ok((kernels, shape)) => self.submit(kernels, shape, args),
-            Err(e) => Err(self.state.fail(e)),
-        }
+        self.submit(mix_plan(kernels), args)
     }
 
     /// Records a task that takes part in dependencies but runs no kernel.
     pub fn submit_dummy(&mut self, args: KernelArgs<'s>) -> OrchResult<TaskOutputs<'s>> {
-        self.submit([None; 3], Shape::Dummy, args)
+        self.submit(mix_plan(MixedKernels::default()), args)
     }
 
     /// Records an `alloc_tensors`: buffers owned by a hidden task that is complete at once.

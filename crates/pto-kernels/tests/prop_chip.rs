@@ -21,11 +21,11 @@ use std::sync::Arc;
 use common::with_timeout;
 use proptest::prelude::*;
 use pto_chip::kernel::block_chunk;
-use pto_chip::memory::HostMemory;
 use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
 use pto_chip::{ChipSpec, ChipWorker, Detector, RunContext, TaskId};
 use pto_kernels::prop::program::{
-    Builder, Choices, EXT_SHAPES, Model, Op, Program, initial_ext, run_ops,
+    Builder, Choices, EXT_SHAPES, Model, Op, Program, ext_buffers, ext_mismatch, initial_ext,
+    run_ops,
 };
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, ErrorCode, RING_COUNT, RuntimeEnv, TaskArgs};
@@ -91,14 +91,7 @@ fn run_program(
         created: Vec::new(),
     };
     model.run(&builder, &ops);
-    let buffers: Vec<Arc<HostMemory>> = initial_ext()
-        .iter()
-        .map(|data| {
-            let b = HostMemory::new(data.len() * 4).unwrap();
-            b.write(0, data);
-            b
-        })
-        .collect();
+    let buffers = ext_buffers(0);
     let mut args = TaskArgs::new();
     for (i, b) in buffers.iter().enumerate() {
         let id = BufferId {
@@ -119,20 +112,7 @@ fn run_program(
         Err(pto_chip::ChipRunError::Run(e)) => return Ok(Outcome::Failed(e)),
         Err(e) => return Err(format!("run failed with {env}: {e}")),
     }
-    for (i, b) in buffers.iter().enumerate() {
-        let got: Vec<u32> = b.read(0, model.ext[i].len());
-        if got != model.ext[i] {
-            let first = got
-                .iter()
-                .zip(&model.ext[i])
-                .position(|(g, w)| g != w)
-                .unwrap();
-            return Err(format!(
-                "buffer {i} differs at element {first}: got {}, sequential {} (sizing {env})",
-                got[first], model.ext[i][first]
-            ));
-        }
-    }
+    ext_mismatch(&buffers, &model.ext, 0).map_err(|e| format!("{e} (sizing {env})"))?;
     Ok(Outcome::Matched)
 }
 

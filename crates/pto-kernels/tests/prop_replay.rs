@@ -9,7 +9,6 @@
 mod common;
 
 use std::cell::RefCell;
-use std::sync::Arc;
 
 use common::with_timeout;
 use proptest::prelude::*;
@@ -18,7 +17,8 @@ use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
 use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_kernels::prop::program::{
-    Builder, EXT_SHAPES, Op, build, expected, initial_ext, record_program, replay_plan,
+    Builder, EXT_SHAPES, Op, build, expected, ext_buffers, ext_mismatch, record_program,
+    replay_plan, seeded_choices,
 };
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs};
@@ -80,16 +80,7 @@ fn check(
     );
     let graph = graph.verified(verify);
     let want = expected(&builder, &ops, plan.len());
-    let shift_len = shift as usize;
-    let buffers: Vec<Arc<HostMemory>> = initial_ext()
-        .iter()
-        .map(|data| {
-            let b = HostMemory::new((shift_len + data.len()) * 4).unwrap();
-            b.write(0, &vec![0u32; shift_len]);
-            b.write(shift_len, data);
-            b
-        })
-        .collect();
+    let buffers = ext_buffers(shift as usize);
     let mut args = TaskArgs::new();
     for (i, b) in buffers.iter().enumerate() {
         let id = BufferId {
@@ -123,23 +114,7 @@ fn check(
     );
     GRAPH.with(|g| *g.borrow_mut() = None);
     result.map_err(|e| format!("the run failed: {e}"))?;
-    for (i, b) in buffers.iter().enumerate() {
-        let before: Vec<u32> = b.read(0, shift_len);
-        if before.iter().any(|&v| v != 0) {
-            return Err(format!(
-                "buffer {i}: an element before the bound view was written"
-            ));
-        }
-        let got: Vec<u32> = b.read(shift_len, want[i].len());
-        if got != want[i] {
-            let first = got.iter().zip(&want[i]).position(|(g, w)| g != w).unwrap();
-            return Err(format!(
-                "buffer {i} differs at element {first}: got {}, sequential {}",
-                got[first], want[i][first]
-            ));
-        }
-    }
-    Ok(())
+    ext_mismatch(&buffers, &want, shift as usize)
 }
 
 thread_local! {
@@ -190,17 +165,9 @@ fn a_long_fixed_program_replays_to_sequential() {
 fn recorded_programs_have_internal_edges_and_a_boundary() {
     // Guards the property: graphs must carry edges between their tasks (not only boundary
     // lookups) and outputs, or replay == inference proves little.
-    let mut rng = 0x9E3779B97F4A7C15u64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng as u32
-    };
     let (mut edges, mut outputs, mut tasks) = (0, 0, 0);
-    for _ in 0..100 {
-        let choices: Vec<u32> = (0..800).map(|_| next()).collect();
-        let (_, _, graph) = record(&choices);
+    for seed in 0..100 {
+        let (_, _, graph) = record(&seeded_choices(0x9E37_79B9 + seed, 800));
         edges += graph.edges().count();
         outputs += graph.num_outputs();
         tasks += graph.num_tasks();

@@ -64,6 +64,13 @@ fn install(g: RecordedGraph) {
     GRAPH.with(|slot| *slot.borrow_mut() = Some(g));
 }
 
+/// `out = x + zeros`: the entry tensors 1 and 2 of the chain orchestrations.
+fn copy_out<'r>(s: &mut RootScope<'r>, x: OrchTensor<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let args = KernelArgs::new().input(x).input(a.tensor(1));
+    s.submit_aiv(ADD, args.output_existing(a.tensor(2)))?;
+    Ok(())
+}
+
 /// Entry: tensors (x, zeros, out), scalar steps; `out = step^steps(x)` by replay.
 fn chain_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let g = graph();
@@ -72,14 +79,7 @@ fn chain_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()>
     for _ in 0..steps {
         x = s.replay(&g, &[x])?[0];
     }
-    s.submit_aiv(
-        ADD,
-        KernelArgs::new()
-            .input(x)
-            .input(a.tensor(1))
-            .output_existing(a.tensor(2)),
-    )?;
-    Ok(())
+    copy_out(s, x, a)
 }
 
 fn chain_inferred<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
@@ -88,14 +88,7 @@ fn chain_inferred<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()>
     for _ in 0..steps {
         x = step_inferred(s, x)?;
     }
-    s.submit_aiv(
-        ADD,
-        KernelArgs::new()
-            .input(x)
-            .input(a.tensor(1))
-            .output_existing(a.tensor(2)),
-    )?;
-    Ok(())
+    copy_out(s, x, a)
 }
 
 fn run_chain(orch: pto_chip::orch::OrchFn, steps: u64, cfg: &CallConfig) -> Vec<f32> {

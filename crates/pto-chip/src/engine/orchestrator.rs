@@ -117,10 +117,9 @@ struct SlotMarks {
 struct ScopeFrame {
     ring: usize,
     tasks: Vec<TaskId>,
-    /// Heap bytes (aligned) and dependency edges its tasks pin until it ends: what a replay
-    /// must fit beside (`replay.rs`).
+    /// Heap bytes (aligned) its tasks pin until it ends: what a replay must fit beside
+    /// (`replay.rs`).
     heap: u64,
-    edges: u64,
     /// Where the scope was opened (`file:line`), for scope stats.
     site: String,
 }
@@ -259,7 +258,6 @@ impl OrchCore {
             ring,
             tasks: Vec::new(),
             heap: 0,
-            edges: 0,
             site,
         });
     }
@@ -854,14 +852,12 @@ impl OrchCore {
             completed,
         });
         let mut fx = Effects::default();
-        let mut wired = 0;
         self.wait_for(ring, Some(id), |core| {
             let mut graph = run.lock_graph();
             let new = task.take().expect("published once");
             match core.publish_locked(&mut graph, new, &mut fx) {
-                Ok(edges) => {
+                Ok(()) => {
                     fx.wake = graph.signal(&run);
-                    wired = edges;
                     Ok(())
                 }
                 Err((new, blocked)) => {
@@ -870,20 +866,19 @@ impl OrchCore {
                 }
             }
         })?;
-        self.after_publish(id, wired);
+        self.after_publish(id);
         self.after_lock(&fx);
         Ok(())
     }
 
     /// Under the graph lock: counts the live edges of `new`, reserves its dep-list and spill
-    /// entries and publishes it; returns the edges wired, or the task back and why the pools
-    /// refused it.
+    /// entries and publishes it; or gives the task back with why the pools refused it.
     fn publish_locked(
         &mut self,
         graph: &mut super::graph::Graph,
         new: NewTask,
         fx: &mut Effects,
-    ) -> Result<u64, (NewTask, Blocked)> {
+    ) -> Result<(), (NewTask, Blocked)> {
         let ring = usize::from(new.id.ring());
         let mut edges = 0u64;
         let mut pending = 0u64;
@@ -934,11 +929,11 @@ impl OrchCore {
                 .try_alloc_n(edges)
                 .expect("the demand ledger is unbounded");
         }
-        Ok(edges)
+        Ok(())
     }
 
-    /// The orchestrator's books after task `id` was published with `wired` edges.
-    fn after_publish(&mut self, id: TaskId, wired: u64) {
+    /// The orchestrator's books after task `id` was published.
+    fn after_publish(&mut self, id: TaskId) {
         let ring = usize::from(id.ring());
         self.published += 1;
         let mask = u64::from(self.rings[ring].window()) - 1;
@@ -946,9 +941,7 @@ impl OrchCore {
         marks.dep_mark = self.dep_pools[ring].top();
         marks.demand_mark = self.dep_demand[ring].top();
         marks.spill_mark = self.spill_pools[ring].top();
-        let frame = self.scopes.last_mut().expect("root scope");
-        frame.tasks.push(id);
-        frame.edges += wired;
+        self.scopes.last_mut().expect("root scope").tasks.push(id);
     }
 
     /// Records an orchestrator span (trace level 4).

@@ -10,8 +10,10 @@
 //! read-after-write edges are never added by hand, so automatic inference is what is tested.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use pto_chip::TaskId;
+use pto_chip::memory::HostMemory;
 use pto_chip::orch::{
     KernelArgs, MixedKernels, OrchResult, OrchTensor, RootScope, Scope, TensorCreateInfo,
 };
@@ -757,4 +759,41 @@ pub fn expected(builder: &Builder, ops: &[Op], times: usize) -> Vec<Vec<u32>> {
         model.run(builder, ops);
     }
     model.ext
+}
+
+/// Host buffers holding [`initial_ext`], each `shift` zero elements in.
+pub fn ext_buffers(shift: usize) -> Vec<Arc<HostMemory>> {
+    initial_ext()
+        .iter()
+        .map(|data| {
+            let b = HostMemory::new((shift + data.len()) * 4).expect("a host buffer");
+            b.write(0, &vec![0u32; shift]);
+            b.write(shift, data);
+            b
+        })
+        .collect()
+}
+
+/// Whether `buffers` (from [`ext_buffers`]) hold `want` from `shift` on and zeros before it;
+/// the first difference, in words.
+pub fn ext_mismatch(
+    buffers: &[Arc<HostMemory>],
+    want: &[Vec<u32>],
+    shift: usize,
+) -> Result<(), String> {
+    for (i, (b, want)) in buffers.iter().zip(want).enumerate() {
+        if b.read::<u32>(0, shift).iter().any(|&v| v != 0) {
+            return Err(format!(
+                "buffer {i}: an element before the bound view was written"
+            ));
+        }
+        let got: Vec<u32> = b.read(shift, want.len());
+        if let Some(first) = got.iter().zip(want).position(|(g, w)| g != w) {
+            return Err(format!(
+                "buffer {i} differs at element {first}: got {}, sequential {}",
+                got[first], want[first]
+            ));
+        }
+    }
+    Ok(())
 }

@@ -227,7 +227,8 @@ impl OrchCore {
                 t.block_num,
                 st.graph.name.clone(),
             );
-            for e in &t.edges {
+            // Edges through boundary arguments are found (and dumped) by the lookups below.
+            for e in t.edges.iter().filter(|e| e.wirable) {
                 for kind in e.kinds() {
                     deps.edge(st.ids[e.from as usize], id, kind, e.retain);
                 }
@@ -266,13 +267,7 @@ impl OrchCore {
         id: TaskId,
         tensors: &ArgTensors,
     ) -> OrchResult<Vec<(TaskId, bool)>> {
-        let mut producers = std::mem::take(&mut self.producers_scratch);
-        producers.clear();
-        producers.extend(
-            t.wiring
-                .iter()
-                .map(|&(p, retain)| (st.ids[p as usize], retain)),
-        );
+        let mut producers = self.wired_producers(st, t);
         if !t.boundary {
             return Ok(producers);
         }
@@ -319,13 +314,18 @@ impl OrchCore {
         let mut inferred: Vec<(TaskId, bool, usize)> = Vec::new();
         for (i, arg) in tensors.iter().enumerate() {
             if let ArgTensor::Existing { tag, desc } = *arg {
+                let (deps, boundary) = (&mut self.deps, t.args[i].boundary);
                 infer::arg_producers(
                     &mut self.tensormap,
                     &observed,
                     tag,
                     &desc,
-                    |p, retain, _| {
+                    |p, retain, kind| {
                         inferred.push((p, retain, i));
+                        // As on the fast path, the dump has what boundary lookups find.
+                        if let (Some(graph), true) = (deps.as_mut(), boundary) {
+                            graph.edge(p, id, kind, retain);
+                        }
                     },
                 );
             }
@@ -382,22 +382,27 @@ impl OrchCore {
             e.task = Some(id);
             return Err(self.fail(e));
         }
-        let mut producers = std::mem::take(&mut self.producers_scratch);
-        producers.clear();
-        producers.extend(
-            t.wiring
-                .iter()
-                .map(|&(p, retain)| (st.ids[p as usize], retain)),
-        );
+        let mut producers = self.wired_producers(st, t);
         producers.extend(inferred.iter().map(|&(p, retain, _)| (p, retain)));
         dedup_producers(&mut producers, id);
         Ok(producers)
     }
 
+    /// The producers the recording wires for `t`, as this replay's ids, in the recycled list.
+    fn wired_producers(&mut self, st: &Replayed<'_>, t: &RecordedTask) -> Vec<(TaskId, bool)> {
+        let mut producers = std::mem::take(&mut self.producers_scratch);
+        producers.clear();
+        let wired = t
+            .wiring
+            .iter()
+            .map(|&(p, retain)| (st.ids[p as usize], retain));
+        producers.extend(wired);
+        producers
+    }
+
     /// `p` has completed (or retired): an edge to it orders nothing.
     fn completed(&self, p: TaskId) -> bool {
-        usize::from(p.ring()) >= RING_COUNT
-            || p.local() < self.observed[usize::from(p.ring())]
+        p.local() < self.observed[usize::from(p.ring())]
             || self.run.lock_graph().producer_state(p) != ProducerState::Pending
     }
 }
