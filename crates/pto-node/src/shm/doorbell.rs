@@ -10,47 +10,59 @@
 //!
 //! The shared form follows the two-word variant of the wait protocol (steps N1–N2, W1–W5 and
 //! the proof): `crates/pto-types/src/wait/README.md`, "The two-word variant". Its words are
-//! `OFF_DOORBELL` (the epoch) and `OFF_SCHED_PARKED` (the registration); each access below
-//! names its step.
+//! `OFF_DOORBELL` (the epoch) and `OFF_SCHED_PARKED` (the registration, only ever accessed by
+//! read-modify-writes); each access below names its step. `loom_tests.rs` model-checks the
+//! shared form with the mailbox.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
 
 use pto_types::node_wire::control_segment::{OFF_DOORBELL, OFF_SCHED_PARKED, OFF_SHUTDOWN_ALL};
 use pto_types::wait::{EventCount, SpinPolicy, SpinStep, SpinWindow, Waiter};
 
-use super::segment::{Segment, futex_wait, futex_wake};
+use super::segment::Segment;
+use super::shared::{SharedMem, SharedWord};
 
-/// The doorbell words of a node control segment.
-#[derive(Clone, Debug)]
-pub(crate) struct SharedDoorbell {
-    seg: Arc<Segment>,
+/// The doorbell words of a node control segment (or, under loom, of the model memory of
+/// `loom_tests.rs`).
+#[derive(Debug)]
+pub(crate) struct SharedDoorbell<S: SharedMem = Segment> {
+    seg: Arc<S>,
 }
 
-impl SharedDoorbell {
-    pub(crate) fn new(seg: Arc<Segment>) -> SharedDoorbell {
+impl<S: SharedMem> Clone for SharedDoorbell<S> {
+    fn clone(&self) -> Self {
+        SharedDoorbell {
+            seg: Arc::clone(&self.seg),
+        }
+    }
+}
+
+impl<S: SharedMem> SharedDoorbell<S> {
+    pub(crate) fn new(seg: Arc<S>) -> SharedDoorbell<S> {
         SharedDoorbell { seg }
     }
 
     /// Wakes the waiter, if registered; call it after making the work visible.
     pub(crate) fn ring(&self) {
         // N1 (bump).
-        self.seg.word(OFF_DOORBELL).fetch_add(1, SeqCst);
+        self.seg.word(OFF_DOORBELL).seq_fetch_add(1);
         // N2 (wake, only a registered waiter).
-        if self.seg.word(OFF_SCHED_PARKED).load(SeqCst) == 1 {
-            futex_wake(self.seg.word(OFF_DOORBELL), u32::MAX);
+        // An RMW, as the waiter's registration is: the later of the two in the word's
+        // modification order synchronizes with the earlier (no cross-word total order needed).
+        if self.seg.word(OFF_SCHED_PARKED).seq_read_latest() == 1 {
+            self.seg.word(OFF_DOORBELL).futex_wake(u32::MAX);
         }
     }
 
     /// The sticky "every child exits" word (parent-only, 0 → 1).
     pub(crate) fn set_shutdown_all(&self) {
-        self.seg.word(OFF_SHUTDOWN_ALL).store(1, SeqCst);
+        self.seg.word(OFF_SHUTDOWN_ALL).seq_store(1);
     }
 
     pub(crate) fn shutdown_all(&self) -> bool {
-        self.seg.word(OFF_SHUTDOWN_ALL).load(SeqCst) != 0
+        self.seg.word(OFF_SHUTDOWN_ALL).seq_load() != 0
     }
 }
 
@@ -62,20 +74,15 @@ pub(crate) enum Epoch {
 }
 
 /// The scheduler's doorbell: local until child processes attach the shared words.
-#[derive(Debug, Default)]
-pub(crate) struct Doorbell {
+#[derive(Debug)]
+pub(crate) struct Doorbell<S: SharedMem = Segment> {
     local: EventCount,
-    shared: OnceLock<SharedDoorbell>,
+    shared: OnceLock<SharedDoorbell<S>>,
 }
 
 impl Doorbell {
     pub(crate) fn new() -> Doorbell {
-        Doorbell::default()
-    }
-
-    /// From now on rings go to the shared words (before any waiter or child exists).
-    pub(crate) fn attach(&self, shared: SharedDoorbell) {
-        let _ = self.shared.set(shared);
+        Doorbell::unattached()
     }
 
     /// Closes the shared segment's descriptor (the mapping stays usable); for `close`.
@@ -84,12 +91,27 @@ impl Doorbell {
             s.seg.close_fd();
         }
     }
+}
+
+impl<S: SharedMem> Doorbell<S> {
+    /// A local doorbell over any shared memory (`new` is the one over a [`Segment`]).
+    pub(crate) fn unattached() -> Doorbell<S> {
+        Doorbell {
+            local: EventCount::new(),
+            shared: OnceLock::new(),
+        }
+    }
+
+    /// From now on rings go to the shared words (before any waiter or child exists).
+    pub(crate) fn attach(&self, shared: SharedDoorbell<S>) {
+        let _ = self.shared.set(shared);
+    }
 
     /// The number of rings so far (W1 without a wait): a waiter that reads the same epoch
     /// before and after its checks knows nothing rang in between.
     pub(crate) fn epoch(&self) -> Epoch {
         match self.shared.get() {
-            Some(s) => Epoch::Shared(s.seg.word(OFF_DOORBELL).load(SeqCst)),
+            Some(s) => Epoch::Shared(s.seg.word(OFF_DOORBELL).seq_load()),
             None => Epoch::Local(self.local.prepare()),
         }
     }
@@ -103,10 +125,10 @@ impl Doorbell {
     }
 }
 
-enum Mode<'a> {
+enum Mode<'a, S: SharedMem> {
     Local(Waiter<'a>),
     Shared {
-        bell: &'a SharedDoorbell,
+        bell: &'a SharedDoorbell<S>,
         spin: SpinWindow,
         /// W1's value, taken once the window is over; the next step parks with it.
         key: Option<u32>,
@@ -115,12 +137,12 @@ enum Mode<'a> {
 
 /// A spin-then-park wait on a [`Doorbell`], one step per call (the caller re-checks its
 /// sources between steps and calls `reset` after progress).
-pub(crate) struct DoorbellWaiter<'a> {
-    mode: Mode<'a>,
+pub(crate) struct DoorbellWaiter<'a, S: SharedMem = Segment> {
+    mode: Mode<'a, S>,
 }
 
-impl<'a> DoorbellWaiter<'a> {
-    pub(crate) fn new(bell: &'a Doorbell, policy: SpinPolicy) -> DoorbellWaiter<'a> {
+impl<'a, S: SharedMem> DoorbellWaiter<'a, S> {
+    pub(crate) fn new(bell: &'a Doorbell<S>, policy: SpinPolicy) -> DoorbellWaiter<'a, S> {
         let mode = match bell.shared.get() {
             Some(shared) => Mode::Shared {
                 bell: shared,
@@ -144,13 +166,9 @@ impl<'a> DoorbellWaiter<'a> {
                         return false;
                     }
                     // W4: sleep while the doorbell still holds `v` (bounded by the deadline).
-                    futex_wait(
-                        doorbell,
-                        v,
-                        deadline.map(|d| d.saturating_duration_since(now)),
-                    );
+                    doorbell.futex_wait(v, deadline.map(|d| d.saturating_duration_since(now)));
                     // W1 again, still registered: the caller's next check is W2.
-                    *key = Some(doorbell.load(SeqCst));
+                    *key = Some(doorbell.seq_load());
                     return true;
                 }
                 match spin.step_until(deadline) {
@@ -158,8 +176,8 @@ impl<'a> DoorbellWaiter<'a> {
                     SpinStep::TimedOut => false,
                     SpinStep::Over => {
                         // W1 (prepare), then W3a (register); the caller's next check is W2.
-                        *key = Some(doorbell.load(SeqCst));
-                        bell.seg.word(OFF_SCHED_PARKED).store(1, SeqCst);
+                        *key = Some(doorbell.seq_load());
+                        bell.seg.word(OFF_SCHED_PARKED).seq_swap(1);
                         true
                     }
                 }
@@ -174,7 +192,7 @@ impl<'a> DoorbellWaiter<'a> {
             Mode::Shared { bell, spin, key } => {
                 if key.take().is_some() {
                     // W5 (deregister).
-                    bell.seg.word(OFF_SCHED_PARKED).store(0, SeqCst);
+                    bell.seg.word(OFF_SCHED_PARKED).seq_swap(0);
                 }
                 spin.reset();
             }
@@ -182,15 +200,15 @@ impl<'a> DoorbellWaiter<'a> {
     }
 }
 
-impl Drop for DoorbellWaiter<'_> {
+impl<S: SharedMem> Drop for DoorbellWaiter<'_, S> {
     fn drop(&mut self) {
         self.reset();
     }
 }
 
 /// Waits on `bell` until `ready` returns `Some` or `deadline` passes (one last check then).
-pub(crate) fn wait_on<T>(
-    bell: &Doorbell,
+pub(crate) fn wait_on<S: SharedMem, T>(
+    bell: &Doorbell<S>,
     policy: SpinPolicy,
     deadline: Option<Instant>,
     mut ready: impl FnMut() -> Option<T>,
@@ -253,6 +271,6 @@ mod tests {
             seen = got.expect("woken before the deadline");
         }
         producer.join().unwrap();
-        assert_eq!(seg.word(OFF_SCHED_PARKED).load(SeqCst), 0);
+        assert_eq!(seg.word(OFF_SCHED_PARKED).load(Ordering::SeqCst), 0);
     }
 }

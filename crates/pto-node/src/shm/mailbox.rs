@@ -16,15 +16,20 @@
 //!   `PARENT_REGIONS` and the payload, the child only `CHILD_REGIONS` and the payload; the
 //!   atomic words are never copied.
 //! - **M5 (sticky shutdown).** The `shutdown` word is written only by the parent, 0 → 1, at any
-//!   time; the child reads it between requests.
-//! - **M6 (wake).** An idle child stores `child_parked = 1`, re-reads the state and parks with
+//!   time; the child reads it between requests. It is not itself a wake-up (the child sleeps
+//!   on the state word): the parent follows it with `→ SHUTDOWN` on the frame the child waits
+//!   on when it owns that frame idle (model-checked); a child parked on a frame the parent
+//!   cannot move sees the word at its wait's timeout.
+//! - **M6 (wake).** An idle child swaps `child_parked` to 1, re-reads the state and parks with
 //!   `futex_wait(state, seen)`; the parent, after a swap to `TASK_READY`, `CONTROL_REQUEST` or
-//!   `SHUTDOWN`, loads `child_parked` and wakes the child if it is 1. All four accesses are
-//!   `SeqCst`: in their single total order either the parent's load follows the child's store
-//!   (it wakes the child) or the child's re-read and the kernel's compare follow the parent's
-//!   swap (the child does not sleep). Storing `IDLE` wakes nobody (the child is not waiting for
-//!   it). This is the two-word variant of the wait protocol (`pto_types::wait`'s README), with
-//!   the state word as the epoch and `child_parked` as the registration.
+//!   `SHUTDOWN`, reads `child_parked` with a read-modify-write and wakes the child if it is 1.
+//!   Both accesses of `child_parked` are read-modify-writes (the child's deregistration too), so
+//!   the later of the two synchronizes with the earlier: either the parent sees the
+//!   registration (it wakes the child) or the child's re-read and the kernel's compare follow
+//!   the parent's swap (the child does not sleep). Storing `IDLE` wakes nobody (the child is
+//!   not waiting for it). This is the two-word variant of the wait protocol
+//!   (`pto_types::wait`'s README), with the state word as the epoch and `child_parked` as the
+//!   registration; `loom_tests.rs` model-checks it.
 //! - **M7 (liveness, outside ownership).** The `probe` word is written only by the parent (a
 //!   counter, bumped by the monitor thread, then a futex wake), the `probe_ack` word only by
 //!   the child's liveness thread (it copies `probe` once the child is healthy). Neither moves
@@ -42,7 +47,6 @@
 //!   every frame.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use pto_types::node_wire::mailbox::{
@@ -52,7 +56,8 @@ use pto_types::node_wire::mailbox::{
 
 use pto_types::wait::{SpinPolicy, SpinWindow};
 
-use super::segment::{Segment, futex_wait, futex_wake};
+use super::segment::Segment;
+use super::shared::{SharedMem, SharedWord};
 
 /// A waiting child reads the clock on every 32nd step: a step is one load of the state word
 /// and a `spin_loop()` (~35 ns on the reference VM) or, after `PURE_SPIN`, every other step a
@@ -92,23 +97,33 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// One frame of a child's mailbox (frame 0 unless made by [`Mailbox::ring`]).
-#[derive(Clone, Debug)]
-pub(crate) struct Mailbox {
-    seg: Arc<Segment>,
+/// One frame of a child's mailbox (frame 0 unless made by [`Mailbox::ring`]), in a
+/// [`Segment`] (or, under loom, the model memory of `loom_tests.rs`).
+#[derive(Debug)]
+pub(crate) struct Mailbox<S: SharedMem = Segment> {
+    seg: Arc<S>,
     /// Byte offset of this frame in the segment.
     base: usize,
 }
 
-impl Mailbox {
+impl<S: SharedMem> Clone for Mailbox<S> {
+    fn clone(&self) -> Self {
+        Mailbox {
+            seg: Arc::clone(&self.seg),
+            base: self.base,
+        }
+    }
+}
+
+impl<S: SharedMem> Mailbox<S> {
     /// Frame 0 of `seg`.
-    pub(crate) fn new(seg: Arc<Segment>) -> Mailbox {
+    pub(crate) fn new(seg: Arc<S>) -> Mailbox<S> {
         assert!(seg.len() >= FRAME_BYTES, "a mailbox needs a full frame");
         Mailbox { seg, base: 0 }
     }
 
     /// Every frame of `seg` in ring order (M8).
-    pub(crate) fn ring(seg: &Arc<Segment>) -> Vec<Mailbox> {
+    pub(crate) fn ring(seg: &Arc<S>) -> Vec<Mailbox<S>> {
         let n = (seg.len() / FRAME_BYTES).max(1);
         assert!(seg.len() >= FRAME_BYTES, "a mailbox needs a full frame");
         (0..n)
@@ -120,38 +135,36 @@ impl Mailbox {
     }
 
     /// Before the spawn only (M8): frames `1..n` start `IDLE`, owned by the parent.
-    pub(crate) fn init_ring(seg: &Arc<Segment>) {
+    pub(crate) fn init_ring(seg: &Arc<S>) {
         for frame in Mailbox::ring(seg).iter().skip(1) {
-            frame
-                .word(OFF_STATE)
-                .store(MailboxState::Idle.code(), SeqCst);
+            frame.word(OFF_STATE).seq_store(MailboxState::Idle.code());
         }
     }
 
-    fn word(&self, offset: usize) -> &std::sync::atomic::AtomicU32 {
+    fn word(&self, offset: usize) -> &S::Word {
         self.seg.word(self.base + offset)
     }
 
-    pub(crate) fn segment(&self) -> &Arc<Segment> {
+    pub(crate) fn segment(&self) -> &Arc<S> {
         &self.seg
     }
 
     /// The state word (M3: an acquire before reading the owner's regions).
     pub(crate) fn state(&self) -> Result<MailboxState, u32> {
-        let raw = self.word(OFF_STATE).load(SeqCst);
+        let raw = self.word(OFF_STATE).seq_load();
         MailboxState::from_code(raw).ok_or(raw)
     }
 
     /// The raw state word (the child's wait loop compares raw values).
     pub(crate) fn raw_state(&self) -> u32 {
-        self.word(OFF_STATE).load(SeqCst)
+        self.word(OFF_STATE).seq_load()
     }
 
     /// The one CAS helper (M2): `from → to`, `SeqCst`.
     #[must_use = "a failed transition is a protocol violation"]
     fn transition(&self, from: MailboxState, to: MailboxState) -> Result<(), Violation> {
         self.word(OFF_STATE)
-            .compare_exchange(from.code(), to.code(), SeqCst, SeqCst)
+            .seq_compare_exchange(from.code(), to.code())
             .map(|_| ())
             .map_err(|found| Violation {
                 expected: from,
@@ -284,45 +297,47 @@ impl Mailbox {
 
     /// M5: the parent asks the child to exit at its next check.
     pub(crate) fn request_shutdown(&self) {
-        self.word(OFF_SHUTDOWN).store(1, SeqCst);
+        self.word(OFF_SHUTDOWN).seq_store(1);
         self.wake_child();
     }
 
     pub(crate) fn shutdown_requested(&self) -> bool {
-        self.word(OFF_SHUTDOWN).load(SeqCst) != 0
+        self.word(OFF_SHUTDOWN).seq_load() != 0
     }
 
     /// Liveness, parent side: publishes probe `n` and wakes the child's liveness thread.
     pub(crate) fn send_probe(&self, n: u32) {
         let word = self.word(OFF_PROBE);
-        word.store(n, SeqCst);
-        futex_wake(word, 1);
+        word.seq_store(n);
+        word.futex_wake(1);
     }
 
     /// Liveness, parent side: the number of the latest probe the child answered.
     pub(crate) fn probe_ack(&self) -> u32 {
-        self.word(OFF_PROBE_ACK).load(SeqCst)
+        self.word(OFF_PROBE_ACK).seq_load()
     }
 
     /// Liveness, child side: waits until the probe word differs from `answered` or `timeout`
     /// passes; returns the probe word.
     pub(crate) fn wait_probe(&self, answered: u32, timeout: Duration) -> u32 {
         let word = self.word(OFF_PROBE);
-        if word.load(SeqCst) == answered {
-            futex_wait(word, answered, Some(timeout));
+        if word.seq_load() == answered {
+            word.futex_wait(answered, Some(timeout));
         }
-        word.load(SeqCst)
+        word.seq_load()
     }
 
     /// Liveness, child side: answers probe `n`.
     pub(crate) fn ack_probe(&self, n: u32) {
-        self.word(OFF_PROBE_ACK).store(n, SeqCst);
+        self.word(OFF_PROBE_ACK).seq_store(n);
     }
 
     /// M6, parent side.
     fn wake_child(&self) {
-        if self.word(OFF_CHILD_PARKED).load(SeqCst) == 1 {
-            futex_wake(self.word(OFF_STATE), 1);
+        // An RMW, not a load: it and the child's registration (a swap) are ordered in the
+        // word's modification order, and the later one synchronizes with the earlier.
+        if self.word(OFF_CHILD_PARKED).seq_read_latest() == 1 {
+            self.word(OFF_STATE).futex_wake(1);
         }
     }
 
@@ -333,7 +348,7 @@ impl Mailbox {
         let mut window =
             SpinWindow::new(SpinPolicy::new(spin)).reading_clock_every(CHILD_CLOCK_EVERY);
         loop {
-            let now = state.load(SeqCst);
+            let now = state.seq_load();
             if now != seen {
                 return now;
             }
@@ -343,15 +358,15 @@ impl Mailbox {
         }
         // The two-word variant of the wait protocol: `seen` is W1's value.
         let parked = self.word(OFF_CHILD_PARKED);
-        // W3a (register).
-        parked.store(1, SeqCst);
+        // W3a (register), an RMW (see `wake_child`).
+        parked.seq_swap(1);
         // W2 (re-check), then W4 (sleep while the state still holds `seen`).
-        if state.load(SeqCst) == seen {
-            futex_wait(state, seen, Some(timeout));
+        if state.seq_load() == seen {
+            state.futex_wait(seen, Some(timeout));
         }
-        // W5 (deregister).
-        parked.store(0, SeqCst);
-        state.load(SeqCst)
+        // W5 (deregister), a swap like every write of the word (see `SharedWord`).
+        parked.seq_swap(0);
+        state.seq_load()
     }
 }
 

@@ -1,7 +1,8 @@
 //! Shared memory between a node and its child processes: segments, the mailbox frame and the
 //! cross-process doorbell (NODE_RUNTIME.md §3.4, §4.3–§4.6).
 //!
-//! This is the only place of the crate with `unsafe`, and all of it is in [`segment`]: mapping
+//! This is the only place of the crate with `unsafe`, and all of it is in [`segment`] (and,
+//! in test builds under `--cfg pto_loom`, the model memory of `loom_tests.rs`): mapping
 //! a `memfd`, copying bytes in and out of the mapping, viewing a 4-aligned word as an
 //! `AtomicU32`, and the futex calls on such words. [`mailbox`] and [`doorbell`] build the
 //! protocols on that safe surface. Every `SAFETY` comment cites one of these rules:
@@ -30,9 +31,13 @@
 //!   `pto_chip::memory`.
 
 pub(crate) mod doorbell;
+#[cfg(all(test, pto_loom))]
+#[allow(unsafe_code)]
+mod loom_tests;
 pub(crate) mod mailbox;
 #[allow(unsafe_code)]
 pub(crate) mod segment;
+pub(crate) mod shared;
 
 pub(crate) use doorbell::SharedDoorbell;
 pub(crate) use mailbox::Mailbox;
