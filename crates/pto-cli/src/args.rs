@@ -71,6 +71,18 @@ pub(crate) struct ServeArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub(crate) tls_key: Option<PathBuf>,
+    /// Sessions open at once (each runs an L3 Worker); more are refused.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub(crate) max_sessions: usize,
+    /// TCP connections open at once; more are closed when accepted.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub(crate) max_connections: usize,
+    /// Calls of one session in flight at once; more are refused.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub(crate) max_calls_per_session: usize,
+    /// Seconds a new connection has to start HTTP/2 (or TLS) before it is cut off.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub(crate) handshake_timeout: f64,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,7 @@
 //! `remote_fanout` scene through them with `pto run --remote`, a server killed or stopped
 //! mid-task, a client that disappears, and a token. No address outside 127.0.0.0/8 is used.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -252,4 +252,56 @@ fn a_server_with_a_token_refuses_clients_without_it() {
     assert!(log.contains("refused a call: no token"), "{log}");
     assert!(!log.contains(token), "the server logged the token: {log}");
     assert!(!out.contains(token));
+}
+
+/// `pto serve --handshake-timeout`: a peer that opens a connection and sends half the HTTP/2
+/// preface is cut off at the limit and the cut is logged with its address; a client that
+/// behaves is served meanwhile. Limits of zero are usage errors naming the flag.
+#[test]
+fn a_server_cuts_off_a_peer_that_never_starts_http2() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Serve::start(dir.path(), &["--handshake-timeout", "0.3"]);
+    let mut tcp = std::net::TcpStream::connect(&server.addr).unwrap();
+    let local = tcp.local_addr().unwrap();
+    tcp.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    while tcp.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let scene = scenes().join("remote_fanout.toml");
+    let url = server.url();
+    let args = [
+        "run",
+        scene.to_str().unwrap(),
+        "--case",
+        "family_sizing",
+        "--remote",
+        &url,
+        "--remote",
+        &url,
+    ];
+    let mut run = spawn_pto(dir.path(), &args);
+    let (code, out, err) = wait_exit(&mut run, Duration::from_secs(60));
+    assert_eq!(code, 0, "{out}\n{err}");
+    let log = server.stderr();
+    assert!(log.contains("cut off a connection"), "{log}");
+    assert!(
+        log.contains(&local.to_string()),
+        "the log names the peer: {log}"
+    );
+    for flag in [
+        "--max-sessions",
+        "--max-connections",
+        "--max-calls-per-session",
+    ] {
+        let mut zero = spawn_pto(dir.path(), &["serve", "--listen", "127.0.0.1:0", flag, "0"]);
+        let (code, _, err) = wait_exit(&mut zero, Duration::from_secs(20));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(flag), "{err}");
+    }
 }

@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use pto_node::remote::{RemoteWorker, ServeOptions, Server, TlsIdentity, serve};
+use pto_node::remote::{RemoteWorker, ServeLimits, ServeOptions, Server, TlsIdentity, serve};
 use pto_node::{BuildError, Callable, EndpointMode, InitError, SubmitError, Worker};
 use pto_types::{CallConfig, DType, Resource, RuntimeEnv, TaskArgs, Tensor};
 
@@ -23,6 +23,7 @@ fn server(token: Option<&str>, tls: Option<TlsIdentity>) -> Server {
         heap_ring_size: 1 << 20,
         token: token.map(String::from),
         tls,
+        limits: ServeLimits::default(),
     })
     .unwrap()
 }

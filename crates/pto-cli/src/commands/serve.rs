@@ -2,7 +2,9 @@
 //! signalled. The first line on stdout says where it listens (tests read the port from it).
 
 use pto_chip::ChipSpec;
-use pto_node::remote::{ServeOptions, TlsFiles, read_token_file, serve};
+use std::time::Duration;
+
+use pto_node::remote::{ServeLimits, ServeOptions, TlsFiles, read_token_file, serve};
 
 use crate::args::ServeArgs;
 use crate::{InputError, Outcome};
@@ -27,6 +29,32 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
     if let Some(clusters) = args.clusters {
         chip_spec.clusters = clusters;
     }
+    if !(args.handshake_timeout.is_finite() && args.handshake_timeout > 0.0) {
+        return Err(InputError(format!(
+            "--handshake-timeout {} must be a positive number of seconds",
+            args.handshake_timeout
+        ))
+        .into());
+    }
+    for (flag, n) in [
+        ("--max-sessions", args.max_sessions),
+        ("--max-connections", args.max_connections),
+        ("--max-calls-per-session", args.max_calls_per_session),
+    ] {
+        if n == 0 {
+            return Err(InputError(format!(
+                "{flag} 0 would refuse every client; give at least 1"
+            ))
+            .into());
+        }
+    }
+    let limits = ServeLimits {
+        max_sessions: args.max_sessions,
+        max_connections: args.max_connections,
+        max_calls_per_session: args.max_calls_per_session,
+        handshake_timeout: Duration::from_secs_f64(args.handshake_timeout),
+        ..ServeLimits::default()
+    };
     let options = ServeOptions {
         listen: args.listen,
         chips: args.chips,
@@ -35,6 +63,7 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
         chip_spec,
         token: token.clone(),
         tls: tls.clone(),
+        limits,
         ..ServeOptions::default()
     };
     let server = serve(options).map_err(|e| InputError(e.to_string()))?;

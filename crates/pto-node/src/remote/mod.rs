@@ -23,6 +23,9 @@
 mod buffer;
 mod client;
 pub(crate) mod endpoint;
+pub(crate) mod guard;
+#[cfg(test)]
+mod hostile_tests;
 pub(crate) mod proto;
 mod server;
 
@@ -50,6 +53,8 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
 /// A connection whose ping is unanswered this long is dead (so a stopped peer is noticed
 /// within interval + timeout, 2.5 s).
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest header list a client may send (the token and gRPC's own headers fit many times).
+const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 /// Default deadline of `Open` (it starts the session's L3 Worker and its child processes).
 pub const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -196,6 +201,48 @@ pub struct ServeOptions {
     /// Calls without `authorization: Bearer <token>` are refused.
     pub token: Option<String>,
     pub tls: Option<TlsIdentity>,
+    /// What one peer may cost the server (connections, sessions, calls, bytes, time).
+    pub limits: ServeLimits,
+}
+
+/// What a client, or anyone who can connect, may cost a server. A peer over a limit is refused
+/// (its call fails with `RESOURCE_EXHAUSTED` naming the limit, or its connection is closed and
+/// logged); every other peer goes on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// TCP connections open at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// A connection must start HTTP/2 (or TLS) within this, or it is cut off.
+    pub handshake_timeout: Duration,
+    /// A connection that sends nothing for this long is cut off (a live client answers the
+    /// server's keepalive pings every [`KEEPALIVE_INTERVAL`]).
+    pub idle_timeout: Duration,
+    /// Sessions open at once (each runs an L3 Worker); checked after the token, before a
+    /// Worker starts.
+    pub max_sessions: usize,
+    /// Calls of one session in flight at once (submits and buffer calls).
+    pub max_calls_per_session: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_streams_per_connection: u32,
+    /// The largest gRPC message a client may send (a `WriteBuffer` chunk, a submit).
+    pub max_message_bytes: usize,
+    /// Bytes of host buffers one session may hold at once.
+    pub max_buffer_bytes_per_session: u64,
+}
+
+impl Default for ServeLimits {
+    fn default() -> ServeLimits {
+        ServeLimits {
+            max_connections: 256,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_sessions: 16,
+            max_calls_per_session: 256,
+            max_streams_per_connection: 512,
+            max_message_bytes: 4 << 20,
+            max_buffer_bytes_per_session: 64 << 30,
+        }
+    }
 }
 
 impl Default for ServeOptions {
@@ -209,6 +256,7 @@ impl Default for ServeOptions {
             heap_ring_size: 64 << 20,
             token: None,
             tls: None,
+            limits: ServeLimits::default(),
         }
     }
 }
@@ -236,6 +284,7 @@ pub struct Server {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
     sessions: server::Sessions,
+    connections: guard::Connections,
 }
 
 impl Server {
@@ -247,6 +296,11 @@ impl Server {
     /// Sessions open now.
     pub fn sessions(&self) -> usize {
         self.sessions.lock().len()
+    }
+
+    /// TCP connections open now (every peer, with a session or not).
+    pub fn connections(&self) -> usize {
+        self.connections.open()
     }
 
     /// Blocks until the server stops (it stops only on an error or [`Server::shutdown`] from
@@ -311,9 +365,12 @@ pub fn serve(options: ServeOptions) -> Result<Server, ServeError> {
         addr: listen,
         source,
     })?;
+    let limits = options.limits.clone();
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES);
     if let Some(tls) = &options.tls {
         let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
         builder = builder
@@ -323,18 +380,23 @@ pub fn serve(options: ServeOptions) -> Result<Server, ServeError> {
     let token = options.token.clone();
     let service = server::Service::new(options);
     let sessions = service.sessions();
-    let svc = proto::node_worker_server::NodeWorkerServer::with_interceptor(service, move |req| {
-        server::check_token(token.as_deref(), req)
-    });
+    let svc = tonic::service::interceptor::InterceptedService::new(
+        proto::node_worker_server::NodeWorkerServer::new(service)
+            .max_decoding_message_size(limits.max_message_bytes)
+            .max_encoding_message_size(limits.max_message_bytes.max(server::CHUNK_BYTES + 1024)),
+        move |req| server::check_token(token.as_deref(), req),
+    );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    // Small HTTP/2 frames must leave at once: Nagle's algorithm against the peer's delayed ACK
-    // stalls pipelined calls for 40 ms (measured: 4 tasks in 43.8 ms).
-    let incoming = tokio_stream::StreamExt::map(
+    // Every connection is guarded (`guard.rs`); `admit` also sets TCP_NODELAY: small HTTP/2
+    // frames must leave at once, or Nagle's algorithm against the peer's delayed ACK stalls
+    // pipelined calls for 40 ms (measured: 4 tasks in 43.8 ms).
+    let connections = guard::Connections::default();
+    let live = connections.clone();
+    let incoming = tokio_stream::StreamExt::filter_map(
         tokio_stream::wrappers::TcpListenerStream::new(listener),
-        |conn| {
-            conn.inspect(|c| {
-                let _ = c.set_nodelay(true);
-            })
+        move |conn| match conn {
+            Ok(stream) => connections.admit(stream, &limits).map(Ok),
+            Err(e) => Some(Err(e)),
         },
     );
     let task = runtime.spawn(builder.add_service(svc).serve_with_incoming_shutdown(
@@ -349,6 +411,7 @@ pub fn serve(options: ServeOptions) -> Result<Server, ServeError> {
         stop: Some(stop_tx),
         task: Some(task),
         sessions,
+        connections: live,
     })
 }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -47,8 +47,31 @@ pub(crate) type Sessions = Arc<Mutex<HashMap<u64, Arc<Session>>>>;
 
 /// One client's L3 Worker and the buffers it created there.
 pub(crate) struct Session {
+    id: u64,
     worker: Worker,
     buffers: Mutex<HashMap<u64, HostBuffer>>,
+    /// Bytes of `buffers` (`ServeLimits::max_buffer_bytes_per_session`).
+    buffer_bytes: AtomicU64,
+    /// Calls in flight (`ServeLimits::max_calls_per_session`).
+    calls: AtomicUsize,
+}
+
+/// One call of a session in flight; released when dropped.
+struct CallSlot(Arc<Session>);
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A session being started, counted against `max_sessions` until it is open or failed.
+struct Opening<'a>(&'a AtomicUsize);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The service: the open sessions.
@@ -56,6 +79,8 @@ pub(crate) struct Service {
     options: ServeOptions,
     sessions: Sessions,
     next_session: AtomicU64,
+    /// Sessions whose Worker is starting.
+    opening: AtomicUsize,
 }
 
 impl Service {
@@ -64,7 +89,44 @@ impl Service {
             options,
             sessions: Arc::new(Mutex::new(HashMap::new())),
             next_session: AtomicU64::new(1),
+            opening: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a session about to start against `max_sessions` (under the sessions' lock, so
+    /// concurrent opens cannot overshoot).
+    fn reserve_session(&self, from: &str) -> Result<Opening<'_>, Status> {
+        let max = self.options.limits.max_sessions;
+        let open = self.sessions.lock().len();
+        let starting = self.opening.fetch_add(1, Ordering::SeqCst);
+        let slot = Opening(&self.opening);
+        if open + starting >= max {
+            tracing::warn!(peer = %from, limit = max, "refused a session: the server's session limit is reached");
+            return Err(Status::resource_exhausted(format!(
+                "this server already holds its limit of {max} sessions (max_sessions); close one \
+                 or try again later"
+            )));
+        }
+        Ok(slot)
+    }
+
+    /// The session `id` with one more call in flight, unless it has `max_calls_per_session`.
+    fn call(&self, id: u64) -> Result<CallSlot, Status> {
+        let session = self.session(id)?;
+        let max = self.options.limits.max_calls_per_session;
+        let before = session.calls.fetch_add(1, Ordering::SeqCst);
+        let slot = CallSlot(session);
+        if before >= max {
+            tracing::warn!(
+                session = id,
+                limit = max,
+                "refused a call: the session's call limit is reached"
+            );
+            return Err(Status::resource_exhausted(format!(
+                "session {id} already has {max} calls in flight (max_calls_per_session)"
+            )));
+        }
+        Ok(slot)
     }
 
     /// Sessions open now (their Workers are running).
@@ -172,6 +234,7 @@ impl NodeWorker for Service {
                 req.protocol_version
             )));
         }
+        let _opening = self.reserve_session(&from)?;
         let options = self.options.clone();
         let worker = tokio::task::spawn_blocking(move || Service::start_worker(&options))
             .await
@@ -195,8 +258,11 @@ impl NodeWorker for Service {
             server_version: env!("CARGO_PKG_VERSION").to_string(),
         };
         let session = Arc::new(Session {
+            id,
             worker,
             buffers: Mutex::new(HashMap::new()),
+            buffer_bytes: AtomicU64::new(0),
+            calls: AtomicUsize::new(0),
         });
         self.sessions.lock().insert(id, Arc::clone(&session));
         tracing::info!(session = id, client = %req.client, peer = %from, "session opened");
@@ -224,8 +290,8 @@ impl NodeWorker for Service {
         request: Request<SubmitRequest>,
     ) -> Result<Response<Completion>, Status> {
         let req = request.into_inner();
-        let session = self.session(req.session)?;
-        let completion = tokio::task::spawn_blocking(move || run_task(&session, &req))
+        let slot = self.call(req.session)?;
+        let completion = tokio::task::spawn_blocking(move || run_task(&slot.0, &req))
             .await
             .map_err(blocking_error)?;
         Ok(Response::new(completion))
@@ -236,15 +302,18 @@ impl NodeWorker for Service {
         request: Request<CreateBufferRequest>,
     ) -> Result<Response<BufferHandle>, Status> {
         let req = request.into_inner();
-        let session = self.session(req.session)?;
+        let slot = self.call(req.session)?;
         let nbytes = usize::try_from(req.nbytes).map_err(|_| {
             Status::invalid_argument(format!("nbytes = {} is too large", req.nbytes))
         })?;
+        let bytes = BufferBytes::reserve(&slot.0, req.nbytes, &self.options.limits)?;
         let handle = tokio::task::spawn_blocking(move || {
+            let session = &slot.0;
             let buf = session
                 .worker
                 .create_buffer(nbytes)
                 .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+            bytes.keep();
             let id = buf.id();
             session.buffers.lock().insert(id.buffer_id, buf);
             Ok::<_, Status>(BufferHandle {
@@ -264,14 +333,14 @@ impl NodeWorker for Service {
     ) -> Result<Response<WriteReply>, Status> {
         let mut chunks = request.into_inner();
         let mut written = 0u64;
-        let mut target: Option<(u64, HostBuffer)> = None;
+        let mut target: Option<(u64, HostBuffer, CallSlot)> = None;
         while let Some(chunk) = chunks.message().await? {
             if target.is_none() {
-                let session = self.session(chunk.session)?;
-                let buf = buffer_of(&session, chunk.buffer_id)?;
-                target = Some((chunk.buffer_id, buf));
+                let slot = self.call(chunk.session)?;
+                let buf = buffer_of(&slot.0, chunk.buffer_id)?;
+                target = Some((chunk.buffer_id, buf, slot));
             }
-            let Some((id, buf)) = &target else {
+            let Some((id, buf, _slot)) = &target else {
                 continue;
             };
             if chunk.buffer_id != *id {
@@ -294,14 +363,16 @@ impl NodeWorker for Service {
 
     async fn read_buffer(&self, request: Request<ReadRequest>) -> Result<Response<Chunks>, Status> {
         let req = request.into_inner();
-        let session = self.session(req.session)?;
-        let buf = buffer_of(&session, req.buffer_id)?;
+        let slot = self.call(req.session)?;
+        let buf = buffer_of(&slot.0, req.buffer_id)?;
         let (offset, len) = match (usize::try_from(req.offset), usize::try_from(req.len)) {
             (Ok(o), Ok(l)) => (o, l),
             _ => return Err(Status::out_of_range("offset or length too large")),
         };
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
+            // The call is in flight until its last chunk is sent.
+            let _slot = slot;
             let mut at = offset;
             let end = offset.saturating_add(len);
             while at < end {
@@ -332,7 +403,12 @@ impl NodeWorker for Service {
     ) -> Result<Response<FreeReply>, Status> {
         let req = request.into_inner();
         let session = self.session(req.session)?;
-        session.buffers.lock().remove(&req.buffer_id);
+        let freed = session.buffers.lock().remove(&req.buffer_id);
+        if let Some(buf) = freed {
+            session
+                .buffer_bytes
+                .fetch_sub(buf.len() as u64, Ordering::SeqCst);
+        }
         Ok(Response::new(FreeReply {}))
     }
 
@@ -346,6 +422,48 @@ impl NodeWorker for Service {
                 .map_err(blocking_error)?;
         }
         Ok(Response::new(CloseReply {}))
+    }
+}
+
+/// Bytes reserved against `max_buffer_bytes_per_session` for a buffer being created; given
+/// back when dropped unless the buffer was made (`keep`).
+struct BufferBytes {
+    session: Arc<Session>,
+    bytes: u64,
+}
+
+impl BufferBytes {
+    fn reserve(
+        session: &Arc<Session>,
+        bytes: u64,
+        limits: &super::ServeLimits,
+    ) -> Result<BufferBytes, Status> {
+        let max = limits.max_buffer_bytes_per_session;
+        let held = session.buffer_bytes.fetch_add(bytes, Ordering::SeqCst);
+        let reserved = BufferBytes {
+            session: Arc::clone(session),
+            bytes,
+        };
+        if held.saturating_add(bytes) > max {
+            return Err(Status::resource_exhausted(format!(
+                "session {}: a buffer of {bytes} bytes beside the {held} it holds is over its \
+                 limit of {max} bytes (max_buffer_bytes_per_session)",
+                session.id
+            )));
+        }
+        Ok(reserved)
+    }
+
+    fn keep(mut self) {
+        self.bytes = 0;
+    }
+}
+
+impl Drop for BufferBytes {
+    fn drop(&mut self) {
+        self.session
+            .buffer_bytes
+            .fetch_sub(self.bytes, Ordering::SeqCst);
     }
 }
 

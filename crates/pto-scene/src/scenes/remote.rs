@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use anyhow::Context as _;
-use pto_node::remote::{RemoteBuffer, RemoteWorker, ServeOptions, Server, serve};
+use pto_node::remote::{RemoteBuffer, RemoteWorker, ServeLimits, ServeOptions, Server, serve};
 use pto_node::{
     Callable, CallableKind, EndpointMode, FailureKind, OrchError, Orchestrator, RunReport,
     TaskOutcome, Worker, WorkerRunError,
@@ -179,6 +179,7 @@ fn remote_workers(
             heap_ring_size: 1 << 20,
             token: None,
             tls: None,
+            limits: ServeLimits::default(),
         };
         servers.push(serve(options).context("starting a loopback server")?);
     }
