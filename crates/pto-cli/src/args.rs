@@ -39,6 +39,11 @@ pub(crate) enum Command {
     /// List the scenes this binary knows: level, params (range, default), task labels and
     /// worker counts; with NAME, only that scene.
     Scenes(ScenesArgs),
+    /// Run random level-3 and level-4 cases for a time while killing and stopping random
+    /// chip, sub and server processes; check every run (passed, or failed naming the dead
+    /// worker), and that no process, memfd, /dev/shm entry or thread leaks and RSS stays flat
+    /// (exit 0 no problem, 1 a problem, 2 usage error).
+    Soak(SoakArgs),
     /// Serve remote L3 Workers over gRPC: each client session gets an L3 Worker with these
     /// chips and sub workers, runs the node callables of this binary on it, and is closed when
     /// the client goes away. Binds 127.0.0.1 unless told otherwise.
@@ -83,6 +88,27 @@ pub(crate) struct ServeArgs {
     /// Seconds a new connection has to start HTTP/2 (or TLS) before it is cut off.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub(crate) handshake_timeout: f64,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SoakArgs {
+    /// Scene files of level 3 or 4 (default: those under ./scenes).
+    pub(crate) scenes: Vec<PathBuf>,
+    /// How long to soak.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub(crate) seconds: f64,
+    /// The share of runs that get a fault (0 to 1).
+    #[arg(long, value_name = "P", default_value_t = 0.5)]
+    pub(crate) fault_rate: f64,
+    /// A run still going after this is a hang.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub(crate) run_deadline: f64,
+    /// `pto serve` processes for the level-4 cases.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub(crate) servers: usize,
+    /// The PRNG seed (default: from the clock; printed, so a soak can be repeated).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -305,3 +305,34 @@ fn a_server_cuts_off_a_peer_that_never_starts_http2() {
         assert!(err.contains(flag), "{err}");
     }
 }
+
+/// `pto soak` for a few seconds with a fault in every run: it injects faults into local
+/// children and servers, judges every run, and ends with nothing left behind.
+#[test]
+fn a_short_soak_faults_every_run_and_finds_no_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenes = scenes();
+    let files: Vec<String> = ["heterogeneous_fanout.toml", "remote_fanout.toml"]
+        .iter()
+        .map(|f| scenes.join(f).to_string_lossy().into_owned())
+        .collect();
+    let mut args = vec!["soak", "--seconds", "8", "--fault-rate", "1", "--seed", "7"];
+    args.extend(files.iter().map(String::as_str));
+    let mut soak = spawn_pto(dir.path(), &args);
+    let pid = soak.id();
+    let (code, out, err) = wait_exit(&mut soak, Duration::from_secs(120));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("no problem"), "{out}");
+    let injected: u64 = out
+        .split("faults injected")
+        .next()
+        .and_then(|s| s.rsplit("; ").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fault count in {out}"));
+    assert!(injected > 0, "{out}");
+    assert!(children_of(pid).is_empty());
+    let mut bad = spawn_pto(dir.path(), &["soak", "--fault-rate", "2"]);
+    let (code, _, err) = wait_exit(&mut bad, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--fault-rate"), "{err}");
+}

@@ -39,21 +39,7 @@ pub(crate) fn json(out: &Output) -> serde_json::Value {
 }
 
 /// The children of `pid` (of any of its threads: the monitor thread spawns them).
-pub(crate) fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut out: Vec<u32> = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
-        .flat_map(|s| {
-            s.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect();
-    out.sort_unstable();
-    out
-}
+pub(crate) use pto_scene::soak::children_of;
 
 pub(crate) fn spawn_pto(dir: &Path, args: &[&str]) -> Child {
     #[allow(clippy::disallowed_methods)]

@@ -41,7 +41,8 @@ pub enum InitError {
     /// A level-4 Worker with neither Worker children nor sub workers.
     #[error("a level-4 Worker needs at least one Worker child (add_worker) or sub worker")]
     NoWorkers,
-    /// Children that did not report ready within `startup_timeout` (all were stopped).
+    /// Children that did not report ready within `startup_timeout` (all were stopped), each
+    /// as `<name> pid=<pid>`.
     #[error("start-up timed out waiting for {}", pending.join(", "))]
     Timeout { pending: Vec<String> },
     /// The requested endpoint mode or level is not available in this build.

@@ -215,11 +215,15 @@ impl ChildFactory {
             s.with_fd(|fd| fd.as_raw_fd())
                 .ok_or_else(|| "a segment descriptor is closed (the Worker is closing)".to_string())
         };
-        let env = match role {
-            ChildRole::Chip(_) => self.options.ring_env.clone(),
+        let (mut env, kind) = match role {
+            ChildRole::Chip(_) => (self.options.ring_env.clone(), "chip"),
             // A node child applies its own Worker's ring_env to its chips.
-            ChildRole::Sub(_) | ChildRole::Node(_) => Vec::new(),
+            ChildRole::Sub(_) => (Vec::new(), "sub"),
+            ChildRole::Node(_) => (Vec::new(), "node"),
         };
+        // For people and tools looking at processes (`pto soak` picks fault targets by it);
+        // the child itself learns its role from the boot block.
+        env.push(("PTO_CHILD_ROLE".into(), kind.into()));
         let spec = SpawnSpec {
             exe: self.exe.clone(),
             args: self.args.clone(),
@@ -504,7 +508,7 @@ fn handshake(
             pending: pending
                 .iter()
                 .filter(|p| p.mailbox.state() != Ok(MailboxState::InitReady))
-                .map(|p| p.base_name.clone())
+                .map(|p| format!("{} pid={}", p.base_name, p.status.pid()))
                 .collect(),
         }),
     }

@@ -12,7 +12,8 @@
 //!    `dup2`ed onto its target (which clears close-on-exec); the temporaries close at `exec`.
 //!
 //! The environment is the parent's, plus exactly what the node adds: `PTO_CHILD=1`,
-//! `PTO_CHILD_FDS=3,4,5,6` and (chips) the Worker's `ring_env` pairs (RING_CONFIG.md §4.1).
+//! `PTO_CHILD_FDS=3,4,5,6`, `PTO_CHILD_ROLE=chip|sub|node` (for whoever looks at processes)
+//! and (chips) the Worker's `ring_env` pairs (RING_CONFIG.md §4.1).
 //! Standard input and output are `/dev/null`; standard error is inherited (a child's panic is
 //! visible). The child's arguments select the entry hook of a test binary
 //! (`--exact __pto_child`, see `test_child_entry!`); a binary that calls `child_main()` first

@@ -43,6 +43,7 @@ pub mod report_html;
 pub mod runner;
 pub mod scene;
 mod scenes;
+pub mod soak;
 pub mod tune;
 
 pub use config_block::{BlockError, CaseConfig, SceneLevel, parse_config_block};

@@ -271,6 +271,8 @@ pub struct RunnerEnv {
     /// `WorkerBuilder::liveness_timeout` of every L3 Worker (`--liveness-timeout`; `None`:
     /// the default).
     pub liveness_timeout: Option<Duration>,
+    /// `WorkerBuilder::startup_timeout` of every L3 Worker (`None`: the default).
+    pub startup_timeout: Option<Duration>,
     /// Remote L3 workers (`pto serve` addresses) for level-4 scenes (`--remote`); empty: such
     /// a scene starts its own servers on loopback ports in this process.
     pub remote: Vec<pto_node::remote::RemoteWorker>,
@@ -287,6 +289,7 @@ impl RunnerEnv {
             fast,
             task_timeout: None,
             liveness_timeout: None,
+            startup_timeout: None,
             remote: Vec::new(),
         }
     }
@@ -402,6 +405,9 @@ impl<'a> CaseRun<'a> {
             .task_timeout(self.env.task_timeout);
         if let Some(t) = self.env.liveness_timeout {
             b = b.liveness_timeout(t);
+        }
+        if let Some(t) = self.env.startup_timeout {
+            b = b.startup_timeout(t);
         }
         for (k, v) in &self.env.ring_env {
             b = b.ring_env(k.clone(), v.clone());

@@ -6,6 +6,7 @@ mod config_resolve;
 mod run;
 mod scenes;
 mod serve;
+mod soak;
 mod tune;
 
 use crate::Outcome;
@@ -20,5 +21,6 @@ pub(crate) fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Bench(args) => bench::run(&args),
         Command::Tune(args) => tune::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Soak(args) => soak::run(&args),
     }
 }

@@ -111,6 +111,7 @@ fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
             fast: args.fast,
             task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
             liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
+            startup_timeout: None,
             remote: remote_workers(args)?,
         },
     })

@@ -109,6 +109,7 @@ fn runner_env(args: &TuneArgs) -> anyhow::Result<RunnerEnv> {
         fast: args.fast,
         task_timeout: None,
         liveness_timeout: None,
+        startup_timeout: None,
         remote: Vec::new(),
     })
 }

@@ -45,6 +45,14 @@
 //!   took `f`'s reply. So the child, parked on the first frame it has not served, is parked on
 //!   the frame the parent writes next, and M6 wakes it. Shutdown (M5) sets the sticky word of
 //!   every frame.
+//!
+//! **Model-checked** (`loom_tests.rs`, loom over the real code through [`SharedMem`]): the
+//! hand-off of M1–M4 (a copy by one side while the other may copy the same frame is a
+//! reported race, so the state swap must order them), the wake-up of M6 with both sides
+//! parking at once, M5 followed by the `SHUTDOWN` transition, the probe wake of M7, and M8 with
+//! two frames and two requests in flight; every interleaving of these `SeqCst` accesses up to
+//! three preemptions. Not covered: timeouts (the model's futex never times out), the children's
+//! health rules, and anything about two processes that two threads do not show.
 
 use std::sync::Arc;
 use std::time::Duration;
