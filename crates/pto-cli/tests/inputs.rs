@@ -20,7 +20,19 @@ fn run(dir: &Path, file: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(20), "pto run hung");
+    if started.elapsed() >= Duration::from_secs(20) {
+        // Keep the input that hung where CI keeps files, and say what it printed.
+        let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hung.toml");
+        let _ = std::fs::copy(file, &kept);
+        panic!(
+            "pto run {} {args:?} hung (killed after {:?}; input kept as {}): stdout {:?}, stderr {:?}",
+            file.display(),
+            started.elapsed(),
+            kept.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     out
 }
 
