@@ -336,3 +336,33 @@ fn a_short_soak_faults_every_run_and_finds_no_problem() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--fault-rate"), "{err}");
 }
+
+/// `--remote` counts are checked before anything runs (no server is contacted): a level-4
+/// case that needs two remote workers given one says so, and a level-3 scene refuses the flag.
+#[test]
+fn remote_flags_that_do_not_fit_the_scene_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let never = "http://127.0.0.1:1";
+    let l4 = scenes().join("remote_fanout.toml");
+    let mut one = spawn_pto(
+        dir.path(),
+        &["run", l4.to_str().unwrap(), "--remote", never],
+    );
+    let (code, out, err) = wait_exit(&mut one, Duration::from_secs(20));
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains("needs 2 remote worker(s) (config.device_count), got 1 (--remote)"),
+        "{err}"
+    );
+    let l3 = scenes().join("heterogeneous_fanout.toml");
+    let mut l3_run = spawn_pto(
+        dir.path(),
+        &["run", l3.to_str().unwrap(), "--remote", never],
+    );
+    let (code, out, err) = wait_exit(&mut l3_run, Duration::from_secs(20));
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains("--remote is for level-4 scenes; this one is level 3"),
+        "{err}"
+    );
+}

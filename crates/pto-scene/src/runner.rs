@@ -281,10 +281,31 @@ fn base_config(file: &SceneFile, case: &Case, options: &RunOptions) -> Result<Ca
 /// Checks the options against every case they select before anything runs (e.g. an
 /// `--output` too long for `output_prefix`): a usage error, not a failed case.
 pub fn check_options(file: &SceneFile, options: &RunOptions) -> Result<(), String> {
+    let given = options.env.remote.len();
+    let level = file.scene.level();
+    if given > 0 && level != crate::SceneLevel::L4 {
+        return Err(format!(
+            "{}: --remote is for level-4 scenes; this one is level {}",
+            file.path.display(),
+            level.number()
+        ));
+    }
     file.cases
         .iter()
         .filter(|c| options.case.as_deref().is_none_or(|n| n == c.name))
-        .try_for_each(|case| base_config(file, case, options).map(|_| ()))
+        .try_for_each(|case| {
+            if let Some(needed) = file.scene.remote_workers(&case.config)
+                && given > 0
+                && given != needed
+            {
+                return Err(format!(
+                    "case {}: needs {needed} remote worker(s) (config.device_count), got {given} \
+                     (--remote)",
+                    case.name
+                ));
+            }
+            base_config(file, case, options).map(|_| ())
+        })
 }
 
 /// Checks, before a case runs, that its output directory `dir` (`<output>/<case>`) can be

@@ -46,6 +46,11 @@ pub trait Scene: Sync {
     fn worker_bounds(&self) -> WorkerBounds {
         WorkerBounds::ONE_CHIP
     }
+    /// How many remote workers (`--remote`) a case of this level-4 scene uses; `None` for a
+    /// scene that takes none. The runner refuses a `--remote` count that differs.
+    fn remote_workers(&self, _config: &CaseConfig) -> Option<usize> {
+        None
+    }
     /// Checks between params (and the case's worker counts) that a range cannot express,
     /// e.g. a size that must divide another; run at load after every value is in range. The
     /// error names the keys and values involved.

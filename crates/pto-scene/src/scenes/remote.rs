@@ -18,7 +18,7 @@ use pto_node::{
 };
 use pto_types::{CallConfig, DType, TaskArgs, Tensor};
 
-use crate::config_block::SceneLevel;
+use crate::config_block::{CaseConfig, SceneLevel};
 use crate::l3::{check_task_sizing, rows_of, small_chip};
 use crate::labels::Label;
 use crate::params::Param;
@@ -103,6 +103,14 @@ impl Scene for RemoteFanout {
         }
     }
 
+    fn remote_workers(&self, config: &CaseConfig) -> Option<usize> {
+        Some(
+            config
+                .device_count
+                .map_or(DEFAULT_REMOTE_WORKERS, |n| n as usize),
+        )
+    }
+
     fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
         let n: usize = case.param("n")?;
         let chips: usize = case.param("chips_per_worker")?;
@@ -158,6 +166,9 @@ impl Scene for RemoteFanout {
     }
 }
 
+/// Remote workers of a case without `config.device_count`.
+const DEFAULT_REMOTE_WORKERS: usize = 2;
+
 /// The remote workers' addresses: the runner's, or those of servers started here (returned
 /// with them, so they live as long as the case).
 fn remote_workers(
@@ -167,7 +178,9 @@ fn remote_workers(
     if !case.env.remote.is_empty() {
         return Ok((case.env.remote.clone(), Vec::new()));
     }
-    let count = case.config.device_count.unwrap_or(2) as usize;
+    let count = RemoteFanout
+        .remote_workers(case.config)
+        .unwrap_or(DEFAULT_REMOTE_WORKERS);
     let mut servers = Vec::with_capacity(count);
     for _ in 0..count {
         let options = ServeOptions {
