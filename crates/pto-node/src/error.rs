@@ -136,8 +136,14 @@ pub enum SubmitError {
     ForeignHandle,
     #[error("the callable handle is not registered on this Worker")]
     StaleHandle,
+    /// `code`: why the worker went away (`CHILD_DIED`, `CHILD_UNRESPONSIVE`, `WORKER_LOST`,
+    /// `TASK_TIMEOUT`), when a death is the reason.
     #[error("{worker} is unavailable: {cause}")]
-    WorkerUnavailable { worker: String, cause: String },
+    WorkerUnavailable {
+        worker: String,
+        cause: String,
+        code: Option<ErrorCode>,
+    },
     /// Fail-fast: the run already has a failed task.
     #[error("the run has failed: {0}")]
     RunFailed(Box<RunError>),
@@ -187,6 +193,15 @@ impl OrchError {
     /// An error with a free-form message.
     pub fn msg(message: impl Into<String>) -> OrchError {
         OrchError::Message(message.into())
+    }
+
+    /// The numbered code behind this error, when a worker's death is why the orchestration
+    /// could not go on (the run's failure then carries it).
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            OrchError::Submit(SubmitError::WorkerUnavailable { code, .. }) => *code,
+            _ => None,
+        }
     }
 }
 
@@ -378,4 +393,16 @@ pub enum WorkerRunError {
     Submit(#[from] SubmitRunError),
     #[error("{0}")]
     Failed(Box<RunError>),
+}
+
+impl WorkerRunError {
+    /// The numbered code of the failure: the first failed task's, or the one behind the
+    /// orchestration's error (a worker that died under it: [`OrchError::code`]).
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            WorkerRunError::Failed(e) => e.first.code,
+            WorkerRunError::Submit(SubmitRunError::Orchestration { source, .. }) => source.code(),
+            WorkerRunError::Submit(_) => None,
+        }
+    }
 }

@@ -310,9 +310,12 @@ impl Scheduler {
         let ep = self.endpoint(d.lane);
         if let Err(e) = ep.dispatch(d.req) {
             let name = ep.name().to_string();
+            // A dead lane fails the task with the code of a lost worker, as if it had been in
+            // flight when the worker died (the message names the worker and why).
+            let code = matches!(e, EndpointError::Dead(_)).then(|| ep.lost_code());
             let f = Failure {
                 kind: FailureKind::Endpoint,
-                code: None,
+                code,
                 message: format!("EndpointFailure: dispatch to {name} failed: {e}"),
             };
             self.engine

@@ -870,7 +870,7 @@ impl Worker {
         if let Some(e) = &failure {
             let mut state = engine.state.lock();
             let failed_first = state.run_has_failed(run_id);
-            state.cancel_run(run_id, &format!("orchestration failed: {e}"));
+            state.cancel_run(run_id, &format!("orchestration failed: {e}"), e.code());
             drop(state);
             if failed_first {
                 tracing::debug!(run_id, "orchestration returned after its run failed: {e}");

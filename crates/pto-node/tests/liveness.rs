@@ -459,7 +459,9 @@ fn eight_threads(sig: Signal) {
                     assert!(took < Duration::from_secs(5), "a run took {took:?}");
                     match r {
                         Ok(_) => ok += 1,
-                        Err(e) => failed.push((chip_w, e.to_string())),
+                        Err(e) => {
+                            failed.push((chip_w, e.to_string(), e.code()));
+                        }
                     }
                 }
                 (ok, failed)
@@ -473,9 +475,17 @@ fn eight_threads(sig: Signal) {
         let (ok, failed) = t.join().expect("a submitting thread panicked");
         oks += ok;
         failures += failed.len();
-        for (chip_w, text) in failed {
+        for (chip_w, text, code) in failed {
             assert_eq!(chip_w, 0, "only runs on chip 0 may fail: {text}");
             assert!(text.contains("chip_child[0] pid="), "{text}");
+            // In flight or dispatched to the dead lane: either way a lost worker's code.
+            assert!(
+                matches!(
+                    code,
+                    Some(ErrorCode::ChildDied | ErrorCode::ChildUnresponsive)
+                ),
+                "{code:?}: {text}"
+            );
         }
     }
     assert!(

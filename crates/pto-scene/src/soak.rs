@@ -293,6 +293,8 @@ pub fn soak(
     let mut report = SoakReport::default();
     let started = Instant::now();
     let mut baseline: Option<Holdings> = None;
+    // How long a run of each case takes without a fault (a moving average).
+    let mut typical: BTreeMap<String, Duration> = BTreeMap::new();
     let mut first = holdings();
     while started.elapsed() < options.duration {
         let pick = &picks[rng.usize(..picks.len())];
@@ -316,15 +318,20 @@ pub fn soak(
             diagnostics: Diagnostics::default(),
             env,
         };
-        let fault_at =
-            (rng.f64() < options.fault_rate).then(|| Duration::from_micros(rng.u64(..150_000)));
+        let name = format!("{}/{}", files[pick.file].scene.name(), pick.case);
+        // Somewhere within a typical run of this case, so that most faults land during one.
+        let window = typical
+            .get(&name)
+            .copied()
+            .unwrap_or(Duration::from_millis(150));
+        let fault_at = (rng.f64() < options.fault_rate)
+            .then(|| Duration::from_micros(rng.u64(..window.as_micros().max(1000) as u64)));
         let signal = if rng.bool() {
             (Signal::KILL, "SIGKILL")
         } else {
             (Signal::STOP, "SIGSTOP")
         };
         let choice = rng.u64(..);
-        let name = format!("{}/{}", files[pick.file].scene.name(), pick.case);
         *report.cases.entry(name.clone()).or_default() += 1;
         let run_started = Instant::now();
         let outcome = one_run(
@@ -355,6 +362,10 @@ pub fn soak(
             } => (result, faults, during),
         };
         let took = run_started.elapsed();
+        if faults.is_empty() {
+            let t = typical.entry(name.clone()).or_insert(took);
+            *t = (*t * 3 + took) / 4;
+        }
         if report.slowest.as_ref().is_none_or(|(d, _)| took > *d) {
             report.slowest = Some((took, format!("{name}, faults {faults:?}")));
         }

@@ -199,6 +199,11 @@ pub(crate) fn lane_capacity(depth: usize, sub: bool, last_exec: Duration) -> usi
 pub(crate) trait Endpoint: Send {
     /// `chip[0]`, `sub[1]` (child processes: `chip_child[0]`).
     fn name(&self) -> &str;
+    /// The code of a task that could not be dispatched because the lane is dead
+    /// ([`EndpointError::Dead`]): its worker was lost before the task reached it.
+    fn lost_code(&self) -> pto_types::ErrorCode {
+        pto_types::ErrorCode::ChildDied
+    }
     /// No task or control command in flight.
     fn is_idle(&self) -> bool;
     /// How many more tasks `dispatch` accepts now: the depth minus the tasks in flight, 0

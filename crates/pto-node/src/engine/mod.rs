@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pto_chip::ChipRunReport;
 use pto_types::wait::EventCount;
-use pto_types::{CallConfig, TaskArgs, TensorTag};
+use pto_types::{CallConfig, ErrorCode, TaskArgs, TensorTag};
 
 use crate::buffer::BufferInner;
 use crate::callable::CallableKind;
@@ -422,6 +422,14 @@ pub(crate) struct EngineConfig {
     pub(crate) next_level_kind: CallableKind,
 }
 
+/// Why a lane takes no work, and the code of the death that made it so (none for a cause
+/// that is not a death).
+#[derive(Clone, Debug)]
+pub(crate) struct Unavailable {
+    pub(crate) cause: String,
+    pub(crate) code: Option<ErrorCode>,
+}
+
 /// All graph state (§2.1).
 pub(crate) struct EngineState {
     config: EngineConfig,
@@ -432,9 +440,10 @@ pub(crate) struct EngineState {
     directed: Vec<VecDeque<SlotId>>,
     groups: VecDeque<SlotId>,
     subs: VecDeque<SlotId>,
-    /// Why each lane is unavailable (dead, restarting), if it is.
-    dead_chips: Vec<Option<String>>,
-    dead_subs: Vec<Option<String>>,
+    /// Why each lane is unavailable (dead, restarting), if it is, and the code of the death
+    /// that made it so.
+    dead_chips: Vec<Option<Unavailable>>,
+    dead_subs: Vec<Option<Unavailable>>,
     restarts_chips: Vec<u32>,
     restarts_subs: Vec<u32>,
     pub(crate) controls: VecDeque<ControlJob>,
@@ -597,12 +606,15 @@ impl EngineState {
     /// Orchestration error or panic (§2.10): every task of the run that has not started is
     /// failed as skipped ("cancelled"); running tasks finish. Submission stays open until
     /// `close_submission`.
-    pub(crate) fn cancel_run(&mut self, run_id: u64, message: &str) {
+    /// `code`: the numbered code behind the orchestration's error, if any
+    /// ([`crate::OrchError::code`]).
+    pub(crate) fn cancel_run(&mut self, run_id: u64, message: &str, code: Option<ErrorCode>) {
         self.cancel_unstarted(
             run_id,
             FailureKind::Orchestration,
             message,
             "cancelled: the orchestration function failed",
+            code,
         );
     }
 
@@ -610,17 +622,24 @@ impl EngineState {
     /// finish, and the run completes with a `Cancelled` failure.
     pub(crate) fn cancel_by_caller(&mut self, run_id: u64, reason: &str) {
         let message = format!("cancelled: {reason}");
-        self.cancel_unstarted(run_id, FailureKind::Cancelled, &message, &message);
+        self.cancel_unstarted(run_id, FailureKind::Cancelled, &message, &message, None);
         self.complete_runs();
     }
 
-    fn cancel_unstarted(&mut self, run_id: u64, kind: FailureKind, message: &str, skip: &str) {
+    fn cancel_unstarted(
+        &mut self,
+        run_id: u64,
+        kind: FailureKind,
+        message: &str,
+        skip: &str,
+        code: Option<ErrorCode>,
+    ) {
         let failure = TaskFailure {
             task: None,
             label: None,
             worker: String::new(),
             kind,
-            code: None,
+            code,
             message: message.to_string(),
         };
         if let Some(run) = self.run_mut(run_id) {
@@ -682,7 +701,7 @@ impl EngineState {
                 };
                 self.finish(id, Some(f));
             }
-            self.cancel_run(run_id, message);
+            self.cancel_run(run_id, message, None);
             // Drop every remaining reference so the run's tasks are consumed.
             let held: Vec<SlotId> = self
                 .slots
@@ -727,6 +746,7 @@ impl EngineState {
             return Err(SubmitError::WorkerUnavailable {
                 worker: "this Worker".to_string(),
                 cause: "the run was abandoned (the Worker is closing)".to_string(),
+                code: None,
             });
         };
         let task_index = run.next_index;
@@ -755,10 +775,11 @@ impl EngineState {
         }
         if let Placement::Chips(workers) = placement {
             for &w in workers {
-                if let Some(cause) = &self.dead_chips[w] {
+                if let Some(u) = &self.dead_chips[w] {
                     return Err(SubmitError::WorkerUnavailable {
                         worker: self.config.chip_names[w].clone(),
-                        cause: cause.clone(),
+                        cause: u.cause.clone(),
+                        code: u.code,
                     });
                 }
             }
@@ -767,6 +788,7 @@ impl EngineState {
             return Err(SubmitError::WorkerUnavailable {
                 worker: "sub workers".to_string(),
                 cause: "every sub worker is dead".to_string(),
+                code: self.dead_subs.iter().flatten().find_map(|u| u.code),
             });
         }
         Ok(())
@@ -1252,7 +1274,10 @@ impl EngineState {
         } else {
             "not restarted"
         };
-        let unavailable = format!("{} ({state})", death.fate);
+        let unavailable = Unavailable {
+            cause: format!("{} ({state})", death.fate),
+            code: Some(death.code),
+        };
         match lane {
             Lane::Chip(w) => {
                 self.dead_chips[w] = Some(unavailable);
@@ -1310,10 +1335,13 @@ impl EngineState {
     pub(crate) fn lane_restart_failed(&mut self, lane: Lane, why: &str, retrying: bool) {
         let next = if retrying { "retrying" } else { "giving up" };
         let cause = format!("its restart failed ({why}); {next}");
-        match lane {
-            Lane::Chip(w) => self.dead_chips[w] = Some(cause),
-            Lane::Sub(s) => self.dead_subs[s] = Some(cause),
-        }
+        // The death that started it all keeps its code.
+        let slot = match lane {
+            Lane::Chip(w) => &mut self.dead_chips[w],
+            Lane::Sub(s) => &mut self.dead_subs[s],
+        };
+        let code = slot.as_ref().and_then(|u| u.code);
+        *slot = Some(Unavailable { cause, code });
     }
 
     /// A dead lane serves again as `name` (a fresh child process).

@@ -165,6 +165,10 @@ impl Endpoint for RemoteEndpoint {
         &self.name
     }
 
+    fn lost_code(&self) -> ErrorCode {
+        ErrorCode::WorkerLost
+    }
+
     fn is_idle(&self) -> bool {
         self.in_flight.is_empty()
     }
