@@ -219,24 +219,17 @@ fn args_blob(bytes: &[u8]) -> Outcome {
     outcome
 }
 
+/// The ops of control requests: every op but `Task` (the first of `Op::ALL`).
+fn control_ops() -> &'static [Op] {
+    &Op::ALL[1..]
+}
+
 /// First byte: the op code; the rest: its payload.
 fn control_request(bytes: &[u8]) -> Outcome {
     let Some((&code, payload)) = bytes.split_first() else {
         return Outcome::Rejected("empty".into());
     };
-    let ops = [
-        Op::Ping,
-        Op::Register,
-        Op::Unregister,
-        Op::Malloc,
-        Op::Free,
-        Op::CopyTo,
-        Op::CopyFrom,
-        Op::CommittedDeviceMemory,
-        Op::Prewarm,
-        Op::ResolveConfig,
-        Op::TrimArenas,
-    ];
+    let ops = control_ops();
     Outcome::of(ControlRequest::decode(
         ops[usize::from(code) % ops.len()],
         payload,
@@ -529,19 +522,7 @@ fn control(r: &mut Rng) -> ControlRequest {
 
 fn seed_control_request(r: &mut Rng) -> Vec<u8> {
     let c = control(r);
-    let ops = [
-        Op::Ping,
-        Op::Register,
-        Op::Unregister,
-        Op::Malloc,
-        Op::Free,
-        Op::CopyTo,
-        Op::CopyFrom,
-        Op::CommittedDeviceMemory,
-        Op::Prewarm,
-        Op::ResolveConfig,
-        Op::TrimArenas,
-    ];
+    let ops = control_ops();
     let code = ops.iter().position(|&o| o == c.op()).expect("listed") as u8;
     let mut out = vec![code];
     out.extend(c.encode().expect("valid"));
