@@ -83,6 +83,7 @@ impl Connections {
             handshake: limits.handshake_timeout,
             idle: limits.idle_timeout,
             timer: Box::pin(tokio::time::sleep(limits.handshake_timeout)),
+            last_read: Instant::now(),
             live: self.clone(),
         })
     }
@@ -120,8 +121,11 @@ pub(crate) struct Guarded {
     read: u64,
     handshake: Duration,
     idle: Duration,
-    /// The handshake deadline until [`HANDSHAKE_BYTES`] arrived, then the idle deadline.
+    /// The handshake deadline until [`HANDSHAKE_BYTES`] arrived, then at most the idle
+    /// deadline (moved lazily to `last_read + idle` when it fires).
     timer: Pin<Box<Sleep>>,
+    /// When bytes last arrived after the handshake.
+    last_read: Instant,
     live: Connections,
 }
 
@@ -168,16 +172,24 @@ impl AsyncRead for Guarded {
                         self.live.shaken(self.id);
                     }
                     if self.read >= HANDSHAKE_BYTES {
-                        let idle = self.idle;
-                        self.timer.as_mut().reset(Instant::now() + idle);
+                        // Only noted here; the timer is moved when it fires (below), not on
+                        // every read.
+                        self.last_read = Instant::now();
                     }
                 }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => match self.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(self.cut())),
-                Poll::Pending => Poll::Pending,
+            Poll::Pending => loop {
+                if self.timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                // Past the handshake, a read since the timer was set moves the deadline.
+                let due = self.last_read + self.idle;
+                if self.read < HANDSHAKE_BYTES || due <= Instant::now() {
+                    return Poll::Ready(Err(self.cut()));
+                }
+                self.timer.as_mut().reset(due);
             },
         }
     }
