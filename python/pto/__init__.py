@@ -124,6 +124,11 @@ class TaskArgs:
         """Read: the task waits for the array's earlier writers."""
         return self._add("input", arr)
 
+    def tracked_input(self, arr: np.ndarray) -> "TaskArgs":
+        """Read, and tracked as a read: a later task that writes the array waits for this one
+        (write-after-read), whether or not ``track_war`` is on."""
+        return self._add("tracked_input", arr)
+
     def output(self, arr: np.ndarray) -> "TaskArgs":
         """Written; later readers wait for this task."""
         return self._add("output", arr)

@@ -35,6 +35,8 @@ class CallConfig:
         enable_dep_gen: bool = False,
         enable_chip_swimlane: int = 0,
         output_prefix: Optional[str] = None,
+        track_war: bool = False,
+        war_check: str = "auto",
     ) -> None: ...
     def derive(
         self,
@@ -44,8 +46,9 @@ class CallConfig:
         ring_task_window: _RingValue = None,
         ring_heap: _RingValue = None,
         ring_dep_pool: _RingValue = None,
+        track_war: Optional[bool] = None,
     ) -> "CallConfig":
-        """A copy whose non-zero sizing entries replace this config's."""
+        """A copy whose non-zero sizing entries (and track_war, when given) replace this config's."""
     @property
     def runtime_env(self) -> RuntimeEnv: ...
     @property
@@ -58,6 +61,10 @@ class CallConfig:
     def enable_chip_swimlane(self) -> int: ...
     @property
     def output_prefix(self) -> Optional[str]: ...
+    @property
+    def track_war(self) -> bool: ...
+    @property
+    def war_check(self) -> str: ...
 
 class Resolved:
     """One resolved value and its source: ``call_config``, ``env`` or ``default``."""
@@ -97,6 +104,7 @@ class ChipReport:
     wall: float
     env_problems: List[str]
     diagnostics: List[str]
+    warnings: List[str]
 
 class MemberReport:
     worker: str

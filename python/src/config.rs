@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
 use pto_sizing::report::{SizingReport, SizingReportError, SizingRequest};
-use pto_types::{CallConfig, EnvSource, RING_COUNT, Resource, RingValue, TaskOverrides};
+use pto_types::{CallConfig, EnvSource, RING_COUNT, Resource, RingValue, TaskOverrides, WarCheck};
 
 use crate::errors::{ConfigAt, config_error, config_error_at, config_value_error, obj, raise};
 use crate::report::PySizing;
@@ -177,7 +177,9 @@ pub(crate) struct PyCallConfig {
 impl PyCallConfig {
     #[new]
     #[pyo3(signature = (runtime_env=None, *, aicpu_thread_num=None, enable_scope_stats=false,
-        enable_dep_gen=false, enable_chip_swimlane=None, output_prefix=None))]
+        enable_dep_gen=false, enable_chip_swimlane=None, output_prefix=None, track_war=false,
+        war_check="auto"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         runtime_env: Option<PyRuntimeEnv>,
@@ -186,6 +188,8 @@ impl PyCallConfig {
         enable_dep_gen: bool,
         enable_chip_swimlane: Option<&Bound<'_, PyAny>>,
         output_prefix: Option<std::path::PathBuf>,
+        track_war: bool,
+        war_check: &str,
     ) -> PyResult<Self> {
         let mut inner = CallConfig::default();
         if let Some(env) = runtime_env {
@@ -200,6 +204,8 @@ impl PyCallConfig {
             inner.enable_chip_swimlane = config_int(py, "enable_chip_swimlane", level)?;
         }
         inner.output_prefix = output_prefix.map(|p| p.to_string_lossy().into_owned());
+        inner.track_war = track_war;
+        inner.war_check = war_check_named(py, war_check)?;
         inner.validate().map_err(|e| config_error(py, &e))?;
         Ok(PyCallConfig { inner })
     }
@@ -207,7 +213,8 @@ impl PyCallConfig {
     /// A copy whose non-zero sizing entries (from `runtime_env` and the `ring_*` keywords,
     /// the keywords last) replace this config's; the rest is inherited.
     #[pyo3(signature = (runtime_env=None, *, aicpu_thread_num=None, ring_task_window=None,
-        ring_heap=None, ring_dep_pool=None))]
+        ring_heap=None, ring_dep_pool=None, track_war=None))]
+    #[allow(clippy::too_many_arguments)]
     fn derive(
         &self,
         py: Python<'_>,
@@ -216,6 +223,7 @@ impl PyCallConfig {
         ring_task_window: Option<&Bound<'_, PyAny>>,
         ring_heap: Option<&Bound<'_, PyAny>>,
         ring_dep_pool: Option<&Bound<'_, PyAny>>,
+        track_war: Option<bool>,
     ) -> PyResult<Self> {
         let keywords = PyRuntimeEnv::build(py, [ring_task_window, ring_heap, ring_dep_pool])?;
         let base = runtime_env.map(|e| e.inner).unwrap_or_default();
@@ -225,6 +233,7 @@ impl PyCallConfig {
                 .map(|n| config_int(py, "aicpu_thread_num", n))
                 .transpose()?,
             runtime_env: base.overlaid_with(&keywords),
+            track_war,
         };
         let inner = self
             .inner
@@ -265,13 +274,40 @@ impl PyCallConfig {
         self.inner.output_prefix.clone()
     }
 
+    #[getter]
+    fn track_war(&self) -> bool {
+        self.inner.track_war
+    }
+
+    #[getter]
+    fn war_check(&self) -> &'static str {
+        self.inner.war_check.name()
+    }
+
     fn __repr__(&self) -> String {
         let env = self.runtime_env().__repr__();
         format!(
-            "CallConfig(runtime_env={env}, aicpu_thread_num={}, enable_scope_stats={}, output_prefix={:?})",
-            self.inner.aicpu_thread_num, self.inner.enable_scope_stats, self.inner.output_prefix
+            "CallConfig(runtime_env={env}, aicpu_thread_num={}, enable_scope_stats={}, output_prefix={:?}, track_war={}, war_check={:?})",
+            self.inner.aicpu_thread_num,
+            self.inner.enable_scope_stats,
+            self.inner.output_prefix,
+            if self.inner.track_war {
+                "True"
+            } else {
+                "False"
+            },
+            self.inner.war_check.name()
         )
     }
+}
+
+/// `war_check` by name; another name raises `pto.ConfigError` listing the names.
+fn war_check_named(py: Python<'_>, name: &str) -> PyResult<WarCheck> {
+    WarCheck::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = WarCheck::ALL.iter().map(|w| w.name()).collect();
+        let why = format!("must be one of {}", names.join(", "));
+        config_value_error(py, "war_check", None, None, obj(py, name), &why)
+    })
 }
 
 /// What `pto.resolve` found: the sizing with the source of every value, and the memory it

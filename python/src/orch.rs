@@ -103,6 +103,7 @@ fn tag_of(name: &str) -> Option<TensorTag> {
         "inout" => TensorTag::InOut,
         "output_existing" => TensorTag::OutputExisting,
         "no_dep" => TensorTag::NoDep,
+        "tracked_input" => TensorTag::TrackedInput,
         _ => return None,
     })
 }

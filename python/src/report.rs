@@ -190,6 +190,8 @@ pub(crate) struct PyChipReport {
     wall: f64,
     env_problems: Vec<String>,
     diagnostics: Vec<String>,
+    /// What the run's checks found without failing it (a write-after-read hazard).
+    warnings: Vec<String>,
 }
 
 impl From<&ChipRunReport> for PyChipReport {
@@ -217,6 +219,7 @@ impl From<&ChipRunReport> for PyChipReport {
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
+            warnings: c.warnings.clone(),
         }
     }
 }

@@ -217,3 +217,65 @@ def test_a_kernel_panic_is_reported_once_not_printed(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["KERNEL_PANIC", "True"] * 2, done.stdout + done.stderr
     assert "panicked" not in done.stderr, done.stderr
+
+
+def test_chip_jobs_carry_their_own_track_war(mode):
+    """One run, two ``war_hazard`` chip jobs: the one whose CallConfig tracks write-after-read
+    copies x before the overwrite; the other is reported on its own row."""
+    with pto.Worker(level=3, chips=2, mode=mode) as w:
+        hazard = w.register(pto.ChipCallable("war_hazard"))
+        w.init()
+        bufs = {name: w.create_buffer(64) for name in ("xa", "ya", "xb", "yb")}
+        for name, arr in bufs.items():
+            arr[:] = 1.0 if name.startswith("x") else 0.0
+        base = pto.CallConfig(war_check="report")
+        tracked = base.derive(track_war=True)
+        assert (tracked.track_war, tracked.war_check, base.track_war) == (True, "report", False)
+
+        def orch_fn(orch, args, cfg):
+            for label, x, y, c, chip in (("tracked", "xa", "ya", tracked, 0), ("untracked", "xb", "yb", cfg, 1)):
+                a = pto.TaskArgs().input(bufs[x]).output_existing(bufs[y])
+                a.scalar(150_000).scalar(0).label(label)
+                orch.submit_next_level(hazard, a, c, chip)
+
+        report = w.run(orch_fn, cfg=base)
+    rows = {t.label: t.members[0].chip for t in report.tasks}
+    assert rows["tracked"].warnings == []
+    assert len(rows["untracked"].warnings) == 1
+    assert "write-after-read hazard" in rows["untracked"].warnings[0]
+    assert (bufs["ya"] == 1.0).all()
+
+
+def test_war_check_names_are_checked():
+    with pytest.raises(pto.ConfigError) as e:
+        pto.CallConfig(war_check="loud")
+    assert e.value.field == "war_check"
+    assert "auto, off, report, strict" in str(e.value)
+    assert "track_war=True" in repr(pto.CallConfig(track_war=True))
+
+
+def test_a_tracked_input_orders_a_later_writer_at_l3(mode):
+    import time
+
+    seen = []
+
+    def slow_read(args):
+        time.sleep(0.2)
+        seen.append(float(args[0][0]))
+
+    def write(args):
+        args[0][:] = 42.0
+
+    with pto.Worker(level=3, chips=1, sub_workers=2, mode=mode) as w:
+        r, wr = w.register(slow_read), w.register(write)
+        w.init()
+        s = w.create_buffer(4)
+        s[:] = 1.0
+
+        def orch_fn(orch, args, cfg):
+            orch.submit_sub(r, pto.TaskArgs().tracked_input(s))
+            orch.submit_sub(wr, pto.TaskArgs().output_existing(s))
+
+        report = w.run(orch_fn)
+    assert seen == [1.0]
+    assert report.tasks[1].producers == [0]

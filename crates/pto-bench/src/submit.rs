@@ -22,7 +22,7 @@ use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, Te
 use pto_chip::replay::{GraphInput, RecordedGraph};
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor};
+use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor, WarCheck};
 
 use crate::{Point, Stats, sample, us_since};
 
@@ -196,44 +196,63 @@ struct Shape {
     name: &'static str,
     orch: pto_chip::orch::OrchFn,
     grid: bool,
+    /// `CallConfig::track_war` and `war_check` of the run (off unless the case measures it, so
+    /// that debug and release builds measure the same engine).
+    track_war: bool,
+    war_check: WarCheck,
 }
 
-const SHAPES: [Shape; 7] = [
-    Shape {
-        name: "independent",
-        orch: independent,
-        grid: false,
-    },
-    Shape {
-        name: "dummy",
-        orch: dummies,
-        grid: false,
-    },
-    Shape {
-        name: "stencil_1d",
-        orch: stencil,
-        grid: true,
-    },
-    Shape {
-        name: "chain",
-        orch: chain,
-        grid: false,
-    },
-    Shape {
-        name: "independent replayed",
-        orch: independent_replayed,
-        grid: false,
-    },
-    Shape {
-        name: "stencil_1d replayed",
-        orch: stencil_replayed,
-        grid: true,
-    },
-    Shape {
-        name: "chain replayed",
-        orch: chain_replayed,
-        grid: false,
-    },
+impl Shape {
+    const fn new(name: &'static str, orch: pto_chip::orch::OrchFn, grid: bool) -> Shape {
+        Shape {
+            name,
+            orch,
+            grid,
+            track_war: false,
+            war_check: WarCheck::Off,
+        }
+    }
+
+    const fn tracked(self, name: &'static str) -> Shape {
+        Shape {
+            name,
+            track_war: true,
+            ..self
+        }
+    }
+
+    const fn checked(self, name: &'static str) -> Shape {
+        Shape {
+            name,
+            war_check: WarCheck::Report,
+            ..self
+        }
+    }
+}
+
+const SHAPES: [Shape; 10] = [
+    Shape::new("independent", independent, false),
+    Shape::new("dummy", dummies, false),
+    Shape::new("stencil_1d", stencil, true),
+    Shape::new("chain", chain, false),
+    Shape::new("independent replayed", independent_replayed, false),
+    Shape::new("stencil_1d replayed", stencil_replayed, true),
+    Shape::new("chain replayed", chain_replayed, false),
+    // Write-after-read: stencil_1d overwrites row t % 2 while step t - 1's tasks may still read
+    // it, so tracking adds up to 3 edges per task; the chain has no plain reads at all.
+    Shape::new("stencil_1d", stencil, true).tracked("stencil_1d track_war"),
+    Shape::new("chain", chain, false).tracked("chain track_war"),
+    Shape::new("stencil_1d", stencil, true).checked("stencil_1d war_check=report"),
+];
+
+/// Each pair of cases compared by a ratio row: (case, baseline).
+const RATIOS: [(&str, &str); 6] = [
+    ("independent replayed", "independent"),
+    ("stencil_1d replayed", "stencil_1d"),
+    ("chain replayed", "chain"),
+    ("stencil_1d track_war", "stencil_1d"),
+    ("chain track_war", "chain"),
+    ("stencil_1d war_check=report", "stencil_1d"),
 ];
 
 thread_local! {
@@ -281,12 +300,17 @@ fn run_once(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Re
     let shape_dims: &[u32] = if shape.grid { &[2, WIDTH] } else { &[1] };
     let t = Tensor::contiguous(buf.buffer_ref(id), shape_dims, DType::F32)?;
     let args = TaskArgs::new().inout(&t).scalar(n);
-    let cfg = CallConfig::with_runtime_env(
-        RuntimeEnv::default()
-            .with_task_window(window)
-            .with_heap(1 << 20)
-            .with_dep_pool(window.min(1 << 20)),
-    );
+    let cfg = CallConfig {
+        track_war: shape.track_war,
+        war_check: shape.war_check,
+        ..CallConfig::with_runtime_env(
+            RuntimeEnv::default()
+                .with_task_window(window)
+                .with_heap(1 << 20)
+                // Room for stencil_1d's write-after-read edges when they are tracked.
+                .with_dep_pool((4 * window).min(1 << 20)),
+        )
+    };
     let started = Instant::now();
     chip.run_fn(shape.orch, &args, &cfg, &RunContext::default())?;
     Ok(us_since(started) / n as f64)
@@ -407,20 +431,19 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             points.push(p);
         }
     }
-    for name in ["independent", "stencil_1d", "chain"] {
+    for (case, baseline) in RATIOS {
         for window in [1024u64, 262_144] {
             let median = |of: &[(&str, u64, f64)], shape: &str| {
                 of.iter()
                     .find(|m| m.0 == shape && m.1 == window)
                     .map_or(f64::NAN, |m| m.2)
             };
-            let replayed = format!("{name} replayed");
             for (what, of) in [("end to end", &medians), ("orchestration", &orch_medians)] {
                 points.push(Point::new(
                     "submit",
-                    format!("{name} window={window}: replayed / inferred, {what}"),
+                    format!("window={window}: {case} / {baseline}, {what}"),
                     "ratio",
-                    Stats::one(median(of, &replayed) / median(of, name)),
+                    Stats::one(median(of, case) / median(of, baseline)),
                 ));
             }
         }

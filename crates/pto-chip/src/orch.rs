@@ -206,6 +206,13 @@ impl<'s> KernelArgs<'s> {
         self.existing(TensorTag::Input, t)
     }
 
+    /// An input whose read a later writer of the same bytes waits for (write-after-read),
+    /// whether or not the chip job's `CallConfig::track_war` is on. Costs a TensorMap entry
+    /// per read and a dep-pool entry per writer that waits.
+    pub fn tracked_input(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
+        self.existing(TensorTag::TrackedInput, t)
+    }
+
     pub fn inout(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::InOut, t)
     }

@@ -83,7 +83,7 @@ use crate::orch::{
 use crate::ring::align_heap;
 use crate::task_id::TaskId;
 use crate::tensor::{BufferAddr, TensorDesc, TensorError};
-use crate::tensormap::TensorMap;
+use crate::tensormap::{Role, TensorMap};
 
 /// The ring of the ids a recording hands out (`TaskOutputs::task_id`, tensor owners): no chip
 /// has it, so a recorded id can never be mistaken for a task of a run. The local id holds the
@@ -360,13 +360,19 @@ impl RecordedEdge {
     }
 }
 
-const EDGE_KINDS: [EdgeKind; 3] = [EdgeKind::Creator, EdgeKind::TensorMap, EdgeKind::Explicit];
+const EDGE_KINDS: [EdgeKind; 4] = [
+    EdgeKind::Creator,
+    EdgeKind::TensorMap,
+    EdgeKind::Explicit,
+    EdgeKind::War,
+];
 
 fn kind_bit(kind: EdgeKind) -> u8 {
     match kind {
         EdgeKind::Creator => 1,
         EdgeKind::TensorMap => 2,
         EdgeKind::Explicit => 4,
+        EdgeKind::War => 8,
     }
 }
 
@@ -414,6 +420,10 @@ pub(crate) struct GraphInner {
     pub(crate) needs: GraphNeeds,
     /// Deepest relative scope depth (0 = no nested scope).
     pub(crate) max_depth: usize,
+    /// Write-after-read pairs inside the graph that the recording does not order by a
+    /// write-after-read edge because the read is a plain input: (reader, writer). A replay in a
+    /// chip job with `track_war` would miss those edges, so it is refused while any exist.
+    pub(crate) untracked_war: Vec<(u32, u32)>,
 }
 
 /// The recorder of one graph: a scope of the recording, depth `'s`, nested in `'p` (the same
@@ -740,7 +750,7 @@ impl RecordState {
             }
             task.boundary = task.args.iter().any(|a| a.boundary);
         }
-        infer_edges(&mut self.tasks);
+        let untracked_war = infer_edges(&mut self.tasks);
         reduce_edges(&mut self.tasks);
         let max_depth = self
             .steps
@@ -768,6 +778,7 @@ impl RecordState {
             outputs: recorded_outputs,
             needs,
             max_depth,
+            untracked_war,
         })
     }
 }
@@ -780,14 +791,27 @@ fn created(base: u64, ci: CreateInfo, owner: TaskId) -> TensorDesc {
         .with_manual_dep(ci.manual_dep)
 }
 
+/// A recording tracks the reads a `TrackedInput` tags, whatever the run it is replayed in; it
+/// notes the other reads that a later write inside the graph overlaps
+/// ([`GraphInner::untracked_war`]).
+const RECORDED_READS: infer::WarPolicy = infer::WarPolicy {
+    track_all: false,
+    check: true,
+};
+
 /// Runs submit inference over the recording, with nothing ever retiring, and appends each
-/// task's edges (deduplicated, kinds merged) after its explicit ones.
-fn infer_edges(tasks: &mut [RecordedTask]) {
+/// task's edges (deduplicated, kinds merged) after its explicit ones. Returns the plain-input
+/// reads that a later write inside the graph overlaps, as (reader, writer).
+fn infer_edges(tasks: &mut [RecordedTask]) -> Vec<(u32, u32)> {
+    let mut untracked = Vec::new();
     let n = tasks.len() as u64;
     let writers: usize = tasks
         .iter()
         .flat_map(|t| &t.args)
-        .filter(|a| matches!(a.arg, ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc)))
+        .filter(|a| {
+            matches!(a.arg, ArgTensor::Existing { tag, desc }
+                if infer::writes(tag, &desc) || RECORDED_READS.reader_role(tag, &desc).is_some())
+        })
         .count();
     let window = (n + 1).next_power_of_two();
     let mut map = TensorMap::new(writers + 1, 256, [window, 1, 1, 1]);
@@ -798,21 +822,39 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
             let ArgTensor::Existing { tag, desc } = arg.arg else {
                 continue;
             };
-            infer::arg_producers(&mut map, &never_retired, tag, &desc, |p, retain, kind| {
-                found.push(RecordedEdge {
-                    from: (p.local() & LOCAL_MASK) as u32,
-                    retain,
-                    kinds: kind_bit(kind),
-                    wirable: kind != EdgeKind::TensorMap || !arg.boundary,
-                });
-            });
+            infer::arg_producers(
+                &mut map,
+                &never_retired,
+                tag,
+                &desc,
+                |p, retain, kind| {
+                    found.push(RecordedEdge {
+                        from: (p.local() & LOCAL_MASK) as u32,
+                        retain,
+                        kinds: kind_bit(kind),
+                        wirable: !matches!(kind, EdgeKind::TensorMap | EdgeKind::War)
+                            || !arg.boundary,
+                    });
+                },
+                |reader| {
+                    if !arg.boundary {
+                        untracked.push(((reader.local() & LOCAL_MASK) as u32, k as u32));
+                    }
+                },
+            );
         }
         for arg in &task.args {
-            if let ArgTensor::Existing { tag, desc } = arg.arg
-                && infer::writes(tag, &desc)
-            {
-                map.insert(TaskId::new(0, k as u64), desc)
-                    .expect("the map holds every writer of the recording");
+            let ArgTensor::Existing { tag, desc } = arg.arg else {
+                continue;
+            };
+            let role = if infer::writes(tag, &desc) {
+                Some(Role::Writer)
+            } else {
+                RECORDED_READS.reader_role(tag, &desc)
+            };
+            if let Some(role) = role {
+                map.insert_as(TaskId::new(0, k as u64), desc, role)
+                    .expect("the map holds every entry of the recording");
             }
         }
         for e in found {
@@ -829,6 +871,8 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
             }
         }
     }
+    untracked.retain(|&(reader, writer)| reader != writer);
+    untracked
 }
 
 /// Graphs up to this many tasks get their wiring reduced (the ancestor sets cost N²/8 bytes).

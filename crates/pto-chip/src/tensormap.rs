@@ -69,13 +69,25 @@ pub(crate) enum Visit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct EntryId(u32);
 
-/// One live writer entry overlapping a lookup probe.
+/// What an entry records about its task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The task writes the bytes (submit step 10).
+    Writer,
+    /// The task reads the bytes (CHIP_RUNTIME.md §3.8): a later writer of overlapping bytes
+    /// waits for it when `tracked` (`track_war`, a `TrackedInput`); otherwise the entry is
+    /// only there for the write-after-read check.
+    Reader { tracked: bool },
+}
+
+/// One live entry overlapping a lookup probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hit {
     pub(crate) entry: EntryId,
     pub(crate) producer: TaskId,
     /// `Covered` or `Other`, never `NoOverlap`.
     pub(crate) overlap: Overlap,
+    pub(crate) role: Role,
 }
 
 /// The entry pool is exhausted (the caller cleans up, waits, or fails with code 11).
@@ -115,6 +127,7 @@ fn index_version(e: &Entry) -> Oldest {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     producer: TaskId,
+    role: Role,
     geometry: Geometry,
     version: i32,
     record: u32,
@@ -172,6 +185,8 @@ pub(crate) struct TensorMap {
     free_head: u32,
     free_len: usize,
     in_use: usize,
+    /// Entries in use with [`Role::Reader`]: writers look for readers only when there are any.
+    readers: usize,
     bases: Vec<BaseRecord>,
     free_base: u32,
     bucket_heads: Vec<u32>,
@@ -212,6 +227,7 @@ impl TensorMap {
             free_head: NIL,
             free_len: 0,
             in_use: 0,
+            readers: 0,
             bases: Vec::with_capacity(capacity),
             free_base: NIL,
             bucket_heads: vec![NIL; buckets],
@@ -240,6 +256,7 @@ impl TensorMap {
         self.free_head = NIL;
         self.free_len = 0;
         self.in_use = 0;
+        self.readers = 0;
         self.bases.clear();
         self.free_base = NIL;
         match self.dirty_buckets.as_mut() {
@@ -279,6 +296,11 @@ impl TensorMap {
         self.in_use
     }
 
+    /// Whether any reader entry is in use (stale ones not yet cleaned included).
+    pub(crate) fn has_readers(&self) -> bool {
+        self.readers > 0
+    }
+
     /// Entries that can be inserted before the pool is full.
     pub(crate) fn available(&self) -> usize {
         self.capacity - self.in_use
@@ -309,12 +331,23 @@ impl TensorMap {
     }
 
     /// Records that `producer` writes `tensor` (submit step 10).
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, producer: TaskId, tensor: TensorDesc) -> Result<EntryId, Full> {
+        self.insert_as(producer, tensor, Role::Writer)
+    }
+
+    /// Records that `producer` writes or reads `tensor`.
+    pub(crate) fn insert_as(
+        &mut self,
+        producer: TaskId,
+        tensor: TensorDesc,
+        role: Role,
+    ) -> Result<EntryId, Full> {
         assert!(
             usize::from(producer.ring()) < RING_COUNT,
             "TensorMap insert for {producer}"
         );
-        let idx = self.alloc_entry(producer, &tensor)?;
+        let idx = self.alloc_entry(producer, &tensor, role)?;
         let record = self.base_record(tensor.base());
         self.entries[idx as usize].record = record;
         let mut root = self.bases[record as usize].root;
@@ -336,13 +369,19 @@ impl TensorMap {
 
     /// Takes an entry from the free list or the unused tail of the pool and fills it and its
     /// unlinked index node.
-    fn alloc_entry(&mut self, producer: TaskId, tensor: &TensorDesc) -> Result<u32, Full> {
+    fn alloc_entry(
+        &mut self,
+        producer: TaskId,
+        tensor: &TensorDesc,
+        role: Role,
+    ) -> Result<u32, Full> {
         if self.free_head == NIL && self.entries.len() == self.capacity {
             return Err(Full);
         }
         let geometry = tensor.geometry();
         let entry = Entry {
             producer,
+            role,
             geometry,
             version: tensor.version(),
             record: NIL,
@@ -362,6 +401,9 @@ impl TensorMap {
         };
         self.index.set(idx, geometry.span(), index_version(&entry));
         self.in_use += 1;
+        if role != Role::Writer {
+            self.readers += 1;
+        }
         Ok(idx)
     }
 
@@ -460,6 +502,9 @@ impl TensorMap {
         self.free_head = idx;
         self.free_len += 1;
         self.in_use -= 1;
+        if e.role != Role::Writer {
+            self.readers -= 1;
+        }
     }
 
     // ----- lookup and cleanup -----
@@ -524,6 +569,7 @@ impl TensorMap {
                         entry: EntryId(x),
                         producer: e.producer,
                         overlap,
+                        role: e.role,
                     });
                 }
             },

@@ -20,6 +20,7 @@ use pto_types::ring_config::resolve::{DerivedCapacities, ResolvedSizing};
 use pto_types::wait::{SpinPolicy, Waiter};
 use pto_types::{
     BufferId, BufferMemory, BufferRef, CallConfig, ErrorCode, RING_COUNT, Resource, TaskArgs,
+    WarCheck,
 };
 
 use crate::callable::{ChipCallable, find_chip_callable};
@@ -86,6 +87,9 @@ pub struct ChipRunReport {
     pub wall: Duration,
     /// Diagnostics files written for this run.
     pub diagnostics: Vec<PathBuf>,
+    /// What the run's checks found that did not fail it: today the write-after-read check's
+    /// first hazard with the number found (`CallConfig::war_check` report).
+    pub warnings: Vec<String>,
 }
 
 /// Why a chip could not be created.
@@ -407,6 +411,7 @@ impl ChipWorker {
             .expect("the chip holds its TensorMap");
         tensormap.reset(windows.map(u64::from));
         self.shared.install(Some(Arc::clone(&run)));
+        let war_check = cfg.war_check.resolved(cfg!(debug_assertions));
         let mut core = OrchCore::new(
             Arc::clone(&run),
             Arc::clone(&self.shared),
@@ -424,12 +429,18 @@ impl ChipWorker {
                 spin: self.shared.spin,
                 watchdog: self.spec.scheduler_timeout,
                 root_site: callable.name.to_string(),
+                war: crate::engine::infer::WarPolicy {
+                    track_all: cfg.track_war,
+                    check: war_check != WarCheck::Off,
+                },
+                war_check,
             },
         );
         run_orchestration(&callable, &mut core, entry_tensors, args, &run);
         core.finish();
         let usage_marks = core.high_water();
         let tasks = core.published;
+        let warnings: Vec<String> = core.war_report().into_iter().collect();
         let poisoned = self.wait_for_end(&run);
         self.shared.install(None);
         let error = run.take_error();
@@ -460,6 +471,7 @@ impl ChipWorker {
             aicpu_threads: threads,
             wall: started.elapsed(),
             diagnostics,
+            warnings,
         })
     }
 

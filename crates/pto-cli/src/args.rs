@@ -224,6 +224,14 @@ pub(crate) struct RunArgs {
     /// Environment problems in the chips' environment are errors.
     #[arg(long)]
     pub(crate) strict_env: bool,
+    /// What chips do about a task that overwrites bytes an earlier, unfinished task reads when
+    /// nothing orders them (write-after-read without track_war): auto (report in debug
+    /// builds, off in release), off, report (a warning on the case), strict (the task fails).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_war_check)]
+    pub(crate) war_check: pto_types::WarCheck,
+    /// Same as --war-check strict: an unordered write-after-read fails the run.
+    #[arg(long, conflicts_with = "war_check")]
+    pub(crate) strict: bool,
     /// A chip environment variable laid over this process's environment (repeatable).
     #[arg(long = "ring-env", value_name = "KEY=VALUE")]
     pub(crate) ring_env: Vec<String>,
@@ -349,4 +357,12 @@ pub(crate) enum AdviseFormatArg {
     Env,
     /// One JSON object per label with its `runtime_env` and the per-ring details.
     Json,
+}
+
+/// `--war-check`'s value.
+fn parse_war_check(text: &str) -> Result<pto_types::WarCheck, String> {
+    pto_types::WarCheck::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = pto_types::WarCheck::ALL.iter().map(|w| w.name()).collect();
+        format!("{text:?} is not one of {}", names.join(", "))
+    })
 }

@@ -13,7 +13,7 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let mut benches = std::collections::BTreeSet::new();
-    let (mut replayed_metg, mut replay_ratios) = (false, 0);
+    let (mut replayed_metg, mut replay_ratios, mut war_ratios) = (false, 0, 0);
     for line in stdout(&out).lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -37,14 +37,21 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
                 metg_peers(&v, line);
             }
         }
-        if case.contains("replayed / inferred") {
+        if case.contains(" replayed / ") {
             replay_ratios += 1;
+        }
+        if case.contains(" track_war / ") || case.contains(" war_check=report / ") {
+            war_ratios += 1;
         }
     }
     assert!(replayed_metg, "pto bench metg has a replayed row");
     assert_eq!(
         replay_ratios, 12,
         "replayed / inferred for 3 shapes, 2 windows, 2 measures"
+    );
+    assert_eq!(
+        war_ratios, 12,
+        "tracked / untracked for stencil_1d and chain, checked / unchecked stencil_1d, 2 windows, 2 measures"
     );
     let want: std::collections::BTreeSet<String> = [
         "submit",

@@ -140,3 +140,62 @@ fn child_process_mode_runs_workers_as_processes() {
         }
     }
 }
+
+/// `war_hazard` with a case that tracks nothing: `--strict` fails it with WAR_HAZARD, the
+/// default report mode (tests are debug builds, `--war-check auto` reports) puts the hazard on
+/// the case, `--war-check off` says nothing, and the shipped cases (tracked) pass.
+#[test]
+fn an_untracked_write_after_read_is_reported_or_fails_under_strict() {
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("war.toml");
+    std::fs::write(
+        &file,
+        "scene = \"war_hazard\"\nlevel = 2\n\n[[cases]]\nname = \"untracked\"\n\
+         [cases.params]\nread_wait_us = 100000\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        pto(dir.path())
+            .arg("run")
+            .arg(&file)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let strict = run(&["--strict"]);
+    assert_eq!(strict.status.code(), Some(1), "{}", stderr(&strict));
+    let table = stdout(&strict);
+    assert!(table.contains("FAIL (WAR_HAZARD)"), "{table}");
+    assert!(
+        table.contains("hazard.fill_with") && table.contains("track_war"),
+        "{table}"
+    );
+    for args in [&["--war-check", "report"][..], &[]] {
+        let reported = run(args);
+        let table = stdout(&reported);
+        assert!(
+            table.contains("case untracked: war_hazard: write-after-read hazard: task"),
+            "{args:?}: {table}"
+        );
+    }
+    let off = run(&["--war-check", "off"]);
+    assert!(
+        !stdout(&off).contains("write-after-read"),
+        "{}",
+        stdout(&off)
+    );
+    let bad = run(&["--war-check", "loud"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("auto, off, report, strict"),
+        "{}",
+        stderr(&bad)
+    );
+    let shipped = pto(dir.path())
+        .arg("run")
+        .arg(scenes().join("war_hazard.toml"))
+        .arg("--strict")
+        .output()
+        .unwrap();
+    assert_eq!(shipped.status.code(), Some(0), "{}", stdout(&shipped));
+}

@@ -255,7 +255,11 @@ fn call_config(r: &mut Rng) -> CallConfig {
     if r.bool() {
         CallConfig::default()
     } else {
-        CallConfig::with_runtime_env(runtime_env(r))
+        CallConfig {
+            track_war: r.bool(),
+            war_check: pto_types::WarCheck::from_code(r.u8(..4)).expect("0..4"),
+            ..CallConfig::with_runtime_env(runtime_env(r))
+        }
     }
 }
 
@@ -536,5 +540,6 @@ fn chip_reply_extra(r: &mut Rng) -> ChipReplyExtra {
         wall_ns: r.u64(..1 << 40),
         usage: std::array::from_fn(|_| std::array::from_fn(|_| r.u64(..1 << 30))),
         diagnostics: (0..r.usize(..3)).map(|_| name(r)).collect(),
+        warnings: (0..r.usize(..2)).map(|_| name(r)).collect(),
     }
 }

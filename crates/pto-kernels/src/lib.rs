@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod hazard;
 pub mod paged_attention;
 pub mod prop;
 pub mod rng;
@@ -17,6 +18,7 @@ pub mod vector;
 pub fn link() {
     vector::link();
     bench::link();
+    hazard::link();
     prop::link();
     paged_attention::link();
 }

@@ -28,7 +28,9 @@ use pto_kernels::prop::program::{
     run_ops,
 };
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{BufferId, CallConfig, DType, ErrorCode, RING_COUNT, RuntimeEnv, TaskArgs};
+use pto_types::{
+    BufferId, CallConfig, DType, ErrorCode, RING_COUNT, RuntimeEnv, TaskArgs, WarCheck,
+};
 
 thread_local! {
     static PROGRAM: RefCell<Option<Arc<Program>>> = const { RefCell::new(None) };
@@ -56,8 +58,13 @@ fn chip() -> ChipWorker {
 }
 
 /// Builds, runs and checks one program. Returns an error text on mismatch.
-fn check_program(chip: &ChipWorker, choices: &[u32], slack: u32) -> Result<(), String> {
-    match run_program(chip, choices, |b| b.sizing(slack))? {
+fn check_program(
+    chip: &ChipWorker,
+    choices: &[u32],
+    slack: u32,
+    track_war: bool,
+) -> Result<(), String> {
+    match run_program(chip, choices, track_war, |b| b.sizing(slack))? {
         Outcome::Matched => Ok(()),
         Outcome::Failed(e) => Err(format!("the run failed: {e}")),
     }
@@ -72,13 +79,17 @@ enum Outcome {
 }
 
 /// Builds and runs one program with the sizing `size` picks; `Err` on wrong results or a
-/// failure that is not a run error.
+/// failure that is not a run error. With `track_war` the program leaves write-after-read to
+/// the chip (`CallConfig::track_war`); without, its explicit dependencies order every
+/// write-after-read, and the strict write-after-read check must find nothing to report.
 fn run_program(
     chip: &ChipWorker,
     choices: &[u32],
+    track_war: bool,
     size: impl FnOnce(&Builder) -> RuntimeEnv,
 ) -> Result<Outcome, String> {
     let mut builder = Builder::new();
+    builder.track_war = track_war;
     let mut budget = 60;
     let mut c = Choices {
         data: choices,
@@ -104,7 +115,11 @@ fn run_program(
     }
     let program = Arc::new(Program { builder, ops });
     PROGRAM.with(|p| *p.borrow_mut() = Some(program));
-    let cfg = CallConfig::with_runtime_env(env);
+    let cfg = CallConfig {
+        track_war,
+        war_check: WarCheck::Strict,
+        ..CallConfig::with_runtime_env(env)
+    };
     let result = chip.run_fn(orchestrate, &args, &cfg, &RunContext::default());
     PROGRAM.with(|p| *p.borrow_mut() = None);
     match result {
@@ -133,7 +148,28 @@ proptest! {
         choices in proptest::collection::vec(any::<u32>(), 0..1200),
         slack in 0u32..4,
     ) {
-        let result = CHIP.with(|chip| check_program(chip, &choices, slack));
+        let result = CHIP.with(|chip| check_program(chip, &choices, slack, false));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 600,
+        max_shrink_iters: 4000,
+        failure_persistence: None,
+        .. ProptestConfig::default()
+    })]
+
+    /// The same programs without their explicit write-after-read dependencies, run with
+    /// `track_war`: the chip's reader entries must order every overwrite after the reads
+    /// before it, on the same minimal rings (whose dep pools count those edges).
+    #[test]
+    fn tracked_programs_match_sequential(
+        choices in proptest::collection::vec(any::<u32>(), 0..1200),
+        slack in 0u32..4,
+    ) {
+        let result = CHIP.with(|chip| check_program(chip, &choices, slack, true));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
@@ -166,7 +202,7 @@ proptest! {
         choices in proptest::collection::vec(any::<u32>(), 0..1200),
         cuts in proptest::collection::vec(prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)], 12),
     ) {
-        let outcome = CHIP.with(|chip| run_program(chip, &choices, |b| undersize(b.sizing(0), &cuts)));
+        let outcome = CHIP.with(|chip| run_program(chip, &choices, false, |b| undersize(b.sizing(0), &cuts)));
         match outcome {
             Err(e) => prop_assert!(false, "{}", e),
             Ok(Outcome::Matched) => {}
@@ -211,7 +247,7 @@ fn undersized_sweep_sees_both_outcomes() {
                 _ => 0,
             })
             .collect();
-        match run_program(&chip, &choices, |b| undersize(b.sizing(0), &cuts)).unwrap() {
+        match run_program(&chip, &choices, false, |b| undersize(b.sizing(0), &cuts)).unwrap() {
             Outcome::Matched => passed += 1,
             Outcome::Failed(_) => failed += 1,
         }
@@ -244,7 +280,7 @@ fn a_long_fixed_program_matches_sequential() {
         let choices: Vec<u32> = (0..3000u32)
             .map(|i| i.wrapping_mul(2654435761) ^ (i >> 3))
             .collect();
-        check_program(&chip, &choices, 0).unwrap();
+        check_program(&chip, &choices, 0, false).unwrap();
     });
 }
 

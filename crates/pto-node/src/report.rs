@@ -201,6 +201,7 @@ pub(crate) mod wire {
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
+            warnings: report.warnings.clone(),
         };
         (area, extra)
     }
@@ -242,6 +243,7 @@ pub(crate) mod wire {
             aicpu_threads: extra.aicpu_threads,
             wall: Duration::from_nanos(extra.wall_ns),
             diagnostics: extra.diagnostics.into_iter().map(Into::into).collect(),
+            warnings: extra.warnings,
         })
     }
 

@@ -173,6 +173,7 @@ fn done_child_environment_differs_from_per_task_configs() {
         let derive = |env: RuntimeEnv| {
             base.derive(&TaskOverrides {
                 aicpu_thread_num: None,
+                track_war: None,
                 runtime_env: env,
             })
             .unwrap()

@@ -398,6 +398,7 @@ fn t72_t73_derived_configs_keep_diagnostics_and_write_per_task_directories(mode:
                 move |orch, _, cfg| {
                     let overrides = TaskOverrides {
                         aicpu_thread_num: None,
+                        track_war: None,
                         runtime_env: RuntimeEnv::default().with_task_window([0, 0, 0, 16]),
                     };
                     let derived = cfg.derive(&overrides)?;

@@ -97,6 +97,7 @@ fn done_heterogeneous_fanout_reserves_per_task_sizing(mode: Mode) {
         let out_tensors: Vec<_> = outs.iter().map(|(_, t)| t.clone()).collect();
         let large = TaskOverrides {
             aicpu_thread_num: None,
+            track_war: None,
             runtime_env: RuntimeEnv::default()
                 .with_task_window(1024)
                 .with_heap([256 * MIB, 64 * MIB, 16 * MIB, 4 * MIB])
@@ -104,6 +105,7 @@ fn done_heterogeneous_fanout_reserves_per_task_sizing(mode: Mode) {
         };
         let small = TaskOverrides {
             aicpu_thread_num: None,
+            track_war: None,
             runtime_env: RuntimeEnv::default()
                 .with_task_window(16)
                 .with_heap(MIB)

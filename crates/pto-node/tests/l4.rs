@@ -44,6 +44,7 @@ fn l3_pipeline(
     {
         let task_cfg = cfg.derive(&TaskOverrides {
             aicpu_thread_num: None,
+            track_war: None,
             runtime_env: env,
         })?;
         let args = TaskArgs::new()
@@ -66,6 +67,7 @@ fn l3_fail_or_sleep(
     let h = orch.callable(CallableKind::Chip, "fail_if")?;
     let task_cfg = cfg.derive(&TaskOverrides {
         aicpu_thread_num: None,
+        track_war: None,
         runtime_env: small(),
     })?;
     let s = args.scalars();

@@ -27,5 +27,6 @@ mod memory;
 mod pipeline;
 mod remote;
 mod replay;
+mod war;
 
 pto_node::test_child_entry!();

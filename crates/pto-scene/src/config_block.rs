@@ -45,6 +45,7 @@ impl SceneLevel {
                 "device_count",
                 "num_sub_workers",
                 "runtime_env",
+                "track_war",
             ],
             SceneLevel::L3 | SceneLevel::L4 => &[
                 "aicpu_thread_num",
@@ -52,6 +53,7 @@ impl SceneLevel {
                 "num_sub_workers",
                 "runtime_env",
                 "tasks",
+                "track_war",
             ],
         }
     }
@@ -60,7 +62,7 @@ impl SceneLevel {
 /// Keys allowed in a `runtime_env` table, sorted.
 pub const RUNTIME_ENV_KEYS: [&str; 3] = ["ring_dep_pool", "ring_heap", "ring_task_window"];
 /// Keys allowed in a `tasks.<label>` table, sorted.
-pub const TASK_KEYS: [&str; 2] = ["aicpu_thread_num", "runtime_env"];
+pub const TASK_KEYS: [&str; 3] = ["aicpu_thread_num", "runtime_env", "track_war"];
 /// Most chips a case may ask for (`config.device_count`); a scene may allow fewer.
 pub const MAX_DEVICE_COUNT: u32 = 64;
 /// Most sub workers a case may ask for (`config.num_sub_workers`); a scene may allow fewer.
@@ -81,6 +83,8 @@ pub struct CaseConfig {
     pub runtime_env: RuntimeEnv,
     /// Per-label overrides (level 3 only), applied with [`CallConfig::derive`].
     pub tasks: BTreeMap<String, TaskOverrides>,
+    /// Write-after-read tracking of every L2 task of the case (`CallConfig::track_war`).
+    pub track_war: bool,
 }
 
 impl CaseConfig {
@@ -89,6 +93,7 @@ impl CaseConfig {
         CallConfig {
             aicpu_thread_num: self.aicpu_thread_num,
             runtime_env: self.runtime_env,
+            track_war: self.track_war,
             ..CallConfig::default()
         }
     }
@@ -346,6 +351,16 @@ pub fn is_valid_label(label: &str) -> bool {
 /// The text of a refused label or case name.
 pub const LABEL_RULE: &str = "must be 1-64 characters of [A-Za-z0-9_.-], not . or ..";
 
+/// A `true` / `false` value.
+fn flag(value: &Value, path: &str) -> Result<bool, BlockError> {
+    value.as_bool().ok_or_else(|| {
+        error(
+            path,
+            format!("must be true or false, not {}", value.type_str()),
+        )
+    })
+}
+
 fn parse_task(value: &Value, path: &str) -> Result<TaskOverrides, BlockError> {
     let table = as_table(value, path)?;
     check_keys(table, path, &TASK_KEYS)?;
@@ -355,6 +370,9 @@ fn parse_task(value: &Value, path: &str) -> Result<TaskOverrides, BlockError> {
     }
     if let Some(v) = table.get("runtime_env") {
         overrides.runtime_env = parse_runtime_env(v, &format!("{path}.runtime_env"))?;
+    }
+    if let Some(v) = table.get("track_war") {
+        overrides.track_war = Some(flag(v, &format!("{path}.track_war"))?);
     }
     Ok(overrides)
 }
@@ -388,6 +406,9 @@ pub fn parse_config_block(
     }
     if let Some(v) = table.get("runtime_env") {
         config.runtime_env = parse_runtime_env(v, &format!("{path}.runtime_env"))?;
+    }
+    if let Some(v) = table.get("track_war") {
+        config.track_war = flag(v, &format!("{path}.track_war"))?;
     }
     let base = config.base_call_config();
     base.validate().map_err(|e| error(path, e.to_string()))?;
@@ -446,16 +467,38 @@ mod tests {
     }
 
     #[test]
+    fn track_war_is_a_boolean_per_case_and_per_label() {
+        let config = load(
+            "[config]\ntrack_war = true\n[config.tasks.small]\ntrack_war = false\n",
+            SceneLevel::L3,
+        )
+        .unwrap();
+        assert!(config.track_war && config.base_call_config().track_war);
+        assert!(!config.config_for("small").unwrap().track_war);
+        assert!(config.config_for("big").unwrap().track_war);
+        check_err(
+            "[config]\ntrack_war = 1",
+            SceneLevel::L2,
+            "config.track_war: must be true or false, not integer",
+        );
+        check_err(
+            "[config.tasks.ew]\ntrack_war = \"yes\"",
+            SceneLevel::L3,
+            "config.tasks.ew.track_war: must be true or false, not string",
+        );
+    }
+
+    #[test]
     fn t75_unknown_config_key_lists_allowed_keys() {
         check_err(
             "[config]\nblock_dim = 24",
             SceneLevel::L3,
-            "unknown key(s) in config: block_dim (allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, tasks)",
+            "unknown key(s) in config: block_dim (allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, tasks, track_war)",
         );
         check_err(
             "[config]\nblock_dim = 24",
             SceneLevel::L2,
-            "(allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env)",
+            "(allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, track_war)",
         );
     }
 

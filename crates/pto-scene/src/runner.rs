@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pto_chip::diag::json_line;
-use pto_types::{CallConfig, RING_COUNT, Resource};
+use pto_types::{CallConfig, RING_COUNT, Resource, WarCheck};
 
 use crate::figures::CaseFigures;
 use crate::file::{Case, SceneFile};
@@ -25,6 +25,9 @@ pub struct Diagnostics {
     pub scope_stats: bool,
     pub swimlane: u8,
     pub dep_gen: bool,
+    /// What chips do about an unordered write-after-read (`--war-check`; `--strict` makes it
+    /// `strict`).
+    pub war_check: WarCheck,
 }
 
 impl Diagnostics {
@@ -204,6 +207,16 @@ pub fn run_file(
         if let Some(code) = case.expect_failure {
             expect_failure(&mut result, code);
         }
+        let warnings: Vec<String> = result
+            .rows
+            .iter()
+            .flat_map(|row| {
+                row.warnings
+                    .iter()
+                    .map(move |w| format!("{}: {w}", row.task))
+            })
+            .collect();
+        result.notes.extend(warnings);
         let unrequested = run.unrequested_labels();
         if result.check.is_ok() && !unrequested.is_empty() {
             result.check = Err(format!(
@@ -265,6 +278,8 @@ fn base_config(file: &SceneFile, case: &Case, options: &RunOptions) -> Result<Ca
         enable_scope_stats: options.diagnostics.scope_stats,
         enable_chip_swimlane: options.diagnostics.swimlane,
         enable_dep_gen: options.diagnostics.dep_gen,
+        track_war: case.config.track_war,
+        war_check: options.diagnostics.war_check,
         output_prefix: Some(
             options
                 .output

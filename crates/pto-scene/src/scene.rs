@@ -473,6 +473,8 @@ pub struct TaskRow {
     pub error: Option<TaskErrorInfo>,
     /// Problems of the chip's environment, as the chip reports them.
     pub env_problems: Vec<String>,
+    /// What the chip run's checks found without failing it (`ChipRunReport::warnings`).
+    pub warnings: Vec<String>,
     /// The directory the chip writes this task's diagnostics to (`None` without diagnostics).
     pub diagnostics_dir: Option<PathBuf>,
 }
@@ -543,6 +545,7 @@ impl TaskRow {
         row.usage = Some(report.usage);
         row.wall = Some(report.wall);
         row.env_problems = report.env_problems.clone();
+        row.warnings = report.warnings.clone();
         row
     }
 
@@ -577,6 +580,7 @@ impl TaskRow {
             wall: None,
             error: None,
             env_problems: Vec::new(),
+            warnings: Vec::new(),
             diagnostics_dir: None,
         }
     }

@@ -607,6 +607,7 @@ mod tests {
             wall: None,
             error: Some(TaskErrorInfo::new(code, message.into())),
             env_problems: Vec::new(),
+            warnings: Vec::new(),
             diagnostics_dir: None,
         }
     }

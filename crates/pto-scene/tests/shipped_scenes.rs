@@ -119,7 +119,7 @@ fn t75_block_dim_at_level_3() {
     let e = load_err(
         "scene = \"multi_chip_dispatch\"\n[[cases]]\nname = \"c\"\n[cases.config]\nblock_dim = 24\n",
     );
-    assert!(e.ends_with("cases[0] (\"c\"): unknown key(s) in config: block_dim (allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, tasks)"), "{e}");
+    assert!(e.ends_with("cases[0] (\"c\"): unknown key(s) in config: block_dim (allowed: aicpu_thread_num, device_count, num_sub_workers, runtime_env, tasks, track_war)"), "{e}");
 }
 
 #[test]

@@ -115,15 +115,21 @@ pub enum TensorTag {
     OutputExisting,
     /// Passed without dependency tracking.
     NoDep,
+    /// Read, like [`TensorTag::Input`], and tracked as a reader: a later task that writes
+    /// overlapping bytes (`InOut`, `OutputExisting`) waits for this one to finish, whether or
+    /// not the run tracks write-after-read (`CallConfig::track_war`). The reference system's
+    /// TRACKED_INPUT.
+    TrackedInput,
 }
 
 impl TensorTag {
-    pub const ALL: [TensorTag; 5] = [
+    pub const ALL: [TensorTag; 6] = [
         TensorTag::Input,
         TensorTag::Output,
         TensorTag::InOut,
         TensorTag::OutputExisting,
         TensorTag::NoDep,
+        TensorTag::TrackedInput,
     ];
 
     pub const fn code(self) -> u8 {
@@ -133,7 +139,17 @@ impl TensorTag {
             TensorTag::InOut => 2,
             TensorTag::OutputExisting => 3,
             TensorTag::NoDep => 4,
+            TensorTag::TrackedInput => 5,
         }
+    }
+
+    /// True for tags whose task reads the tensor's earlier contents (and so waits for its
+    /// writers).
+    pub const fn reads(self) -> bool {
+        matches!(
+            self,
+            TensorTag::Input | TensorTag::InOut | TensorTag::TrackedInput
+        )
     }
 
     pub fn from_code(code: u8) -> Option<TensorTag> {
@@ -527,7 +543,8 @@ mod tests {
         for tag in TensorTag::ALL {
             assert_eq!(TensorTag::from_code(tag.code()), Some(tag));
         }
-        assert_eq!(TensorTag::from_code(5), None);
+        assert_eq!(TensorTag::from_code(6), None);
+        assert!(TensorTag::TrackedInput.reads() && !TensorTag::TrackedInput.writes());
         assert!(TensorTag::InOut.writes());
         assert!(!TensorTag::NoDep.writes());
     }

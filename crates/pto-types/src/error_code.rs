@@ -22,6 +22,7 @@ pub enum ErrorCode {
     ExplicitOrchFatal,
     TensormapOverflow,
     OrchPanic,
+    WarHazard,
     SchedulerTimeout,
     KernelPanic,
     InternalError,
@@ -48,7 +49,7 @@ struct Row {
     hint: &'static str,
 }
 
-const TABLE: [Row; 26] = [
+const TABLE: [Row; 27] = [
     Row {
         code: ErrorCode::ScopeDeadlock,
         number: 1,
@@ -108,6 +109,12 @@ const TABLE: [Row; 26] = [
         number: 12,
         name: "ORCH_PANIC",
         hint: "the orchestration function panicked; see the panic message",
+    },
+    Row {
+        code: ErrorCode::WarHazard,
+        number: 13,
+        name: "WAR_HAZARD",
+        hint: "a task overwrites bytes an earlier task may still be reading: set track_war in the task's CallConfig, tag the read TrackedInput, or order the two with a dependency",
     },
     Row {
         code: ErrorCode::SchedulerTimeout,

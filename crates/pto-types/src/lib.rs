@@ -29,5 +29,5 @@ pub use error_code::ErrorCode;
 pub use ring_config::env::{EnvError, EnvProblem, EnvSnapshot, EnvSource};
 pub use ring_config::resolve::{Resolved, ResolvedSizing, SizeSource};
 pub use ring_config::{
-    CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides,
+    CallConfig, ConfigError, RING_COUNT, Resource, RingValue, RuntimeEnv, TaskOverrides, WarCheck,
 };

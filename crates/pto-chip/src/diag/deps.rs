@@ -76,6 +76,9 @@ pub enum EdgeKind {
     TensorMap,
     /// The orchestration named the producer (`dep` / `dep_wait`).
     Explicit,
+    /// The consumer writes bytes the producer reads, and the read is tracked (`track_war`,
+    /// `TrackedInput`): write-after-read.
+    War,
 }
 
 impl EdgeKind {
@@ -84,6 +87,7 @@ impl EdgeKind {
             EdgeKind::Creator => "creator",
             EdgeKind::TensorMap => "tensormap",
             EdgeKind::Explicit => "explicit",
+            EdgeKind::War => "war",
         }
     }
 }

@@ -45,7 +45,8 @@ pub(crate) fn run_block(run: &RunShared, a: &Assignment) -> Completion {
         .map(|p| panic_message(p.as_ref()));
     let ended = Instant::now();
     let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
-    run.last_kernel_ns.store(ran, Ordering::Relaxed);
+    // Never 0: 0 means "no kernel of the run has finished" (`Graph::signal`).
+    run.last_kernel_ns.store(ran.max(1), Ordering::Relaxed);
     let micros = |t: Instant| if tracing { run.micros(t) } else { 0.0 };
     Completion {
         core: a.core,

@@ -232,6 +232,47 @@ impl Graph {
         }
     }
 
+    /// Whether `id` is live and not COMPLETED: waiting, ready or running.
+    pub(crate) fn is_pending(&self, id: TaskId) -> bool {
+        self.producer_state(id) == ProducerState::Pending
+    }
+
+    /// Whether one of `targets` is `from` or a pending descendant of it, visiting at most
+    /// `budget` tasks (past that: `true`, so a caller never reports an order it could not rule
+    /// out). The consumer lists of a pending task hold every consumer wired since it was
+    /// published, and those are pending too (none completes before its producer), so the search
+    /// over them finds every published descendant.
+    pub(crate) fn reaches(&self, from: TaskId, targets: &[TaskId], budget: usize) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![from];
+        while let Some(id) = stack.pop() {
+            if targets.contains(&id) {
+                return true;
+            }
+            if !seen.insert(id) {
+                continue;
+            }
+            if seen.len() > budget {
+                return true;
+            }
+            if self.producer_state(id) == ProducerState::Pending {
+                stack.extend(self.slot(id).consumers.iter().copied());
+            }
+        }
+        false
+    }
+
+    /// `id (kernels)` and the tensors its payload binds, for messages.
+    pub(crate) fn describe(&self, id: TaskId) -> String {
+        match self.slot(id).payload.as_ref() {
+            Some(p) if self.slot(id).id == id => {
+                let tensors: Vec<String> = p.tensors.iter().map(|t| t.desc.to_string()).collect();
+                format!("{id} ({}) over [{}]", p.kernel_names(), tensors.join(", "))
+            }
+            _ => id.to_string(),
+        }
+    }
+
     /// Whether `id` no longer holds anyone back from its outputs: COMPLETED (or gone) and, with
     /// `released`, every RETAIN pin taken by its consumers released too.
     pub(crate) fn producer_done(&self, id: TaskId, released: bool) -> bool {
@@ -484,8 +525,10 @@ impl Graph {
     }
 
     /// Whether a thread could take work now, and whether a parked executor should be woken
-    /// for it: when no block runs (nobody else would come back for it), when kernels are long,
-    /// or when at least two blocks wait behind kernels that are not very short. Otherwise the
+    /// for it: when no block runs (nobody else would come back for it), when kernels are long
+    /// or not measured yet (no kernel of the run has finished: the one running may be long, and
+    /// the work would wait for all of it), or when at least two blocks wait behind kernels that
+    /// are not very short. Otherwise the
     /// work is left to the thread running a block — a wake costs the waker a system call, and a
     /// second executor on sub-µs kernels costs more than it adds
     /// (`docs/decisions/chip-engine.md`).
@@ -495,6 +538,7 @@ impl Graph {
         }
         let kernel_ns = run.last_kernel_ns.load(Ordering::Relaxed);
         let wake = run.running.load(Ordering::Acquire) == 0
+            || kernel_ns == 0
             || kernel_ns >= LONG_KERNEL_NS
             || (kernel_ns >= SHORT_KERNEL_NS && self.ready_blocks >= 2);
         if wake {

@@ -28,7 +28,7 @@ use crate::kernel::{BoundTensor, CoreId, Element, KernelCtx, KernelRef};
 use crate::ring::{AllocFailureKind, DepPool, TaskRing};
 use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
-use crate::tensormap::{TensorMap, Visit};
+use crate::tensormap::{Role, TensorMap, Visit};
 
 use super::graph::{Effects, NewTask, ProducerState, Signal};
 use super::heap::RunMemory;
@@ -37,6 +37,7 @@ use super::run::{RunShared, Watch};
 use super::{BoundTensors, ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
 
 mod replay;
+mod war;
 
 /// Most tensors per task.
 pub(crate) const MAX_TENSORS: usize = 32;
@@ -136,6 +137,10 @@ pub(crate) struct OrchSettings {
     pub(crate) watchdog: Duration,
     /// Names the root scope in scope stats (the callable's name).
     pub(crate) root_site: String,
+    /// Which reads leave reader entries (`track_war`, the write-after-read check).
+    pub(crate) war: infer::WarPolicy,
+    /// The run's `war_check`, `Auto` resolved.
+    pub(crate) war_check: pto_types::WarCheck,
 }
 
 /// The orchestrator of one run.
@@ -169,6 +174,8 @@ pub(crate) struct OrchCore {
     pub(crate) deps: Option<DepGraph>,
     /// Start time and name of each open scope, for the level-4 trace.
     scope_spans: Vec<(f64, String)>,
+    /// The write-after-read check's findings.
+    war: war::WarCheckState,
 }
 
 /// Why a ring resource refused a request, for the wait loop.
@@ -220,6 +227,7 @@ impl OrchCore {
             scope_stats,
             deps,
             scope_spans: Vec::new(),
+            war: war::WarCheckState::default(),
         };
         core.open_frame(root_site);
         core
@@ -503,8 +511,10 @@ impl OrchCore {
             .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
         // 7–9. Explicit, creator and TensorMap edges, deduplicated.
         let producers = self.producers(id, &req)?;
-        // 10. Register this task as the writer of its INOUT / OUTPUT_EXISTING tensors.
-        self.register_writers(id, &req.tensors)?;
+        self.check_war(id, &req.kernels, &req.tensors, &producers)?;
+        // 10. Register this task as the writer of its INOUT / OUTPUT_EXISTING tensors (and as
+        // a reader of what it reads, when reads are tracked or checked).
+        self.register_entries(id, &req.tensors)?;
         // 11. Payload: bind every tensor to host memory.
         let (bound, outputs) = self.bind_tensors(id, ring, offset, &req.tensors);
         let payload = Arc::new(TaskPayload {
@@ -590,7 +600,8 @@ impl OrchCore {
                 graph.edge(p, id, EdgeKind::Explicit, retain);
             }
         }
-        for arg in &req.tensors {
+        let war = &mut self.war;
+        for (i, arg) in req.tensors.iter().enumerate() {
             let ArgTensor::Existing { tag, desc } = arg else {
                 continue;
             };
@@ -605,6 +616,7 @@ impl OrchCore {
                         graph.edge(p, id, kind, retain);
                     }
                 },
+                |reader| war.note(reader, i),
             );
         }
         dedup_producers(&mut producers, id);
@@ -753,13 +765,16 @@ impl OrchCore {
         Ok(producers)
     }
 
-    /// Step 10: reserve and insert TensorMap entries for the tensors this task writes.
-    fn register_writers(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
-        let writes = |t: &&ArgTensor| match t {
-            ArgTensor::Existing { tag, desc } => infer::writes(*tag, desc),
-            ArgTensor::Create(_) => false,
+    /// Step 10: reserve and insert TensorMap entries for the tensors this task writes, and
+    /// for the reads the run tracks or checks (CHIP_RUNTIME.md §3.8).
+    fn register_entries(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
+        let policy = self.settings.war;
+        let role = |t: &ArgTensor| match *t {
+            ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => Some(Role::Writer),
+            ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
+            ArgTensor::Create(_) => None,
         };
-        let needed = tensors.iter().filter(writes).count();
+        let needed = tensors.iter().filter(|t| role(t).is_some()).count();
         if needed == 0 {
             return Ok(());
         }
@@ -784,10 +799,10 @@ impl OrchCore {
                 recommended_min: used + needed as u64,
             })
         })?;
-        for t in tensors.iter().filter(writes) {
-            if let ArgTensor::Existing { desc, .. } = t {
+        for t in tensors {
+            if let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role(t)) {
                 self.tensormap
-                    .insert(id, *desc)
+                    .insert_as(id, *desc, role)
                     .expect("entries were reserved above");
             }
         }
@@ -1142,6 +1157,11 @@ impl OrchCore {
             let peaks = self.rings[r].high_water();
             (peaks.live, peaks.heap_used, self.dep_demand[r].high_water())
         })
+    }
+
+    /// The write-after-read check's finding, if it found anything (reported once per run).
+    pub(crate) fn war_report(&self) -> Option<String> {
+        self.war.report()
     }
 
     /// Gives the TensorMap back to the chip.

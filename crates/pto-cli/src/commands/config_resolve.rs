@@ -91,8 +91,8 @@ fn call_config(
         }
     }
     let overrides = TaskOverrides {
-        aicpu_thread_num: None,
         runtime_env: flags,
+        ..TaskOverrides::default()
     };
     base.derive(&overrides)
         .map_err(|e| InputError(format!("invalid config: {e}")).into())

@@ -103,6 +103,11 @@ fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
             scope_stats: args.enable_scope_stats,
             swimlane: args.enable_chip_swimlane,
             dep_gen: args.enable_dep_gen,
+            war_check: if args.strict {
+                pto_types::WarCheck::Strict
+            } else {
+                args.war_check
+            },
         },
         env: RunnerEnv {
             mode: args.mode.into(),

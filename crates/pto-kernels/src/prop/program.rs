@@ -8,6 +8,8 @@
 //! Hazards the runtime does not track by design (write-after-read, and write-after-write with
 //! OUTPUT_EXISTING) get explicit dependencies, as a user must add them (CHIP_RUNTIME.md §3.8);
 //! read-after-write edges are never added by hand, so automatic inference is what is tested.
+//! A builder with [`Builder::track_war`] leaves write-after-read to the runtime as well (the
+//! program must then run with `CallConfig::track_war`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -105,6 +107,9 @@ struct LocState {
     last_writer: Option<usize>,
     readers: Vec<usize>,
     writers_ever: Vec<usize>,
+    /// Every task that read the location (a bound on the write-after-read edges the chip
+    /// infers: its reader entries leave only when a write covers them whole, or retire).
+    readers_ever: Vec<usize>,
 }
 
 /// Per-ring bookkeeping for the sizing.
@@ -119,6 +124,9 @@ struct RingModel {
 }
 
 pub struct Builder {
+    /// Write-after-read is left to the runtime (`CallConfig::track_war`): no explicit
+    /// dependency orders a writer after the readers before it.
+    pub track_war: bool,
     pub tasks: usize,
     pub created_len: Vec<u32>,
     /// Created tensors visible per open scope.
@@ -145,6 +153,7 @@ impl Default for Builder {
 impl Builder {
     pub fn new() -> Builder {
         Builder {
+            track_war: false,
             tasks: 0,
             created_len: Vec::new(),
             visible: vec![Vec::new()],
@@ -335,8 +344,11 @@ impl Builder {
                     edge_bound.extend(state.writers_ever.iter().copied());
                 }
                 if matches!(tag, Tag::InOut | Tag::OutputExisting) {
-                    for &r in &state.readers {
-                        if r != index {
+                    if self.track_war {
+                        // Inferred write-after-read edges: each takes a dep-pool entry.
+                        edge_bound.extend(state.readers_ever.iter().copied());
+                    } else {
+                        for &r in state.readers.iter().filter(|&&r| r != index) {
                             deps.insert((r, false));
                         }
                     }
@@ -374,7 +386,11 @@ impl Builder {
             for loc in self.target_locs(target) {
                 let state = self.locs.entry(loc).or_default();
                 match tag {
-                    Tag::Input | Tag::NoDep => state.readers.push(index),
+                    Tag::Input => {
+                        state.readers.push(index);
+                        state.readers_ever.push(index);
+                    }
+                    Tag::NoDep => state.readers.push(index),
                     Tag::InOut | Tag::OutputExisting => {
                         state.readers.clear();
                         state.last_writer = Some(index);
@@ -681,7 +697,13 @@ pub fn initial_ext() -> Vec<Vec<u32>> {
 
 /// The program of `choices`, at most 60 tasks and scopes.
 pub fn build(choices: &[u32]) -> (Builder, Vec<Op>) {
+    build_with(choices, false)
+}
+
+/// [`build`], leaving write-after-read to the runtime when `track_war` ([`Builder::track_war`]).
+pub fn build_with(choices: &[u32], track_war: bool) -> (Builder, Vec<Op>) {
     let mut builder = Builder::new();
+    builder.track_war = track_war;
     let mut budget = 60;
     let mut c = Choices {
         data: choices,

@@ -129,11 +129,11 @@ fn run_adds_then_sum(
 ) -> Result<RunReport, Box<dyn Error + Send + Sync>> {
     // Small per-task sizing: elementwise_add submits one kernel at depth 0.
     let overrides = TaskOverrides {
-        aicpu_thread_num: None,
         runtime_env: RuntimeEnv::default()
             .with_task_window(16)
             .with_heap(1 << 20)
             .with_dep_pool(64),
+        ..TaskOverrides::default()
     };
     let report = worker.run(
         move |orch, _args, cfg| {
@@ -276,8 +276,8 @@ pub(crate) fn per_task_run(
             let mut labels: Vec<(&str, CallConfig)> = Vec::new();
             for (label, env) in per_task_overrides() {
                 let overrides = TaskOverrides {
-                    aicpu_thread_num: None,
                     runtime_env: env,
+                    ..TaskOverrides::default()
                 };
                 labels.push((label, cfg.derive(&overrides)?));
             }

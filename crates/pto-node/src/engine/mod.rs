@@ -754,7 +754,7 @@ impl EngineState {
         run.active += 1;
         run.reports.push(None);
         // Dependencies: look up producers before inserting this task's own entries.
-        let mut producers = lookup_producers(&mut run.tensormap, &new.accesses, track_war);
+        let mut producers = lookup_producers(&mut run.tensormap, &new.accesses);
         let output_keys = insert_accesses(&mut run.tensormap, &new.accesses, track_war, me);
         producers.sort_by_key(|p| (p.index, p.generation));
         producers.dedup();
@@ -1436,17 +1436,17 @@ fn release_buffers(buffers: &[Arc<BufferInner>]) {
     }
 }
 
-/// The tasks `accesses` depend on, in lookup order with repeats.
-fn lookup_producers(map: &mut TensorMap, accesses: &[Access], track_war: bool) -> Vec<SlotId> {
+/// The tasks `accesses` depend on, in lookup order with repeats. Reader entries exist only for
+/// reads that are tracked (`track_war`, or a `TrackedInput`), so writers always look for them.
+fn lookup_producers(map: &mut TensorMap, accesses: &[Access]) -> Vec<SlotId> {
     let mut producers: Vec<SlotId> = Vec::new();
     for a in accesses {
         let which = match a.tag {
-            TensorTag::Input => Entries::Writers,
-            TensorTag::InOut if track_war => Entries::Both,
-            TensorTag::InOut => Entries::Writers,
+            TensorTag::Input | TensorTag::TrackedInput => Entries::Writers,
+            TensorTag::InOut => Entries::Both,
             // Write-after-read only: the readers since the last covering write.
-            TensorTag::Output | TensorTag::OutputExisting if track_war => Entries::Readers,
-            TensorTag::Output | TensorTag::OutputExisting | TensorTag::NoDep => continue,
+            TensorTag::Output | TensorTag::OutputExisting => Entries::Readers,
+            TensorTag::NoDep => continue,
         };
         map.lookup(&a.key, &a.geometry, which, &mut producers);
     }
@@ -1464,7 +1464,7 @@ fn insert_accesses(
     for a in accesses {
         if a.tag.writes() {
             output_keys.push(map.insert_writer(a.key, a.geometry, me));
-        } else if track_war && a.tag == TensorTag::Input {
+        } else if a.tag == TensorTag::TrackedInput || (track_war && a.tag == TensorTag::Input) {
             output_keys.push(map.insert_reader(a.key, a.geometry, me));
         }
     }

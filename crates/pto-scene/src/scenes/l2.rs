@@ -251,3 +251,66 @@ fn pa_cost(pa: &PaCase) -> (u64, u64) {
     let work = heads * positions * d;
     (bytes, work)
 }
+
+/// The canonical write-after-read hazard (`pto_kernels::hazard::war_hazard`): a slow read of x
+/// into y, then an overwrite of x. The case passes when y holds x's old values, which needs the
+/// read tracked (`config.track_war`, or `tracked_input = 1`); untracked, the overwrite can land
+/// mid-read, and the write-after-read check reports it on the case.
+pub(crate) struct WarHazard;
+
+impl Scene for WarHazard {
+    fn name(&self) -> &'static str {
+        "war_hazard"
+    }
+
+    fn level(&self) -> SceneLevel {
+        SceneLevel::L2
+    }
+
+    fn params(&self) -> &'static [Param] {
+        WAR_PARAMS
+    }
+
+    fn run(&self, case: &CaseRun<'_>) -> anyhow::Result<CaseResult> {
+        let len: u32 = case.param("n")?;
+        let n = len as usize;
+        let wait_us: u64 = case.param("read_wait_us")?;
+        let tracked: u64 = case.param("tracked_input")?;
+        let args = EntryArgs::new()
+            .tensor(EntryTensor::f32s(TensorTag::Input, &vec![1.0; n], &[len]).named("x"))
+            .tensor(EntryTensor::f32s(TensorTag::OutputExisting, &vec![0.0; n], &[len]).named("y"))
+            .scalar(wait_us)
+            .scalar(tracked);
+        let outcome = run_l2(case, ChipSpec::default(), "war_hazard", &args)?;
+        let y = f32s_of(&outcome.tensors[1]);
+        Ok(verdict(case, outcome.row, || {
+            match y.iter().position(|&v| v != 1.0) {
+                None => Ok(()),
+                Some(i) => Err(format!(
+                    "y[{i}] = {}, expected 1: the overwrite of x ran while the read was under \
+                     way (set config.track_war = true, or tracked_input = 1)",
+                    y[i]
+                )),
+            }
+        }))
+    }
+}
+
+static WAR_PARAMS: &[Param] = &[
+    Param::new("n", 1, 1 << 20, 1024, "elements of x and y"),
+    Param::new(
+        "read_wait_us",
+        0,
+        10_000_000,
+        100_000,
+        "how long the reader waits before it reads x (µs)",
+    )
+    .with_fast_default(20_000),
+    Param::new(
+        "tracked_input",
+        0,
+        1,
+        0,
+        "1: the reader tags x tracked_input",
+    ),
+];

@@ -11,6 +11,7 @@ use crate::scene::Scene;
 pub(crate) static ALL: &[&dyn Scene] = &[
     &l2::VectorExample,
     &l2::PagedAttention,
+    &l2::WarHazard,
     &l3::PerTaskRuntimeEnv,
     &l3::MultiChipDispatch,
     &fanout::HeterogeneousFanout,

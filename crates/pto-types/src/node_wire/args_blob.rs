@@ -451,7 +451,7 @@ mod tests {
             Err(FrameError::BadTensor { .. })
         ));
         assert!(matches!(
-            mutate(t0 + T_TAG, 5),
+            mutate(t0 + T_TAG, 6),
             Err(FrameError::BadTensor { .. })
         ));
         assert!(matches!(

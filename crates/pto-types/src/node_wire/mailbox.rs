@@ -700,6 +700,8 @@ pub struct ChipReplyExtra {
     /// Per ring: task window, heap and dep pool peaks.
     pub usage: [[u64; 3]; RING_COUNT],
     pub diagnostics: Vec<String>,
+    /// The run's warnings (`ChipRunReport::warnings`), after the diagnostics paths.
+    pub warnings: Vec<String>,
 }
 
 const EXTRA_MAGIC: [u8; 4] = *b"PTCR";
@@ -717,20 +719,19 @@ impl ChipReplyExtra {
                 w.u64(*v);
             }
         }
-        // Paths that do not fit in the payload are dropped (the report lists what fits).
-        let mut room = PAYLOAD_BYTES.saturating_sub(w.bytes.len() + 2);
-        let kept: Vec<&String> = self
-            .diagnostics
-            .iter()
-            .take_while(|p| {
-                let need = 2 + p.len();
-                let fits = need <= room && p.len() <= usize::from(u16::MAX);
-                room = room.saturating_sub(need);
-                fits
-            })
-            .collect();
+        // Warnings come first in the budget (a user must see them); paths that do not fit in
+        // the payload are dropped (the report lists what fits).
+        let warning_room = PAYLOAD_BYTES.saturating_sub(w.bytes.len() + 4) / 2;
+        let warnings = fitting(&self.warnings, warning_room);
+        let warning_bytes: usize = warnings.iter().map(|s| 2 + s.len()).sum();
+        let room = PAYLOAD_BYTES.saturating_sub(w.bytes.len() + 4 + warning_bytes);
+        let kept = fitting(&self.diagnostics, room);
         w.u16(kept.len() as u16);
         for p in kept {
+            w.str16(p);
+        }
+        w.u16(warnings.len() as u16);
+        for p in warnings {
             w.str16(p);
         }
         w.bytes
@@ -768,9 +769,26 @@ impl ChipReplyExtra {
         for _ in 0..n {
             out.diagnostics.push(r.str16("diagnostics path")?);
         }
+        let n = r.u16()?;
+        for _ in 0..n {
+            out.warnings.push(r.str16("warning")?);
+        }
         r.finish()?;
         Ok(out)
     }
+}
+
+/// The first strings of `items` whose encodings (a `u16` length each) fit in `room` bytes.
+fn fitting(items: &[String], mut room: usize) -> Vec<&String> {
+    items
+        .iter()
+        .take_while(|p| {
+            let need = 2 + p.len();
+            let fits = need <= room && p.len() <= usize::from(u16::MAX);
+            room = room.saturating_sub(need);
+            fits
+        })
+        .collect()
 }
 
 /// A control request's payload (bytes 1792–4095), by op.
@@ -1081,6 +1099,8 @@ mod tests {
                 .with_task_window([16, 32, 128, 256])
                 .with_heap([10485760, 67108864, 1610612736, 4294967296])
                 .with_dep_pool([64, 128, 256, 512]),
+            track_war: true,
+            war_check: crate::WarCheck::Strict,
         };
         encode_config(Some(&cfg), &mut fixed).unwrap();
         assert_eq!(&fixed[256..260], b"PCFG");
@@ -1229,6 +1249,7 @@ mod tests {
             wall_ns: 99,
             usage: [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]],
             diagnostics: vec!["/tmp/a".into(), "/tmp/b".into()],
+            warnings: vec!["write-after-read hazard: task 0:3 ...".into()],
         };
         assert_eq!(ChipReplyExtra::decode(&x.encode()).unwrap(), x);
     }

@@ -29,6 +29,75 @@ pub struct CallConfig {
     pub output_prefix: Option<String>,
     /// Ring sizing; zero entries fall through to the environment, then the defaults.
     pub runtime_env: RuntimeEnv,
+    /// Write-after-read for every input of the chip job: a task that writes bytes an earlier
+    /// task reads (`InOut`, `OutputExisting`) waits for that reader to finish. Off by default
+    /// (the reference system's semantics); a `TrackedInput` is tracked either way.
+    pub track_war: bool,
+    /// What a chip does about a write-after-read it does not order (CHIP_RUNTIME.md §3.8).
+    pub war_check: WarCheck,
+}
+
+/// What a chip does when a task writes bytes that an earlier, unfinished task reads and nothing
+/// orders the two (write-after-read with `track_war` off and no `TrackedInput`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WarCheck {
+    /// [`WarCheck::Report`] in debug builds of the chip (so in tests), [`WarCheck::Off`] in
+    /// release builds.
+    #[default]
+    Auto,
+    /// Not checked: readers leave no entries behind.
+    Off,
+    /// The first such pair of a run is reported once (a warning of the run report), with the
+    /// number of pairs found.
+    Report,
+    /// The first such pair fails the run (WAR_HAZARD).
+    Strict,
+}
+
+impl WarCheck {
+    pub const ALL: [WarCheck; 4] = [
+        WarCheck::Auto,
+        WarCheck::Off,
+        WarCheck::Report,
+        WarCheck::Strict,
+    ];
+
+    /// The stable wire value.
+    pub const fn code(self) -> u8 {
+        match self {
+            WarCheck::Auto => 0,
+            WarCheck::Off => 1,
+            WarCheck::Report => 2,
+            WarCheck::Strict => 3,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<WarCheck> {
+        WarCheck::ALL.get(usize::from(code)).copied()
+    }
+
+    /// The name scene files and the command line use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WarCheck::Auto => "auto",
+            WarCheck::Off => "off",
+            WarCheck::Report => "report",
+            WarCheck::Strict => "strict",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<WarCheck> {
+        WarCheck::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// `Auto` made concrete for a chip built with or without debug assertions.
+    pub const fn resolved(self, debug_build: bool) -> WarCheck {
+        match self {
+            WarCheck::Auto if debug_build => WarCheck::Report,
+            WarCheck::Auto => WarCheck::Off,
+            other => other,
+        }
+    }
 }
 
 /// Per-task changes applied on top of a base config by [`CallConfig::derive`].
@@ -38,6 +107,8 @@ pub struct TaskOverrides {
     pub aicpu_thread_num: Option<u32>,
     /// Non-zero entries replace the base's entries; zero entries keep them.
     pub runtime_env: RuntimeEnv,
+    /// Replaces `track_war` when `Some`.
+    pub track_war: Option<bool>,
 }
 
 impl CallConfig {
@@ -104,6 +175,9 @@ impl CallConfig {
             out.aicpu_thread_num = threads;
         }
         out.runtime_env = self.runtime_env.overlaid_with(&overrides.runtime_env);
+        if let Some(track) = overrides.track_war {
+            out.track_war = track;
+        }
         out.validate()?;
         Ok(out)
     }

@@ -17,7 +17,7 @@ mod runtime_env;
 
 pub use call_config::{
     CallConfig, MAX_OUTPUT_PREFIX_BYTES, MAX_SWIMLANE_LEVEL, PLATFORM_MAX_AICPU_THREADS,
-    TaskOverrides,
+    TaskOverrides, WarCheck,
 };
 pub use error::ConfigError;
 pub use runtime_env::{RingValue, RuntimeEnv};

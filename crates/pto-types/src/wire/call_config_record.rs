@@ -70,8 +70,16 @@ pub const OUTPUT_PREFIX_CAPACITY: usize = 1024;
 pub const FLAG_DEP_GEN: u8 = 1 << 0;
 /// Flags bit: `enable_scope_stats`.
 pub const FLAG_SCOPE_STATS: u8 = 1 << 1;
-/// Every flags bit version 1 defines; any other bit set is [`WireError::UnknownFlags`].
-pub const KNOWN_FLAGS: u8 = FLAG_DEP_GEN | FLAG_SCOPE_STATS;
+/// Flags bit: `track_war`.
+pub const FLAG_TRACK_WAR: u8 = 1 << 2;
+/// Flags bits 3-4: `war_check` ([`crate::WarCheck::code`]).
+pub const WAR_CHECK_SHIFT: u32 = 3;
+/// The `war_check` bits of the flags byte.
+pub const WAR_CHECK_MASK: u8 = 0b11 << WAR_CHECK_SHIFT;
+/// Every flags bit version 1 defines; any other bit set is [`WireError::UnknownFlags`]. Bits
+/// 2-4 came after the first layout: a decoder that predates them rejects a record that sets
+/// them, so a setting is never silently dropped.
+pub const KNOWN_FLAGS: u8 = FLAG_DEP_GEN | FLAG_SCOPE_STATS | FLAG_TRACK_WAR | WAR_CHECK_MASK;
 
 /// [`RECORD_LEN`] as stored in the `u16` record length field.
 const RECORD_LEN_FIELD: u16 = RECORD_LEN as u16;
@@ -203,7 +211,8 @@ impl fmt::Display for WireError {
                 f,
                 "CallConfig record: flags at offset {FLAGS_OFFSET} are {flags:#04x}; unknown bits \
                  {:#04x} (known: {FLAG_DEP_GEN:#04x} enable_dep_gen, {FLAG_SCOPE_STATS:#04x} \
-                 enable_scope_stats)",
+                 enable_scope_stats, {FLAG_TRACK_WAR:#04x} track_war, {WAR_CHECK_MASK:#04x} \
+                 war_check)",
                 flags & !KNOWN_FLAGS
             ),
             WireError::NonZeroReserved { offset } => write!(
@@ -290,6 +299,10 @@ pub fn encode_into(cfg: &CallConfig, out: &mut [u8]) -> Result<(), WireError> {
     if cfg.enable_scope_stats {
         flags |= FLAG_SCOPE_STATS;
     }
+    if cfg.track_war {
+        flags |= FLAG_TRACK_WAR;
+    }
+    flags |= cfg.war_check.code() << WAR_CHECK_SHIFT;
 
     record.fill(0);
     put(record, MAGIC_OFFSET, &MAGIC);
@@ -400,6 +413,9 @@ pub fn decode_call_config(bytes: &[u8]) -> Result<CallConfig, WireError> {
             Some(prefix.to_owned())
         },
         runtime_env,
+        track_war: flags & FLAG_TRACK_WAR != 0,
+        war_check: crate::WarCheck::from_code((flags & WAR_CHECK_MASK) >> WAR_CHECK_SHIFT)
+            .expect("two bits hold every war_check code"),
     };
     if let Err(err) = cfg.validate() {
         return Err(WireError::Invalid(err));
@@ -455,6 +471,8 @@ mod tests {
                 .with_task_window([16, 32, 128, 256])
                 .with_heap([10485760, 67108864, 1610612736, 4294967296])
                 .with_dep_pool([64, 128, 256, 512]),
+            track_war: false,
+            war_check: crate::WarCheck::Auto,
         }
     }
 
@@ -519,7 +537,8 @@ mod tests {
         for (i, (constant, spec)) in table.into_iter().enumerate() {
             assert_eq!(constant, spec, "row {i}");
         }
-        assert_eq!((FLAG_DEP_GEN, FLAG_SCOPE_STATS, KNOWN_FLAGS), (1, 2, 3));
+        assert_eq!((FLAG_DEP_GEN, FLAG_SCOPE_STATS, KNOWN_FLAGS), (1, 2, 0x1f));
+        assert_eq!((FLAG_TRACK_WAR, WAR_CHECK_MASK), (4, 0x18));
     }
 
     #[test]
@@ -586,9 +605,9 @@ mod tests {
             "reserved byte at offset 14 is not zero",
         );
         check_corruption(
-            |b| b[13] |= 1 << 2,
-            WireError::UnknownFlags { flags: 0x05 },
-            "unknown bits 0x04",
+            |b| b[13] |= 1 << 5,
+            WireError::UnknownFlags { flags: 0x21 },
+            "unknown bits 0x20",
         );
         check_corruption(
             |b| set_u16(b, 112, 1025),
@@ -909,7 +928,7 @@ mod tests {
         assert!(err.source().is_none());
         let shown = WireError::UnknownFlags { flags: 0x84 }.to_string();
         assert!(
-            shown.contains("flags at offset 13 are 0x84; unknown bits 0x84"),
+            shown.contains("flags at offset 13 are 0x84; unknown bits 0x80"),
             "{shown}"
         );
         let shown = WireError::OutputTooShort { need: 1144, got: 8 }.to_string();
@@ -975,9 +994,18 @@ mod tests {
             any::<bool>(),
             prop::option::of(prefix()),
             env,
+            (any::<bool>(), 0u8..4),
         )
             .prop_map(
-                |(aicpu_thread_num, swimlane, dep_gen, scope_stats, output_prefix, runtime_env)| {
+                |(
+                    aicpu_thread_num,
+                    swimlane,
+                    dep_gen,
+                    scope_stats,
+                    output_prefix,
+                    runtime_env,
+                    (track_war, war_check),
+                )| {
                     // Diagnostics need a prefix.
                     let diagnostics = output_prefix.is_some();
                     CallConfig {
@@ -987,6 +1015,8 @@ mod tests {
                         enable_scope_stats: diagnostics && scope_stats,
                         output_prefix,
                         runtime_env,
+                        track_war,
+                        war_check: crate::WarCheck::from_code(war_check).expect("0..4"),
                     }
                 },
             )

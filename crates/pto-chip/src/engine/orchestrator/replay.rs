@@ -84,6 +84,20 @@ impl OrchCore {
                 ),
             ));
         }
+        if self.settings.war.track_all
+            && let Some(&(reader, writer)) = inner.untracked_war.first()
+        {
+            return Err(self.fail_immediate(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "graph {:?} was recorded with plain input reads that a later task of the \
+                     graph overwrites (task {writer} writes what task {reader} reads), and this \
+                     chip job has track_war on: the replay would miss that write-after-read \
+                     edge; tag those reads tracked_input when recording",
+                    inner.name
+                ),
+            ));
+        }
         for t in inner.tasks.iter().filter(|t| t.sync_start) {
             self.check_sync_start(t.shape, t.block_num)?;
         }
@@ -239,6 +253,7 @@ impl OrchCore {
         } else {
             self.replayed_producers(st, t, id, &tensors)?
         };
+        self.check_war(id, &t.kernels, &tensors, &producers)?;
         let (bound, _) = self.bind_tensors(id, ring, offset, &tensors);
         let payload = Arc::new(TaskPayload {
             shape: t.shape,
@@ -273,14 +288,14 @@ impl OrchCore {
         }
         let observed = self.observed;
         let mut writers = ArgTensors::new();
-        for (a, arg) in t.args.iter().zip(tensors) {
+        for (i, (a, arg)) in t.args.iter().zip(tensors).enumerate() {
             let ArgTensor::Existing { tag, desc } = *arg else {
                 continue;
             };
             if !a.boundary {
                 continue;
             }
-            let deps = &mut self.deps;
+            let (deps, war) = (&mut self.deps, &mut self.war);
             infer::arg_producers(
                 &mut self.tensormap,
                 &observed,
@@ -292,10 +307,11 @@ impl OrchCore {
                         graph.edge(p, id, kind, retain);
                     }
                 },
+                |reader| war.note(reader, i),
             );
             writers.push(*arg);
         }
-        self.register_writers(id, &writers)?;
+        self.register_entries(id, &writers)?;
         dedup_producers(&mut producers, id);
         Ok(producers)
     }
@@ -315,6 +331,7 @@ impl OrchCore {
         for (i, arg) in tensors.iter().enumerate() {
             if let ArgTensor::Existing { tag, desc } = *arg {
                 let (deps, boundary) = (&mut self.deps, t.args[i].boundary);
+                let war = &mut self.war;
                 infer::arg_producers(
                     &mut self.tensormap,
                     &observed,
@@ -327,10 +344,11 @@ impl OrchCore {
                             graph.edge(p, id, kind, retain);
                         }
                     },
+                    |reader| war.note(reader, i),
                 );
             }
         }
-        self.register_writers(id, tensors)?;
+        self.register_entries(id, tensors)?;
         let recorded = |j: u32| t.edges.iter().any(|e: &RecordedEdge| e.from == j);
         let mut problem = None;
         for &(p, _, i) in &inferred {

@@ -1,0 +1,119 @@
+//! The write-after-read check (CHIP_RUNTIME.md §3.8): with `track_war` off, a task that writes
+//! bytes an earlier task reads is not ordered after it, and the write can land while the read
+//! is still under way. The check makes that visible instead of silent.
+//!
+//! With `war_check` report or strict, untracked reads leave check-only reader entries in the
+//! TensorMap ([`crate::tensormap::Role::Reader`]). A writer's lookup hands the ones it overlaps
+//! to [`WarCheckState::note`]; before the writer is published, [`OrchCore::check_war`] looks
+//! at each such reader under the graph lock: one that has finished, or that the writer is
+//! already ordered after (a producer of the writer, or an ancestor of one: the reader's
+//! consumer lists reach it) is fine; any other is a hazard. The first hazard of a run is kept
+//! with the number found ([`WarCheckState::report`]); under strict it fails the run at once
+//! (WAR_HAZARD), before the writer can run.
+
+use pto_types::{ErrorCode, WarCheck};
+
+use crate::error::{ChipError, Detector, OrchResult};
+use crate::task_id::TaskId;
+
+use super::{ArgTensor, OrchCore, payload_names};
+
+/// Most tasks the ordering search visits per reader: past it, the pair counts as ordered
+/// (the check never reports what it could not show).
+const ORDER_SEARCH_BUDGET: usize = 4096;
+
+/// The check's state for one run.
+#[derive(Debug, Default)]
+pub(crate) struct WarCheckState {
+    /// Check-only readers the current submit's writes overlap: (reader, argument index).
+    unordered: Vec<(TaskId, usize)>,
+    /// Hazards found in this run.
+    found: u64,
+    /// The first one, described.
+    first: Option<String>,
+}
+
+impl WarCheckState {
+    /// A writer argument `arg` overlaps the check-only read of `reader`.
+    pub(crate) fn note(&mut self, reader: TaskId, arg: usize) {
+        self.unordered.push((reader, arg));
+    }
+
+    /// The run's finding, once: the first hazard and how many there were.
+    pub(crate) fn report(&self) -> Option<String> {
+        let first = self.first.as_ref()?;
+        Some(match self.found {
+            1 => format!("write-after-read hazard: {first}"),
+            n => format!(
+                "write-after-read hazard: {first} ({} more in this run)",
+                n - 1
+            ),
+        })
+    }
+}
+
+impl OrchCore {
+    /// Checks the readers the writes of task `id` overlap against its producers (module doc).
+    /// Strict: the first hazard fails the run.
+    pub(crate) fn check_war(
+        &mut self,
+        id: TaskId,
+        kernels: &[Option<crate::kernel::KernelRef>; 3],
+        tensors: &[ArgTensor],
+        producers: &[(TaskId, bool)],
+    ) -> OrchResult<()> {
+        if self.war.unordered.is_empty() {
+            return Ok(());
+        }
+        let mut candidates = std::mem::take(&mut self.war.unordered);
+        candidates.retain(|(r, _)| *r != id && producers.iter().all(|(p, _)| p != r));
+        let hazard = {
+            let graph = self.run.lock_graph();
+            let targets: Vec<TaskId> = producers.iter().map(|&(p, _)| p).collect();
+            candidates
+                .iter()
+                .filter(|&&(reader, _)| {
+                    graph.is_pending(reader)
+                        && !graph.reaches(reader, &targets, ORDER_SEARCH_BUDGET)
+                })
+                .map(|&(reader, arg)| (reader, arg, graph.describe(reader)))
+                .collect::<Vec<_>>()
+        };
+        candidates.clear();
+        self.war.unordered = candidates;
+        let Some((arg, reader_text)) = hazard.first().map(|(_, arg, text)| (*arg, text.clone()))
+        else {
+            return Ok(());
+        };
+        self.war.found += hazard.len() as u64;
+        let written = match tensors.get(arg) {
+            Some(ArgTensor::Existing { tag, desc }) => format!("{} {desc}", tag_name(*tag)),
+            _ => "a tensor".to_string(),
+        };
+        let text = format!(
+            "task {id} ({}) writes {written} (argument {arg}) while task {reader_text} may still \
+             read it, and nothing orders the two: enable track_war for this chip job, tag the \
+             read TrackedInput, or order them with a dependency",
+            payload_names(kernels)
+        );
+        if self.settings.war_check == WarCheck::Strict {
+            let mut e = ChipError::new(ErrorCode::WarHazard, Detector::Immediate, text);
+            e.task = Some(id);
+            return Err(self.fail(e));
+        }
+        if self.war.first.is_none() {
+            tracing::debug!(target: "pto::war", "{text}");
+            self.war.first = Some(text);
+        }
+        Ok(())
+    }
+}
+
+/// The tag as the orchestration API spells it.
+fn tag_name(tag: pto_types::TensorTag) -> &'static str {
+    match tag {
+        pto_types::TensorTag::InOut => "inout",
+        pto_types::TensorTag::OutputExisting => "output_existing",
+        _ => "tensor",
+    }
+}
