@@ -3,8 +3,12 @@
 //! one L3 orchestration can track one chip job and not another; the untracked one reports the
 //! hazard on its own row.
 
+use std::net::{Ipv4Addr, SocketAddr};
+
 use pto_kernels::hazard::OVERWRITE;
-use pto_types::{CallConfig, TaskArgs, TaskOverrides, WarCheck};
+use pto_node::remote::{ServeLimits, ServeOptions, serve};
+use pto_node::{Callable, CallableKind, EndpointMode, OrchError, Orchestrator, Worker};
+use pto_types::{CallConfig, DType, RuntimeEnv, TaskArgs, TaskOverrides, WarCheck};
 
 use crate::common::*;
 
@@ -90,3 +94,112 @@ fn l3_one_tracked_and_one_untracked_chip_job(mode: Mode) {
 }
 
 both_modes!(l3_one_tracked_and_one_untracked_chip_job);
+
+/// Node callable `war_pair`: tensors xa, ya, xb, yb; `war_hazard` on chip 0 over (xa, ya) with
+/// `track_war` derived on, and on chip 1 over (xb, yb) with the config the L4 task carried.
+fn war_pair(
+    orch: &mut Orchestrator<'_>,
+    args: &TaskArgs,
+    cfg: &CallConfig,
+) -> Result<(), OrchError> {
+    let hazard = orch.callable(CallableKind::Chip, "war_hazard")?;
+    let t = args.tensors();
+    let tracked = cfg.derive(&TaskOverrides {
+        track_war: Some(true),
+        ..TaskOverrides::default()
+    })?;
+    for (chip, (label, task_cfg)) in [("tracked", &tracked), ("untracked", cfg)]
+        .into_iter()
+        .enumerate()
+    {
+        let a = TaskArgs::new()
+            .input(&t[2 * chip].1)
+            .output_existing(&t[2 * chip + 1].1)
+            .scalar(150_000u64)
+            .scalar(0u64)
+            .label(label);
+        orch.submit_next_level(&hazard, a, task_cfg, chip)?;
+    }
+    Ok(())
+}
+pto_node::register_node!("war_pair", war_pair);
+
+/// Over the remote wire: an L4 task's config reaches a `pto serve` session's chips, where one
+/// job derives `track_war` on and the other keeps the carried config (report mode).
+#[test]
+fn track_war_and_war_check_reach_remote_chips() {
+    with_timeout(90, || {
+        pto_kernels::link();
+        let server = serve(ServeOptions {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            chips: 2,
+            sub_workers: 0,
+            mode: EndpointMode::ChildProcess,
+            chip_spec: small_chip(1 << 30),
+            heap_ring_size: 1 << 20,
+            token: None,
+            tls: None,
+            limits: ServeLimits::default(),
+        })
+        .unwrap();
+        let l4 = Worker::builder(4)
+            .remote_worker(&format!("http://{}", server.local_addr()))
+            .build()
+            .unwrap();
+        let h = l4.register(Callable::node("war_pair")).unwrap();
+        l4.init().unwrap();
+        let remote = |v: f32| {
+            let b = l4.create_remote_buffer(0, N * 4).unwrap();
+            b.write_from(0, &vec![v; N]).unwrap();
+            let t = b.tensor(&[N as u32], DType::F32).unwrap();
+            (b, t)
+        };
+        let bufs = [remote(1.0), remote(0.0), remote(1.0), remote(0.0)];
+        let tensors: Vec<_> = bufs.iter().map(|(_, t)| t.clone()).collect();
+        // Small rings (the server's chips have 1 GiB) and report mode, carried by value.
+        let base = CallConfig {
+            war_check: WarCheck::Report,
+            ..CallConfig::with_runtime_env(
+                RuntimeEnv::default()
+                    .with_task_window(64)
+                    .with_heap(1 << 20)
+                    .with_dep_pool(256),
+            )
+        };
+        let report = l4
+            .run(
+                move |orch, _, cfg| {
+                    let args = TaskArgs::new()
+                        .input(&tensors[0])
+                        .output_existing(&tensors[1])
+                        .input(&tensors[2])
+                        .output_existing(&tensors[3])
+                        .label("pair");
+                    orch.submit_next_level(&h, args, cfg, 0)?;
+                    Ok(())
+                },
+                TaskArgs::new(),
+                base,
+            )
+            .unwrap();
+        let inner = report.task("pair").unwrap().members[0]
+            .inner
+            .clone()
+            .expect("the remote run's report");
+        let warnings = |label: &str| {
+            inner
+                .task(label)
+                .unwrap()
+                .chip_report()
+                .unwrap()
+                .warnings
+                .clone()
+        };
+        assert!(warnings("tracked").is_empty());
+        let untracked = warnings("untracked");
+        assert_eq!(untracked.len(), 1, "{untracked:?}");
+        assert!(untracked[0].contains("write-after-read hazard"));
+        assert_eq!(bufs[1].0.read_vec::<f32>(0, N).unwrap(), vec![1.0; N]);
+        l4.close();
+    });
+}
