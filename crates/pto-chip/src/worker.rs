@@ -440,7 +440,7 @@ impl ChipWorker {
         core.finish();
         let usage_marks = core.high_water();
         let tasks = core.published;
-        let warnings: Vec<String> = core.war_report().into_iter().collect();
+        let warnings = core.war_report();
         let poisoned = self.wait_for_end(&run);
         self.shared.install(None);
         let error = run.take_error();

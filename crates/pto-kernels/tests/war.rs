@@ -226,3 +226,60 @@ fn reader_edges_take_dep_pool_entries_and_an_undersized_pool_says_so() {
         );
     });
 }
+
+/// Entry (t): in one scope, 65 one-element reads of t, tracked when scalar 0 is 1.
+fn many_reads<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (t, tracked): (_, u64) = (a.tensor(0), a.scalar(0));
+    s.scope(|s| {
+        for i in 0..65 {
+            let view = t.view(&[1], &[i]).expect("in bounds");
+            let read = KernelArgs::new();
+            let read = if tracked == 1 {
+                read.tracked_input(view)
+            } else {
+                read.input(view)
+            };
+            s.submit_dummy(read)?;
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn reader_entries_take_tensormap_entries() {
+    with_timeout(60, || {
+        pto_kernels::link();
+        let spec = pto_chip::ChipSpec {
+            clusters: 1,
+            tensormap_pool: Some(64),
+            ..pto_chip::ChipSpec::default()
+        };
+        let chip = pto_chip::ChipWorker::new(spec, pto_types::EnvSource::empty()).unwrap();
+        let (_buf, t) = f32_tensor(65, 0.0);
+        let run = |tracked: u64, check: WarCheck| {
+            let args = TaskArgs::new().inout(&t).scalar(tracked);
+            chip.run_fn(
+                many_reads,
+                &args,
+                &config(false, check),
+                &RunContext::default(),
+            )
+        };
+        // Untracked and unchecked reads leave no entry: 65 of them fit a pool of 64.
+        let report = run(0, WarCheck::Off).expect("plain reads take no TensorMap entry");
+        assert!(report.warnings.is_empty());
+        // Tracked reads need their entries: the pool is too small.
+        let err = run(1, WarCheck::Off).expect_err("65 reader entries do not fit 64");
+        assert_eq!(err.code(), Some(ErrorCode::TensormapOverflow), "{err}");
+        assert!(err.to_string().contains("tensormap_pool"), "{err}");
+        // The check's entries are a diagnostic: they take free room only, never fail a run,
+        // and the report says what the check could not watch.
+        let report = run(0, WarCheck::Strict).expect("the check never fails a run for room");
+        assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+        assert!(
+            report.warnings[0].contains("did not watch 1 read(s)"),
+            "{:?}",
+            report.warnings
+        );
+    });
+}

@@ -766,7 +766,9 @@ impl OrchCore {
     }
 
     /// Step 10: reserve and insert TensorMap entries for the tensors this task writes, and
-    /// for the reads the run tracks or checks (CHIP_RUNTIME.md §3.8).
+    /// for the reads the run tracks (CHIP_RUNTIME.md §3.8). The write-after-read check's
+    /// entries are a diagnostic: they take only room that is free, and never make a submit
+    /// wait or fail (a read left out is a read the check cannot see: `WarCheckState::skipped`).
     fn register_entries(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
         let policy = self.settings.war;
         let role = |t: &ArgTensor| match *t {
@@ -774,10 +776,32 @@ impl OrchCore {
             ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
             ArgTensor::Create(_) => None,
         };
-        let needed = tensors.iter().filter(|t| role(t).is_some()).count();
-        if needed == 0 {
-            return Ok(());
+        let required = |r: &Role| *r != Role::Reader { tracked: false };
+        let needed = tensors
+            .iter()
+            .filter(|t| role(t).is_some_and(|r| required(&r)))
+            .count();
+        if needed > 0 {
+            self.reserve_entries(id, needed)?;
         }
+        for t in tensors {
+            let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role(t)) else {
+                continue;
+            };
+            if !required(&role) && self.tensormap.available() == 0 {
+                self.war.skipped += 1;
+                continue;
+            }
+            self.tensormap
+                .insert_as(id, *desc, role)
+                .expect("entries were reserved above or are free");
+        }
+        Ok(())
+    }
+
+    /// Waits until the TensorMap has `needed` free entries for task `id` (cleaning retired
+    /// entries first), or fails with TENSORMAP_OVERFLOW.
+    fn reserve_entries(&mut self, id: TaskId, needed: usize) -> OrchResult<()> {
         let ring = usize::from(id.ring());
         let capacity = self.tensormap.capacity() as u64;
         self.wait_for(ring, Some(id), |core| {
@@ -798,15 +822,7 @@ impl OrchCore {
                 requested: needed as u64,
                 recommended_min: used + needed as u64,
             })
-        })?;
-        for t in tensors {
-            if let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role(t)) {
-                self.tensormap
-                    .insert_as(id, *desc, role)
-                    .expect("entries were reserved above");
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Step 11: host pointers for every tensor; OUTPUTs are materialised in the heap buffer.
@@ -1159,8 +1175,8 @@ impl OrchCore {
         })
     }
 
-    /// The write-after-read check's finding, if it found anything (reported once per run).
-    pub(crate) fn war_report(&self) -> Option<String> {
+    /// The write-after-read check's findings (each reported once per run).
+    pub(crate) fn war_report(&self) -> Vec<String> {
         self.war.report()
     }
 

@@ -31,6 +31,9 @@ pub(crate) struct WarCheckState {
     found: u64,
     /// The first one, described.
     first: Option<String>,
+    /// Reads the check could not watch: the TensorMap had no free entry for them (its entries
+    /// never make a submit wait).
+    pub(crate) skipped: u64,
 }
 
 impl WarCheckState {
@@ -39,16 +42,27 @@ impl WarCheckState {
         self.unordered.push((reader, arg));
     }
 
-    /// The run's finding, once: the first hazard and how many there were.
-    pub(crate) fn report(&self) -> Option<String> {
-        let first = self.first.as_ref()?;
-        Some(match self.found {
-            1 => format!("write-after-read hazard: {first}"),
-            n => format!(
-                "write-after-read hazard: {first} ({} more in this run)",
-                n - 1
-            ),
-        })
+    /// The run's findings, each once: the first hazard and how many there were, and how many
+    /// reads the check could not watch.
+    pub(crate) fn report(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(first) = &self.first {
+            out.push(match self.found {
+                1 => format!("write-after-read hazard: {first}"),
+                n => format!(
+                    "write-after-read hazard: {first} ({} more in this run)",
+                    n - 1
+                ),
+            });
+        }
+        if self.skipped > 0 {
+            out.push(format!(
+                "the write-after-read check did not watch {} read(s): the TensorMap was full \
+                 (raise the chip's tensormap_pool to check every read)",
+                self.skipped
+            ));
+        }
+        out
     }
 }
 
