@@ -96,24 +96,12 @@ impl PyHandle {
 /// One task's arguments from Python: tensor specs, scalars (as `u64` bits) and a label.
 pub(crate) type ArgsSpec<'py> = (Vec<TensorSpec<'py>>, Vec<u64>, Option<String>);
 
-fn tag_of(name: &str) -> Option<TensorTag> {
-    Some(match name {
-        "input" => TensorTag::Input,
-        "output" => TensorTag::Output,
-        "inout" => TensorTag::InOut,
-        "output_existing" => TensorTag::OutputExisting,
-        "no_dep" => TensorTag::NoDep,
-        "tracked_input" => TensorTag::TrackedInput,
-        _ => return None,
-    })
-}
-
 /// The Rust `TaskArgs` of one spec; a bad tensor raises `pto.SubmitError` naming its index.
 fn task_args(py: Python<'_>, (tensors, scalars, label): ArgsSpec<'_>) -> PyResult<TaskArgs> {
     let mut args = TaskArgs::new();
     for (i, (tag, memory, offset, shape, strides, dtype)) in tensors.into_iter().enumerate() {
         let bad = |why: String| raise(py, "SubmitError", format!("tensor {i}: {why}"), &[]);
-        let tag = tag_of(&tag).ok_or_else(|| bad(format!("unknown tag {tag:?}")))?;
+        let tag = TensorTag::from_name(&tag).ok_or_else(|| bad(format!("unknown tag {tag:?}")))?;
         let dtype = dtype_of(&dtype)
             .ok_or_else(|| bad(format!("dtype {dtype} (pto holds {})", dtype_names())))?;
         let buffer = memory.get().buffer.clone();

@@ -156,6 +156,24 @@ impl TensorTag {
         TensorTag::ALL.get(usize::from(code)).copied()
     }
 
+    /// The name the orchestration APIs spell it with (`KernelArgs::output_existing`, Python's
+    /// `TaskArgs.output_existing`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            TensorTag::Input => "input",
+            TensorTag::Output => "output",
+            TensorTag::InOut => "inout",
+            TensorTag::OutputExisting => "output_existing",
+            TensorTag::NoDep => "no_dep",
+            TensorTag::TrackedInput => "tracked_input",
+        }
+    }
+
+    /// The tag named `name` ([`TensorTag::name`]).
+    pub fn from_name(name: &str) -> Option<TensorTag> {
+        TensorTag::ALL.into_iter().find(|t| t.name() == name)
+    }
+
     /// True for tags whose task writes the tensor.
     pub const fn writes(self) -> bool {
         matches!(
@@ -544,6 +562,10 @@ mod tests {
             assert_eq!(TensorTag::from_code(tag.code()), Some(tag));
         }
         assert_eq!(TensorTag::from_code(6), None);
+        for tag in TensorTag::ALL {
+            assert_eq!(TensorTag::from_name(tag.name()), Some(tag));
+        }
+        assert_eq!(TensorTag::from_name("tracked"), None);
         assert!(TensorTag::TrackedInput.reads() && !TensorTag::TrackedInput.writes());
         assert!(TensorTag::InOut.writes());
         assert!(!TensorTag::NoDep.writes());

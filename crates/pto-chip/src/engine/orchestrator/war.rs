@@ -81,27 +81,30 @@ impl OrchCore {
         }
         let mut candidates = std::mem::take(&mut self.war.unordered);
         candidates.retain(|(r, _)| *r != id && producers.iter().all(|(p, _)| p != r));
-        let hazard = {
+        // Under the lock: the readers still running that nothing orders before `id`, and the
+        // first one described.
+        let (hazards, first) = {
             let graph = self.run.lock_graph();
             let targets: Vec<TaskId> = producers.iter().map(|&(p, _)| p).collect();
-            candidates
+            let hazards: Vec<(TaskId, usize)> = candidates
                 .iter()
-                .filter(|&&(reader, _)| {
+                .copied()
+                .filter(|&(reader, _)| {
                     graph.is_pending(reader)
                         && !graph.reaches(reader, &targets, ORDER_SEARCH_BUDGET)
                 })
-                .map(|&(reader, arg)| (reader, arg, graph.describe(reader)))
-                .collect::<Vec<_>>()
+                .collect();
+            let first = hazards.first().map(|&(r, arg)| (arg, graph.describe(r)));
+            (hazards.len(), first)
         };
         candidates.clear();
         self.war.unordered = candidates;
-        let Some((arg, reader_text)) = hazard.first().map(|(_, arg, text)| (*arg, text.clone()))
-        else {
+        let Some((arg, reader_text)) = first else {
             return Ok(());
         };
-        self.war.found += hazard.len() as u64;
+        self.war.found += hazards as u64;
         let written = match tensors.get(arg) {
-            Some(ArgTensor::Existing { tag, desc }) => format!("{} {desc}", tag_name(*tag)),
+            Some(ArgTensor::Existing { tag, desc }) => format!("{} {desc}", tag.name()),
             _ => "a tensor".to_string(),
         };
         let text = format!(
@@ -120,14 +123,5 @@ impl OrchCore {
             self.war.first = Some(text);
         }
         Ok(())
-    }
-}
-
-/// The tag as the orchestration API spells it.
-fn tag_name(tag: pto_types::TensorTag) -> &'static str {
-    match tag {
-        pto_types::TensorTag::InOut => "inout",
-        pto_types::TensorTag::OutputExisting => "output_existing",
-        _ => "tensor",
     }
 }
