@@ -50,7 +50,7 @@ pub(crate) fn print_out(text: &str) {
 
 /// The name this binary was started as (`pto`, or a user's own binary), for usage lines and
 /// error prefixes.
-fn program_name() -> String {
+pub(crate) fn program_name() -> String {
     std::env::args_os()
         .next()
         .as_deref()
@@ -78,10 +78,14 @@ pub fn main() -> ExitCode {
     let name = program_name();
     // clap keeps the name for the life of the process; this runs once per process.
     let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
-    let matches = args::Cli::command()
-        .name(leaked)
-        .bin_name(leaked)
-        .get_matches();
+    let command = args::Cli::command().name(leaked).bin_name(leaked);
+    let subcommands: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let matches = command
+        .try_get_matches()
+        .unwrap_or_else(|e| with_suggestion(e, &subcommands).exit());
     let cli = match args::Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -105,6 +109,24 @@ pub fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A misspelt command (`pto rn`) gets the nearest command as clap's tip when clap's own
+/// similarity test found none (it misses short names: `rn` for `run`).
+fn with_suggestion(mut e: clap::Error, subcommands: &[String]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::InvalidSubcommand || e.get(ContextKind::SuggestedSubcommand).is_some()
+    {
+        return e;
+    }
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidSubcommand) else {
+        return e;
+    };
+    let near = pto_types::suggest::closest(word, subcommands.iter().map(String::as_str));
+    if let Some(near) = near.map(str::to_string) {
+        e.insert(ContextKind::SuggestedSubcommand, ContextValue::String(near));
+    }
+    e
 }
 
 /// Logs go to stderr; `-v` shows INFO (bind lines), `-vv` DEBUG. `RUST_LOG` overrides. A

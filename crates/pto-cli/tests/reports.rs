@@ -216,6 +216,13 @@ fn report_writes_one_self_contained_html_page() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The run says where the page went, on stderr (stdout keeps the table).
+    assert!(
+        stderr(&out).contains("pto: wrote the HTML report to r.html ("),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("wrote the HTML report"));
     let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
     for name in [

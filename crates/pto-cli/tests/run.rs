@@ -199,3 +199,74 @@ fn an_untracked_write_after_read_is_reported_or_fails_under_strict() {
         .unwrap();
     assert_eq!(shipped.status.code(), Some(0), "{}", stdout(&shipped));
 }
+
+/// The command line's rough edges (issue "What users see and install"): a misspelt command or
+/// case gets a "did you mean", an unknown `--ring-env` key is a usage error naming the known
+/// ones, and the table and JSON lines say where the chips ran.
+#[test]
+fn misspellings_get_a_suggestion_and_the_table_names_the_mode() {
+    let dir = TempDir::new().unwrap();
+    let out = pto(dir.path()).arg("rn").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'run'"), "{}", stderr(&out));
+    let scene = scenes().join("per_task_runtime_env_l2.toml");
+    let run = |extra: &[&str]| {
+        pto(dir.path())
+            .arg("run")
+            .arg(&scene)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--case", "per_rng"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no case named \"per_rng\" (did you mean per_ring?)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["--ring-env", "FOO=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("FOO is not a ring variable (known: PTO2_RING_TASK_WINDOW"),
+        "{err}"
+    );
+    let out = run(&["--ring-env", "PTO2_RING_HEEP=1048576"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("(did you mean PTO2_RING_HEAP?)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&[
+        "--fast",
+        "--case",
+        "per_ring",
+        "--ring-env",
+        "PTO2_RING_HEAP=1048576",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .contains(", chips in-process)"),
+        "{table}"
+    );
+    let out = run(&[
+        "--fast",
+        "--case",
+        "per_ring",
+        "--mode",
+        "child-process",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for line in stdout(&out).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["mode"], "child-process", "{line}");
+    }
+}

@@ -87,8 +87,11 @@ pub fn check_key(scene: &str, key: &str, labels: &[Label]) -> Result<(), String>
         ));
     }
     let allowed: Vec<String> = labels.iter().map(Label::spelling).collect();
+    // A family member's stem is matched against the family (`atn3` → `attn`).
+    let word = family_of(key).unwrap_or(key);
     Err(format!(
-        "scene {scene} requests no label matching this key (labels: {})",
+        "scene {scene} requests no label matching this key{} (labels: {})",
+        pto_types::suggest::did_you_mean(word, labels.iter().map(|l| l.name)),
         allowed.join("; ")
     ))
 }
@@ -147,6 +150,10 @@ mod tests {
         assert!(check_key("s", "ew12", &LABELS).is_ok());
         let e = check_key("s", "attn0", &LABELS).unwrap_err();
         assert!(e.contains("labels: attn; ew, ew<N>"), "{e}");
+        let e = check_key("s", "atn", &LABELS).unwrap_err();
+        assert!(e.contains("this key (did you mean attn?) (labels:"), "{e}");
+        let e = check_key("s", "xyzzy", &LABELS).unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
         assert!(
             check_key("s", "x", &[])
                 .unwrap_err()

@@ -517,6 +517,7 @@ mod tests {
             wall: std::time::Duration::ZERO,
             env_problems: vec!["PTO2_RING_HEAP=\"<x>\" ignored".into()],
             diagnostics: None,
+            mode: pto_node::EndpointMode::InProcess,
         };
         let page = HtmlPage {
             title: "<t>".into(),

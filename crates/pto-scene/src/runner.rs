@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pto_chip::diag::json_line;
+use pto_node::EndpointMode;
 use pto_types::{CallConfig, RING_COUNT, Resource, WarCheck};
 
 use crate::figures::CaseFigures;
@@ -57,6 +58,8 @@ pub struct CaseReport {
     pub env_problems: Vec<String>,
     /// The files the case's diagnostics wrote (`None` when no diagnostics flag is on).
     pub diagnostics: Option<DiagnosticsFiles>,
+    /// Where the case's chips and sub workers ran (`--mode`).
+    pub mode: EndpointMode,
 }
 
 /// The diagnostics files under one case's output directory.
@@ -174,12 +177,7 @@ pub fn run_file(
         .filter(|c| options.case.as_deref().is_none_or(|n| n == c.name))
         .collect();
     if cases.is_empty() {
-        anyhow::bail!(
-            "{}: no case named {:?} (cases: {})",
-            file.path.display(),
-            cut(options.case.as_deref().unwrap_or("")),
-            key_list(file.cases.iter().map(|c| c.name.as_str()))
-        );
+        anyhow::bail!(no_such_case(file, options.case.as_deref().unwrap_or("")));
     }
     let mut reports = Vec::with_capacity(cases.len());
     for case in cases {
@@ -226,6 +224,7 @@ pub fn run_file(
         }
         progress(&case.name);
         reports.push(CaseReport {
+            mode: options.env.mode,
             name: case.name.clone(),
             env_problems: env_problems_of(&result, &run),
             diagnostics: options
@@ -391,9 +390,14 @@ fn short_bytes(b: u64) -> String {
 /// The result table: one row per (case, task), then each case's footer lines.
 pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
     let mut out = String::new();
+    // Every case of a run has the same mode; say it, since the Worker APIs and `pto serve`
+    // default to child processes and `pto run` to in-process.
+    let mode = reports
+        .first()
+        .map_or(String::new(), |r| format!(", chips {}", r.mode));
     let _ = writeln!(
         out,
-        "scene {} ({}): sizing per ring as value+source ({SOURCE_LEGEND})",
+        "scene {} ({}{mode}): sizing per ring as value+source ({SOURCE_LEGEND})",
         file.scene.name(),
         file.path.display()
     );
@@ -529,6 +533,18 @@ pub fn case_footer(report: &CaseReport) -> Vec<String> {
 /// `pto run --json`: one [`JsonRow`] per line ([`json_rows`]).
 pub fn render_json_lines(reports: &[CaseReport]) -> String {
     json_rows(reports).iter().map(json_line).collect()
+}
+
+/// The message for a `--case` that names no case of `file`, with the nearest name if any.
+pub fn no_such_case(file: &SceneFile, name: &str) -> String {
+    let names = || file.cases.iter().map(|c| c.name.as_str());
+    format!(
+        "{}: no case named {:?}{} (cases: {})",
+        file.path.display(),
+        cut(name),
+        pto_types::suggest::did_you_mean(name, names()),
+        key_list(names())
+    )
 }
 
 /// The default output directory of `pto run`.

@@ -19,6 +19,7 @@ pub mod error_code;
 pub mod geometry;
 pub mod node_wire;
 pub mod ring_config;
+pub mod suggest;
 pub mod tolerance;
 pub mod wait;
 pub mod wire;

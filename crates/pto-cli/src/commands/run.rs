@@ -6,12 +6,13 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pto_node::remote::RemoteWorker;
-use pto_scene::params::{cut, key_list};
+use pto_scene::params::cut;
 use pto_scene::report_html::{HtmlPage, render_html};
 use pto_scene::runner::{
     Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
 };
 use pto_scene::{RunnerEnv, SceneFile};
+use pto_types::ring_config::env::KNOWN_RING_VARS;
 
 use crate::args::RunArgs;
 use crate::{InputError, Outcome};
@@ -39,13 +40,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .as_ref()
         .filter(|case| !file.cases.iter().any(|c| &c.name == *case))
     {
-        return Err(InputError(format!(
-            "{}: no case named {:?} (cases: {})",
-            args.scene.display(),
-            cut(case),
-            key_list(file.cases.iter().map(|c| c.name.as_str()))
-        ))
-        .into());
+        return Err(InputError(pto_scene::runner::no_such_case(&file, case)).into());
     }
     check_options(&file, &options).map_err(InputError)?;
     // Created before any case runs, so an unwritable path costs no run.
@@ -83,9 +78,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     }
     if let Some((path, out)) = report_file.as_mut() {
         let page = render_html(&HtmlPage::of_run(&file, &options, &reports), &reports);
-        out.write_all(page.as_bytes())
-            .and_then(|()| out.sync_all())
-            .map_err(|e| report_error(path, &e))?;
+        write_report(path, out, &page)?;
     }
     if reports.iter().all(|r| r.result.passed()) {
         Ok(Outcome::Success)
@@ -151,6 +144,25 @@ fn remote_workers(args: &RunArgs) -> Result<Vec<RemoteWorker>, InputError> {
         .collect()
 }
 
+/// Writes the HTML report into `out` (created as `path`) and says so on stderr, so that a
+/// user knows where it went (stdout keeps the table or the JSON lines).
+pub(crate) fn write_report(
+    path: &Path,
+    out: &mut std::fs::File,
+    html: &str,
+) -> Result<(), InputError> {
+    out.write_all(html.as_bytes())
+        .and_then(|()| out.sync_all())
+        .map_err(|e| report_error(path, &e))?;
+    eprintln!(
+        "{}: wrote the HTML report to {} ({})",
+        crate::program_name(),
+        path.display(),
+        pto_sizing::report::human_bytes(html.len() as u64)
+    );
+    Ok(())
+}
+
 /// `--report FILE: cannot write: OS ERROR` (exit status 2).
 pub(crate) fn report_error(path: &Path, e: &std::io::Error) -> InputError {
     InputError(format!("--report {}: cannot write: {e}", path.display()))
@@ -160,7 +172,14 @@ pub(crate) fn parse_pairs(pairs: &[String]) -> Result<Vec<(OsString, OsString)>,
     pairs
         .iter()
         .map(|pair| match pair.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+            Some((k, v)) if KNOWN_RING_VARS.contains(&k) => Ok((k.into(), v.into())),
+            Some((k, _)) if !k.is_empty() => Err(InputError(format!(
+                "--ring-env {:?}: {} is not a ring variable{} (known: {})",
+                cut(pair),
+                cut(k),
+                pto_types::suggest::did_you_mean(k, KNOWN_RING_VARS),
+                KNOWN_RING_VARS.join(", ")
+            ))),
             _ => Err(InputError(format!(
                 "--ring-env {:?}: expected KEY=VALUE",
                 cut(pair)

@@ -1,7 +1,6 @@
 //! `pto tune` (issue 11, item 3): the library's tuning loop per case, its table on stdout.
 
 use pto_sizing::advise::Headroom;
-use std::io::Write as _;
 
 use pto_scene::advice::write_case;
 use pto_scene::params::{cut, key_list};
@@ -10,7 +9,7 @@ use pto_scene::runner::CaseReport;
 use pto_scene::tune::{TuneOptions, Verdict, render_tuning, tune_case};
 use pto_scene::{RunnerEnv, SceneFile};
 
-use super::run::{parse_pairs, report_error};
+use super::run::{parse_pairs, report_error, write_report};
 use crate::args::TuneArgs;
 use crate::{InputError, Outcome};
 
@@ -65,9 +64,7 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
                 .collect(),
             scope_stats: true,
         };
-        out.write_all(render_html(&page, &pages).as_bytes())
-            .and_then(|()| out.sync_all())
-            .map_err(|e| report_error(path, &e))?;
+        write_report(path, out, &render_html(&page, &pages))?;
     }
     if args.write {
         // What was written must load, with the same checks as `pto run`.

@@ -55,6 +55,14 @@ pub struct JsonRow {
     /// The directory of the task's diagnostics files; null without diagnostics.
     pub diagnostics_dir: Option<String>,
     pub case_figures: JsonCaseFigures,
+    /// Where the chips ran: `in-process` or `child-process` (absent from lines of older
+    /// versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// What the task's chip run found without failing (a write-after-read hazard); absent when
+    /// there is nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Why a task failed.
@@ -125,6 +133,8 @@ impl JsonRow {
                 .as_ref()
                 .map(|d| d.display().to_string()),
             case_figures,
+            mode: Some(report.mode.name().to_string()),
+            warnings: row.warnings.clone(),
         }
     }
 
@@ -146,6 +156,8 @@ impl JsonRow {
             env_problems: report.env_problems.clone(),
             diagnostics_dir: None,
             case_figures,
+            mode: Some(report.mode.name().to_string()),
+            warnings: Vec::new(),
         }
     }
 }
@@ -215,6 +227,7 @@ mod tests {
             wall: std::time::Duration::from_micros(1500),
             env_problems: vec!["PTO2_RING_HEAP=\"x\" ignored".to_string()],
             diagnostics: None,
+            mode: pto_node::EndpointMode::InProcess,
         };
         let reports = [
             report("a", result),

@@ -25,7 +25,7 @@ pub const STRICT_VAR: &str = "PTO2_RING_STRICT";
 pub const RING_VAR_PREFIXES: [&str; 2] = ["PTO2_RING_", "PTO_RING_"];
 
 /// The known names beginning with one of [`RING_VAR_PREFIXES`]; suggestions are drawn from these.
-const KNOWN_RING_VARS: [&str; 4] = [
+pub const KNOWN_RING_VARS: [&str; 4] = [
     Resource::TaskWindow.env_var(),
     Resource::Heap.env_var(),
     Resource::DepPool.env_var(),
@@ -704,23 +704,7 @@ fn unknown_ring_var(name: &OsStr) -> Option<&'static str> {
     }
     KNOWN_RING_VARS
         .into_iter()
-        .min_by_key(|known| edit_distance(bytes, known.as_bytes()))
-}
-
-/// Levenshtein distance between two byte strings (insertions, deletions, substitutions).
-fn edit_distance(a: &[u8], b: &[u8]) -> usize {
-    // `row[j]` = distance between the first `i` bytes of `a` and the first `j` bytes of `b`.
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
+        .min_by_key(|known| crate::suggest::edit_distance(bytes, known.as_bytes()))
 }
 
 #[cfg(test)]
@@ -1133,15 +1117,6 @@ mod tests {
         // ... but pairs laid over it are checked.
         let source = source.overlay([("PTO2_RING_HEEP", "1")]);
         assert_eq!(EnvSnapshot::take(&source, false).unwrap().problems.len(), 1);
-    }
-
-    #[test]
-    fn edit_distance_basics() {
-        assert_eq!(edit_distance(b"", b""), 0);
-        assert_eq!(edit_distance(b"abc", b""), 3);
-        assert_eq!(edit_distance(b"", b"abc"), 3);
-        assert_eq!(edit_distance(b"kitten", b"sitting"), 3);
-        assert_eq!(edit_distance(b"HEEP", b"HEAP"), 1);
     }
 
     #[test]
