@@ -13,7 +13,7 @@ use crate::common::*;
 
 const N: usize = 256;
 
-fn server(token: Option<&str>, tls: Option<TlsIdentity>) -> Server {
+pub(crate) fn server(token: Option<&str>, tls: Option<TlsIdentity>) -> Server {
     serve(ServeOptions {
         listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         chips: 2,
@@ -28,7 +28,7 @@ fn server(token: Option<&str>, tls: Option<TlsIdentity>) -> Server {
     .unwrap()
 }
 
-fn at(s: &Server) -> String {
+pub(crate) fn at(s: &Server) -> String {
     format!("http://{}", s.local_addr())
 }
 

@@ -3,11 +3,8 @@
 //! one L3 orchestration can track one chip job and not another; the untracked one reports the
 //! hazard on its own row.
 
-use std::net::{Ipv4Addr, SocketAddr};
-
 use pto_kernels::hazard::OVERWRITE;
-use pto_node::remote::{ServeLimits, ServeOptions, serve};
-use pto_node::{Callable, CallableKind, EndpointMode, OrchError, Orchestrator, Worker};
+use pto_node::{Callable, CallableKind, OrchError, Orchestrator, Worker};
 use pto_types::{CallConfig, DType, RuntimeEnv, TaskArgs, TaskOverrides, WarCheck};
 
 use crate::common::*;
@@ -130,20 +127,9 @@ pto_node::register_node!("war_pair", war_pair);
 fn track_war_and_war_check_reach_remote_chips() {
     with_timeout(90, || {
         pto_kernels::link();
-        let server = serve(ServeOptions {
-            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            chips: 2,
-            sub_workers: 0,
-            mode: EndpointMode::ChildProcess,
-            chip_spec: small_chip(1 << 30),
-            heap_ring_size: 1 << 20,
-            token: None,
-            tls: None,
-            limits: ServeLimits::default(),
-        })
-        .unwrap();
+        let server = crate::remote::server(None, None);
         let l4 = Worker::builder(4)
-            .remote_worker(&format!("http://{}", server.local_addr()))
+            .remote_worker(&crate::remote::at(&server))
             .build()
             .unwrap();
         let h = l4.register(Callable::node("war_pair")).unwrap();

@@ -771,29 +771,28 @@ impl OrchCore {
     /// wait or fail (a read left out is a read the check cannot see: `WarCheckState::skipped`).
     fn register_entries(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
         let policy = self.settings.war;
-        let role = |t: &ArgTensor| match *t {
-            ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => Some(Role::Writer),
-            ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
-            ArgTensor::Create(_) => None,
-        };
-        let required = |r: &Role| *r != Role::Reader { tracked: false };
-        let needed = tensors
+        let entries: smallvec::SmallVec<[(TensorDesc, Role); INLINE_ARGS]> = tensors
             .iter()
-            .filter(|t| role(t).is_some_and(|r| required(&r)))
-            .count();
+            .filter_map(|t| match *t {
+                ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => {
+                    Some((desc, Role::Writer))
+                }
+                ArgTensor::Existing { tag, desc } => Some((desc, policy.reader_role(tag, &desc)?)),
+                ArgTensor::Create(_) => None,
+            })
+            .collect();
+        let check_only = Role::Reader { tracked: false };
+        let needed = entries.iter().filter(|(_, r)| *r != check_only).count();
         if needed > 0 {
             self.reserve_entries(id, needed)?;
         }
-        for t in tensors {
-            let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role(t)) else {
-                continue;
-            };
-            if !required(&role) && self.tensormap.available() == 0 {
+        for (desc, role) in entries {
+            if role == check_only && self.tensormap.available() == 0 {
                 self.war.skipped += 1;
                 continue;
             }
             self.tensormap
-                .insert_as(id, *desc, role)
+                .insert_as(id, desc, role)
                 .expect("entries were reserved above or are free");
         }
         Ok(())
