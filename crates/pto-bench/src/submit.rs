@@ -307,8 +307,7 @@ fn run_once(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Re
             RuntimeEnv::default()
                 .with_task_window(window)
                 .with_heap(1 << 20)
-                // Room for stencil_1d's write-after-read edges when they are tracked.
-                .with_dep_pool((4 * window).min(1 << 20)),
+                .with_dep_pool(window.min(1 << 20)),
         )
     };
     let started = Instant::now();

@@ -771,28 +771,36 @@ impl OrchCore {
     /// wait or fail (a read left out is a read the check cannot see: `WarCheckState::skipped`).
     fn register_entries(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
         let policy = self.settings.war;
-        let entries: smallvec::SmallVec<[(TensorDesc, Role); INLINE_ARGS]> = tensors
+        // The role of each argument, decided once (a role is two bytes; the descriptors stay
+        // where they are).
+        let roles: smallvec::SmallVec<[Option<Role>; INLINE_ARGS]> = tensors
             .iter()
-            .filter_map(|t| match *t {
+            .map(|t| match *t {
                 ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => {
-                    Some((desc, Role::Writer))
+                    Some(Role::Writer)
                 }
-                ArgTensor::Existing { tag, desc } => Some((desc, policy.reader_role(tag, &desc)?)),
+                ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
                 ArgTensor::Create(_) => None,
             })
             .collect();
-        let check_only = Role::Reader { tracked: false };
-        let needed = entries.iter().filter(|(_, r)| *r != check_only).count();
+        let check_only = Some(Role::Reader { tracked: false });
+        let needed = roles
+            .iter()
+            .filter(|r| r.is_some() && **r != check_only)
+            .count();
         if needed > 0 {
             self.reserve_entries(id, needed)?;
         }
-        for (desc, role) in entries {
-            if role == check_only && self.tensormap.available() == 0 {
+        for (t, role) in tensors.iter().zip(roles) {
+            let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role) else {
+                continue;
+            };
+            if Some(role) == check_only && self.tensormap.available() == 0 {
                 self.war.skipped += 1;
                 continue;
             }
             self.tensormap
-                .insert_as(id, desc, role)
+                .insert_as(id, *desc, role)
                 .expect("entries were reserved above or are free");
         }
         Ok(())
