@@ -263,6 +263,30 @@ pub(crate) struct RunArgs {
     /// The PEM certificate (or CA) of https:// --remote servers.
     #[arg(long, value_name = "FILE", requires = "remote")]
     pub(crate) remote_ca: Option<PathBuf>,
+    /// How the job starts. `mpi`: every rank of `mpirun -n N` runs this same command; rank 0
+    /// runs the (level-4) scene and ranks 1..N-1 each serve it a level-3 Worker (--chips,
+    /// --sub-workers, --mode). Needs a pto built with the `mpi` feature.
+    #[arg(long, value_enum, default_value_t = Launcher::Local, conflicts_with = "remote")]
+    pub(crate) launcher: Launcher,
+    /// Chips of each serving rank's Worker (--launcher mpi; default 1).
+    #[arg(long, value_name = "N")]
+    pub(crate) chips: Option<usize>,
+    /// Sub workers of each serving rank's Worker (--launcher mpi; default 0).
+    #[arg(long, value_name = "M")]
+    pub(crate) sub_workers: Option<usize>,
+    /// The address serving ranks listen on (--launcher mpi; default: loopback on rank 0's
+    /// host, else the first non-loopback IPv4 address of the rank's host name).
+    #[arg(long, value_name = "IP")]
+    pub(crate) mpi_bind: Option<std::net::IpAddr>,
+}
+
+/// How `pto run` starts its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Launcher {
+    /// This process runs the scene (level-4 scenes reach --remote servers or start their own).
+    Local,
+    /// One rank of an MPI job started by mpirun, srun or an MPI operator.
+    Mpi,
 }
 
 #[derive(Debug, Subcommand)]

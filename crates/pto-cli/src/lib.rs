@@ -32,6 +32,10 @@ pub(crate) enum Outcome {
     Success,
     /// The command ran but a check failed (exit status 1).
     CheckFailed,
+    /// The command already said what happened (`status` of it); exit with this status (an
+    /// MPI job's rank 0 computes its status before it ends the job).
+    #[cfg(feature = "mpi")]
+    Exit(u8),
 }
 
 /// Writes `text` to stdout. A reader that went away (`pto scenes | head`) ends the command
@@ -77,7 +81,7 @@ pub fn main() -> ExitCode {
     pto_kernels::link();
     let name = program_name();
     // clap keeps the name for the life of the process; this runs once per process.
-    let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
+    let leaked: &'static str = Box::leak(name.into_boxed_str());
     let command = args::Cli::command().name(leaked).bin_name(leaked);
     let subcommands: Vec<String> = command
         .get_subcommands()
@@ -91,9 +95,17 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     init_logging(cli.verbose);
-    match commands::run(cli.command) {
-        Ok(Outcome::Success) => ExitCode::SUCCESS,
-        Ok(Outcome::CheckFailed) => ExitCode::from(1),
+    ExitCode::from(status(commands::run(cli.command)))
+}
+
+/// The exit status of a command's result, printing its error (on one line, after the
+/// program's name) if it failed.
+pub(crate) fn status(result: anyhow::Result<Outcome>) -> u8 {
+    match result {
+        Ok(Outcome::Success) => 0,
+        Ok(Outcome::CheckFailed) => 1,
+        #[cfg(feature = "mpi")]
+        Ok(Outcome::Exit(code)) => code,
         Err(err) => {
             let text = format!("{err:#}");
             let one_line: Vec<&str> = text
@@ -101,11 +113,11 @@ pub fn main() -> ExitCode {
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .collect();
-            eprintln!("{name}: {}", one_line.join("; "));
+            eprintln!("{}: {}", program_name(), one_line.join("; "));
             if err.downcast_ref::<InputError>().is_some() {
-                ExitCode::from(2)
+                2
             } else {
-                ExitCode::from(1)
+                1
             }
         }
     }

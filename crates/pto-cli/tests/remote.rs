@@ -366,3 +366,47 @@ fn remote_flags_that_do_not_fit_the_scene_are_usage_errors() {
         "{err}"
     );
 }
+
+/// The serving-rank flags belong to `--launcher mpi`, which conflicts with `--remote`; a
+/// binary built without the `mpi` feature says how to get it.
+#[test]
+fn mpi_flags_are_refused_where_they_cannot_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let l4 = scenes().join("remote_fanout.toml");
+    let l4 = l4.to_str().unwrap();
+    for (args, expected) in [
+        (
+            vec!["run", l4, "--chips", "2"],
+            "--chips is for the serving ranks of --launcher mpi",
+        ),
+        (
+            vec!["run", l4, "--mpi-bind", "127.0.0.1"],
+            "--mpi-bind is for the serving ranks of --launcher mpi",
+        ),
+        (
+            vec![
+                "run",
+                l4,
+                "--launcher",
+                "mpi",
+                "--remote",
+                "http://127.0.0.1:1",
+            ],
+            "cannot be used with",
+        ),
+    ] {
+        let mut run = spawn_pto(dir.path(), &args);
+        let (code, out, err) = wait_exit(&mut run, Duration::from_secs(20));
+        assert_eq!(code, 2, "{args:?}:\n{out}\n{err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    if !cfg!(feature = "mpi") {
+        let mut run = spawn_pto(dir.path(), &["run", l4, "--launcher", "mpi"]);
+        let (code, out, err) = wait_exit(&mut run, Duration::from_secs(20));
+        assert_eq!(code, 2, "{out}\n{err}");
+        assert!(
+            err.contains("this binary was built without MPI; build it with the `mpi` feature"),
+            "{err}"
+        );
+    }
+}

@@ -6,6 +6,8 @@ mod bench;
 mod config_resolve;
 mod inputs;
 mod liveness;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod readme;
 mod remote;
 mod reports;

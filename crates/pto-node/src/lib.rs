@@ -59,6 +59,8 @@ pub mod floor;
 mod heap;
 mod launch;
 mod monitor;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod orch;
 pub mod remote;
 pub mod report;

@@ -51,7 +51,7 @@ pub use file::{LoadError, SceneFile};
 pub use l2::{EntryArgs, EntryTensor, L2Scene, Tolerance};
 pub use labels::Label;
 pub use params::{Param, Params};
-pub use scene::{CaseResult, CaseRun, RunnerEnv, Scene, TaskRow, WorkerBounds};
+pub use scene::{CaseResult, CaseRun, RemoteSource, RunnerEnv, Scene, TaskRow, WorkerBounds};
 
 /// The crates a scene is written against, so that depending on `pto-scene` alone is enough
 /// (`pto_scene::pto_chip::register_kernel!` works like `pto_chip::register_kernel!`).

@@ -14,6 +14,7 @@ use pto_types::{CallConfig, RING_COUNT, Resource, WarCheck};
 use crate::figures::CaseFigures;
 use crate::file::{Case, SceneFile};
 use crate::params::{cut, key_list};
+use crate::scene::RemoteSource;
 use crate::scene::{CaseResult, CaseRun, RunnerEnv, TaskRow};
 use pto_sizing::report::human_bytes;
 
@@ -296,10 +297,15 @@ fn base_config(file: &SceneFile, case: &Case, options: &RunOptions) -> Result<Ca
 /// `--output` too long for `output_prefix`): a usage error, not a failed case.
 pub fn check_options(file: &SceneFile, options: &RunOptions) -> Result<(), String> {
     let given = options.env.remote.len();
+    let source = options.env.remote_source;
     let level = file.scene.level();
-    if given > 0 && level != crate::SceneLevel::L4 {
+    if (given > 0 || source == RemoteSource::Mpi) && level != crate::SceneLevel::L4 {
+        let what = match source {
+            RemoteSource::Flags => "--remote",
+            RemoteSource::Mpi => "--launcher mpi",
+        };
         return Err(format!(
-            "{}: --remote is for level-4 scenes; this one is level {}",
+            "{}: {what} is for level-4 scenes; this one is level {}",
             file.path.display(),
             level.number()
         ));
@@ -308,15 +314,18 @@ pub fn check_options(file: &SceneFile, options: &RunOptions) -> Result<(), Strin
         .iter()
         .filter(|c| options.case.as_deref().is_none_or(|n| n == c.name))
         .try_for_each(|case| {
-            if let Some(needed) = file.scene.remote_workers(&case.config)
-                && given > 0
-                && given != needed
-            {
-                return Err(format!(
-                    "case {}: needs {needed} remote worker(s) (config.device_count), got {given} \
-                     (--remote)",
-                    case.name
-                ));
+            if let Some(needed) = file.scene.remote_workers(&case.config) {
+                let fits = match source {
+                    RemoteSource::Flags => given == 0 || given == needed,
+                    RemoteSource::Mpi => given >= needed,
+                };
+                if !fits {
+                    return Err(format!(
+                        "case {}: needs {needed} remote worker(s) (config.device_count), {}",
+                        case.name,
+                        source.describe(given)
+                    ));
+                }
             }
             base_config(file, case, options).map(|_| ())
         })

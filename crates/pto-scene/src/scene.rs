@@ -281,6 +281,32 @@ pub struct RunnerEnv {
     /// Remote L3 workers (`pto serve` addresses) for level-4 scenes (`--remote`); empty: such
     /// a scene starts its own servers on loopback ports in this process.
     pub remote: Vec<pto_node::remote::RemoteWorker>,
+    /// Where `remote` came from, which decides how a case may use it.
+    pub remote_source: RemoteSource,
+}
+
+/// Where a run's remote workers come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RemoteSource {
+    /// `--remote`, one per worker a case needs: a case must get exactly its count.
+    #[default]
+    Flags,
+    /// The serving ranks of an MPI job (`--launcher mpi`): a case takes the first ones it
+    /// needs, and needs at least that many.
+    Mpi,
+}
+
+impl RemoteSource {
+    /// How many a run got, said after what a case needs.
+    pub fn describe(self, given: usize) -> String {
+        match self {
+            RemoteSource::Flags => format!("got {given} (--remote)"),
+            RemoteSource::Mpi => format!(
+                "but the MPI job has {given} serving rank(s) (mpirun -n {}); start it with one rank more than the remote workers a case needs",
+                given + 1
+            ),
+        }
+    }
 }
 
 impl RunnerEnv {
@@ -296,6 +322,7 @@ impl RunnerEnv {
             liveness_timeout: None,
             startup_timeout: None,
             remote: Vec::new(),
+            remote_source: RemoteSource::Flags,
         }
     }
 }

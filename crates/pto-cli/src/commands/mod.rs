@@ -3,6 +3,7 @@
 mod advise;
 mod bench;
 mod config_resolve;
+mod mpi;
 mod run;
 mod scenes;
 mod serve;

@@ -11,13 +11,39 @@ use pto_scene::report_html::{HtmlPage, render_html};
 use pto_scene::runner::{
     Diagnostics, RunOptions, check_options, render_json_lines, render_table, run_file,
 };
-use pto_scene::{RunnerEnv, SceneFile};
+use pto_scene::{RemoteSource, RunnerEnv, SceneFile};
 use pto_types::ring_config::env::KNOWN_RING_VARS;
 
-use crate::args::RunArgs;
+use crate::args::{Launcher, RunArgs};
 use crate::{InputError, Outcome};
 
 pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
+    match args.launcher {
+        Launcher::Mpi => super::mpi::run(args),
+        Launcher::Local => {
+            let mpi_only = [
+                ("--chips", args.chips.is_some()),
+                ("--sub-workers", args.sub_workers.is_some()),
+                ("--mpi-bind", args.mpi_bind.is_some()),
+            ];
+            if let Some((flag, _)) = mpi_only.iter().find(|(_, given)| *given) {
+                return Err(InputError(format!(
+                    "{flag} is for the serving ranks of --launcher mpi; without it, a level-4 \
+                     scene starts its own servers or uses --remote ones"
+                ))
+                .into());
+            }
+            run_scene(args, remote_workers(args)?, RemoteSource::Flags)
+        }
+    }
+}
+
+/// Runs the scene of `args` here, with `remote` as its level-4 remote workers.
+pub(crate) fn run_scene(
+    args: &RunArgs,
+    remote: Vec<RemoteWorker>,
+    remote_source: RemoteSource,
+) -> anyhow::Result<Outcome> {
     if args.enable_chip_swimlane > 4 {
         return Err(InputError(format!(
             "--enable-chip-swimlane {}: must be between 0 and 4",
@@ -26,7 +52,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let file = SceneFile::load(&args.scene).map_err(|e| InputError(e.to_string()))?;
-    let options = options_of(args)?;
+    let options = options_of(args, remote, remote_source)?;
     if options.env.strict_env {
         // The chips would each refuse this environment; say it once, as a usage error, before
         // any case starts (in-process chips snapshot it, chip children inherit it).
@@ -88,7 +114,11 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
 }
 
 /// The run options the flags ask for (usage errors: exit status 2).
-fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
+fn options_of(
+    args: &RunArgs,
+    remote: Vec<RemoteWorker>,
+    remote_source: RemoteSource,
+) -> Result<RunOptions, InputError> {
     Ok(RunOptions {
         case: args.case.clone(),
         output: args.output.clone(),
@@ -110,7 +140,8 @@ fn options_of(args: &RunArgs) -> Result<RunOptions, InputError> {
             task_timeout: parse_secs("--task-timeout", args.task_timeout.as_deref())?,
             liveness_timeout: parse_secs("--liveness-timeout", args.liveness_timeout.as_deref())?,
             startup_timeout: None,
-            remote: remote_workers(args)?,
+            remote,
+            remote_source,
         },
     })
 }

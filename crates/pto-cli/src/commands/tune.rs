@@ -100,14 +100,8 @@ fn selected_cases(args: &TuneArgs, file: &SceneFile) -> anyhow::Result<Vec<Strin
 /// How the cases run: `--mode`, `--ring-env` and `--fast`.
 fn runner_env(args: &TuneArgs) -> anyhow::Result<RunnerEnv> {
     Ok(RunnerEnv {
-        mode: args.mode.into(),
         ring_env: parse_pairs(&args.ring_env)?,
-        strict_env: false,
-        fast: args.fast,
-        task_timeout: None,
-        liveness_timeout: None,
-        startup_timeout: None,
-        remote: Vec::new(),
+        ..RunnerEnv::new(args.mode.into(), args.fast)
     })
 }
 

@@ -68,7 +68,7 @@ impl Connection {
         on_lost: Arc<dyn Fn() + Send + Sync>,
     ) -> Result<Connection, String> {
         let rt = runtime()?;
-        let at = remote.host_port().to_string();
+        let at = remote.to_string();
         block(rt, Connection::open_async(remote.clone(), on_lost))
             .and_then(|r| r)
             .map_err(|e| format!("remote worker {at}: {e}"))
@@ -109,6 +109,7 @@ impl Connection {
         let closing = Arc::new(AtomicBool::new(false));
         let watcher = {
             let (lost, closing) = (Arc::clone(&lost), Arc::clone(&closing));
+            let hook = remote.on_lost.clone();
             tokio::spawn(async move {
                 let why = loop {
                     match stream.message().await {
@@ -118,7 +119,11 @@ impl Connection {
                     }
                 };
                 if !closing.load(Ordering::Acquire) {
-                    set_once(&lost, why);
+                    if set_once(&lost, why.clone())
+                        && let Some(hook) = &hook
+                    {
+                        hook(&why);
+                    }
                     on_lost();
                 }
             })
@@ -140,7 +145,11 @@ impl Connection {
 
     /// Records that the session is gone (a task call failed in transport, or a kill).
     pub(crate) fn mark_lost(&self, why: String) {
-        set_once(&self.lost, why);
+        if set_once(&self.lost, why.clone())
+            && let Some(hook) = &self.remote.on_lost
+        {
+            hook(&why);
+        }
     }
 
     /// Runs one task there; resolves when the remote run finished.
@@ -317,11 +326,14 @@ fn channel_of(remote: &RemoteWorker) -> Result<Endpoint, String> {
         .map_err(|e| format!("TLS settings: {e}"))
 }
 
-fn set_once(slot: &Mutex<Option<String>>, why: String) {
+/// Keeps the first reason; true if this was it.
+fn set_once(slot: &Mutex<Option<String>>, why: String) -> bool {
     let mut lost = slot.lock();
-    if lost.is_none() {
+    let first = lost.is_none();
+    if first {
         *lost = Some(why);
     }
+    first
 }
 
 /// Whether a failed call means the connection is gone rather than an answer of the server:

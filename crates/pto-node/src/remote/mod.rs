@@ -68,7 +68,14 @@ pub struct RemoteWorker {
     pub(crate) domain: Option<String>,
     pub(crate) open_timeout: Duration,
     pub(crate) submit_timeout: Option<Duration>,
+    /// Who the worker is, for messages (`MPI rank 1 on node7`).
+    pub(crate) label: Option<String>,
+    pub(crate) on_lost: Option<LostHook>,
 }
+
+/// Called once, on the client runtime, when a session on the worker is lost (not when it is
+/// closed), with why: the first sign of a loss, before any task fails of it.
+pub type LostHook = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 impl RemoteWorker {
     /// A worker at `address`: `http://HOST:PORT`, `https://HOST:PORT` (TLS), or `HOST:PORT`
@@ -86,7 +93,23 @@ impl RemoteWorker {
             domain: None,
             open_timeout: DEFAULT_OPEN_TIMEOUT,
             submit_timeout: None,
+            label: None,
+            on_lost: None,
         }
+    }
+
+    /// Who the worker is, shown before its address in every message that names it
+    /// (`MPI rank 1 on node7 at 10.0.0.7:40321`).
+    pub fn label(mut self, label: &str) -> RemoteWorker {
+        self.label = Some(label.to_string());
+        self
+    }
+
+    /// Runs `hook` when a session on this worker is lost (its server died, stopped answering
+    /// or reset the connection); the tasks in flight there fail with `WORKER_LOST` as always.
+    pub fn on_lost(mut self, hook: LostHook) -> RemoteWorker {
+        self.on_lost = Some(hook);
+        self
     }
 
     /// The token the server requires (`pto serve --token-file`).
@@ -163,13 +186,17 @@ impl fmt::Debug for RemoteWorker {
             .field("address", &self.address)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("tls", &self.ca_pem.is_some())
-            .finish()
+            .field("label", &self.label)
+            .finish_non_exhaustive()
     }
 }
 
 impl fmt::Display for RemoteWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.host_port())
+        match &self.label {
+            Some(label) => write!(f, "{label} at {}", self.host_port()),
+            None => f.write_str(self.host_port()),
+        }
     }
 }
 

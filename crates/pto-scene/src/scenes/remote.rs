@@ -175,12 +175,16 @@ fn remote_workers(
     case: &CaseRun<'_>,
     chips: usize,
 ) -> anyhow::Result<(Vec<RemoteWorker>, Vec<Server>)> {
-    if !case.env.remote.is_empty() {
-        return Ok((case.env.remote.clone(), Vec::new()));
-    }
     let count = RemoteFanout
         .remote_workers(case.config)
         .unwrap_or(DEFAULT_REMOTE_WORKERS);
+    if !case.env.remote.is_empty() {
+        // `check_options` made sure there are enough (MPI ranks may be more).
+        return Ok((
+            case.env.remote.iter().take(count).cloned().collect(),
+            Vec::new(),
+        ));
+    }
     let mut servers = Vec::with_capacity(count);
     for _ in 0..count {
         let options = ServeOptions {
