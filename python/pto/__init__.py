@@ -19,7 +19,7 @@ every chip task carries its own ring sizing in its :class:`CallConfig`::
                                    .output_existing(out).label("small"), small, worker=0)
 
         report = w.run(orch_fn, pto.TaskArgs(), pto.CallConfig())
-        print(report.task("small").sizing)   # heap=[1048576(call_config), …]
+        print(report.task("small").sizing)   # task_window=16384d,… heap=1Mc,1Mc,1Mc,1Mc …
         assert (out == 3.0).all()
 """
 

@@ -101,7 +101,14 @@ def _check_array(arr: Any, index: int, tag: str) -> np.ndarray:
 def spec(worker: Any, index: int, tag: str, arr: Any) -> tuple:
     """The native spec of one tagged array for a task of ``worker``."""
     arr = _check_array(arr, index, tag)
-    name = dtype_name(arr.dtype)
+    try:
+        name = dtype_name(arr.dtype)
+    except SubmitError as e:
+        shape = "x".join(str(n) for n in arr.shape) or "scalar"
+        raise SubmitError(
+            f"tensor {index} ({tag}, a {shape} {arr.dtype.name} array): {e}; convert it first, "
+            "e.g. arr.astype(np.float32)"
+        ) from None
     memory = memory_of(arr)
     if memory is not None and memory.dtype == "bfloat16" and name == "uint16":
         name = "bfloat16"  # its bits seen as uint16 (no ml_dtypes): still a bfloat16 tensor

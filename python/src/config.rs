@@ -353,7 +353,7 @@ impl PyResolution {
     }
 
     fn __str__(&self) -> String {
-        self.report.sizing.to_string()
+        self.report.sizing.compact()
     }
 }
 

@@ -43,10 +43,11 @@ fn error_codes() -> Vec<(u32, &'static str, &'static str)> {
         .collect()
 }
 
-/// The chip callables this module links (`ChipCallable` names).
+/// The chip callables this module links for users (`ChipCallable` names; the runtime's own,
+/// such as `bench.empty_chip`, are not listed).
 #[pyfunction]
 fn chip_callables() -> Vec<&'static str> {
-    pto_chip::callable::chip_callable_names()
+    pto_chip::callable::listed_chip_callable_names()
 }
 
 /// Keeps kernel panics off stderr: the chip runtime catches them on its executor and gang

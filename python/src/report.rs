@@ -72,7 +72,7 @@ pub(crate) struct PySizing {
     task_window: Vec<PyResolved>,
     heap: Vec<PyResolved>,
     dep_pool: Vec<PyResolved>,
-    /// The bind log's form: `task_window=[16(call_config), …] heap=[…] dep_pool=[…]`.
+    /// The tables' form: `task_window=64c,32c,16c,16c heap=4Mc,… dep_pool=…`.
     text: String,
 }
 
@@ -93,7 +93,7 @@ impl From<&ResolvedSizing> for PySizing {
             task_window: one(Resource::TaskWindow),
             heap: one(Resource::Heap),
             dep_pool: one(Resource::DepPool),
-            text: s.to_string(),
+            text: s.compact(),
         }
     }
 }

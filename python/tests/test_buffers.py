@@ -80,8 +80,11 @@ def test_dtypes_are_never_converted(worker):
     worker.init()
     f64 = np.ones(64)  # float64: pto holds no such type
     out = worker.create_buffer(64)
-    with pytest.raises(pto.SubmitError, match="dtype float64"):
-        worker.run(lambda orch, a, c: orch.submit_next_level(worker.add, pto.TaskArgs().input(f64).input(f64).output_existing(out), c))
+    with pytest.raises(pto.SubmitError, match="dtype float64") as e:
+        worker.run(lambda orch, a, c: orch.submit_next_level(worker.add, pto.TaskArgs().input(out).input(f64).output_existing(out), c))
+    # Which argument: its index, tag, shape and dtype, and what to do.
+    assert "tensor 1 (input, a 64 float64 array)" in str(e.value)
+    assert "astype(np.float32)" in str(e.value)
     with pytest.raises(pto.WorkerError, match="dtype float64"):
         worker.create_buffer(8, np.float64)
     ints = worker.create_buffer(64, "int32")

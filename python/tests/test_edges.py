@@ -279,3 +279,12 @@ def test_a_tracked_input_orders_a_later_writer_at_l3(mode):
         report = w.run(orch_fn)
     assert seen == [1.0]
     assert report.tasks[1].producers == [0]
+
+
+def test_chip_callables_lists_only_what_users_call():
+    names = pto.chip_callables()
+    assert "vector_example" in names and "elementwise_add" in names
+    assert not any(n.startswith("bench.") for n in names), names
+    with pytest.raises(pto.WorkerError, match=r"did you mean vector_example\?"):
+        with pto.Worker(level=3, chips=1, mode="in-process") as w:
+            w.register(pto.ChipCallable("vector_exampel"))

@@ -14,9 +14,10 @@ def test_the_readme_script_fans_out_three_sizings():
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["attn", "small", "defaults"]
     attn, small, defaults = lines
-    assert "heap=[67108864(call_config)" in attn and "task_window=[1024(call_config)" in attn
-    assert "dep_pool=[16384(default)" in attn
-    assert "heap=[4194304(call_config), 2097152(call_config), 1048576(call_config)" in small
-    assert "call_config" not in defaults and "heap=[268435456(default)" in defaults
+    # As the `pto run` table prints them: value (heap in K/M/G) and source letter per ring.
+    assert "task_window=1024c,1024c,1024c,1024c heap=64Mc,64Mc,64Mc,64Mc" in attn
+    assert "dep_pool=16384d,16384d,16384d,16384d" in attn
+    assert "heap=4Mc,2Mc,1Mc,1Mc dep_pool=256c,256c,256c,256c" in small
+    assert "heap=256Md,256Md,256Md,256Md" in defaults and "c," not in defaults
     reserved = [float(line.rsplit("reserved ", 1)[1].split()[0]) for line in lines]
     assert reserved[1] < reserved[0] < reserved[2]

@@ -110,3 +110,12 @@ def test_resolve_takes_a_runtime_env_and_flag_overrides():
     with pytest.raises(pto.ConfigError) as e:
         pto.resolve(env={}, ring_heap=[MiB, MiB, 100, MiB])
     assert (e.value.ring, e.value.value) == (2, 100)
+
+
+def test_a_sizing_prints_as_the_cli_table_does():
+    r = pto.resolve(pto.RuntimeEnv(ring_heap=[4 * MiB, MiB, 1088, MiB], ring_task_window=64),
+                    env={"PTO2_RING_DEP_POOL": "32"})
+    expected = ("task_window=64c,64c,64c,64c heap=4Mc,1Mc,1088c,1Mc "
+                "dep_pool=32e,32e,32e,32e")
+    assert str(r.sizing) == expected and str(r) == expected
+    assert repr(r.sizing) == f"Sizing({expected})"

@@ -49,7 +49,7 @@ pto_node::register_node!("bench.noop_node", noop_node);
 fn empty_chip<'r>(_: &mut RootScope<'r>, _: &OrchArgs<'r>) -> OrchResult<()> {
     Ok(())
 }
-pto_chip::register_chip!("bench.empty_chip", empty_chip);
+pto_chip::register_chip!("bench.empty_chip", empty_chip, unlisted);
 
 /// A small chip: dispatch cost, not chip start-up, is measured.
 fn chip_spec() -> ChipSpec {
@@ -515,6 +515,16 @@ fn four_chips(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_empty_chip_is_found_by_name_but_not_listed_for_users() {
+        use pto_chip::callable::{
+            chip_callable_names, find_chip_callable, listed_chip_callable_names,
+        };
+        assert!(find_chip_callable("bench.empty_chip").is_some());
+        assert!(chip_callable_names().contains(&"bench.empty_chip"));
+        assert!(!listed_chip_callable_names().contains(&"bench.empty_chip"));
+    }
 
     #[test]
     fn robust_line_fit() {

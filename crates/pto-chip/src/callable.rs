@@ -16,6 +16,9 @@ pub struct ChipCallable {
     pub orch: OrchFn,
     /// Fewer entry arguments (tensors + scalars) than this fail the run with INVALID_ARGS.
     pub expected_args: usize,
+    /// Shown in lists for users ([`listed_chip_callable_names`]); `false` for the runtime's
+    /// own (`bench.empty_chip`), which are still found by name.
+    pub listed: bool,
 }
 
 #[doc(hidden)]
@@ -32,15 +35,26 @@ inventory::collect!(__ChipRegistration);
 /// }
 /// pto_chip::register_chip!("doc.nothing", nothing);
 /// assert!(pto_chip::callable::find_chip_callable("doc.nothing").is_some());
+/// // One of the runtime's own, found by name but not listed for users:
+/// pto_chip::register_chip!("doc.internal", nothing, unlisted);
+/// assert!(pto_chip::callable::find_chip_callable("doc.internal").is_some());
+/// assert!(!pto_chip::callable::listed_chip_callable_names().contains(&"doc.internal"));
 /// ```
 #[macro_export]
 macro_rules! register_chip {
+    ($name:expr, $orch:path, unlisted $(,)?) => {
+        $crate::register_chip!(@submit $name, $orch, 0, false);
+    };
     ($name:expr, $orch:path $(, expected_args = $n:expr)? $(,)?) => {
+        $crate::register_chip!(@submit $name, $orch, 0 $(+ $n)?, true);
+    };
+    (@submit $name:expr, $orch:path, $n:expr, $listed:expr) => {
         $crate::callable::__inventory::submit! {
             $crate::callable::__ChipRegistration($crate::callable::ChipCallable {
                 name: $name,
                 orch: $orch,
-                expected_args: 0 $(+ $n)?,
+                expected_args: $n,
+                listed: $listed,
             })
         }
     };
@@ -70,9 +84,17 @@ pub fn find_chip_callable(name: &str) -> Option<ChipCallable> {
     index().get(name).copied()
 }
 
-/// Every registered chip callable name, sorted.
+/// Every registered chip callable name, sorted (a remote session registers them all).
 pub fn chip_callable_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = index().keys().copied().collect();
     names.sort_unstable();
+    names
+}
+
+/// The names to show users, sorted: every chip callable but the runtime's own (registered
+/// `unlisted`).
+pub fn listed_chip_callable_names() -> Vec<&'static str> {
+    let mut names = chip_callable_names();
+    names.retain(|n| index()[n].listed);
     names
 }

@@ -249,9 +249,12 @@ impl fmt::Display for BindError {
             ),
             BindError::Sizing(e) => write!(f, "{e}"),
             BindError::UnknownCallable { name } => {
+                let listed = crate::callable::listed_chip_callable_names();
                 write!(
                     f,
-                    "no chip callable named {name:?} is registered in this image"
+                    "no chip callable named {name:?} is registered in this image{} (registered: {})",
+                    pto_types::suggest::did_you_mean(name, listed.iter().copied()),
+                    listed.join(", ")
                 )
             }
             BindError::InvalidArgs { reason } => write!(f, "invalid arguments: {reason}"),

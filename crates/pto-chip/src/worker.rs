@@ -315,6 +315,7 @@ impl ChipWorker {
             name: "<unregistered>",
             orch,
             expected_args: 0,
+            listed: false,
         };
         self.run_callable(c, args, cfg, ctx)
     }

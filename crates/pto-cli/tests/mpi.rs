@@ -301,13 +301,14 @@ fn a_rank_killed_or_stopped_mid_task_ends_the_job_naming_it() {
     }
 }
 
-/// The token is made on rank 0 and sent over MPI: no command line or environment of any
-/// process of the job holds it, and a serving rank refuses a client without it.
+/// The token is made on rank 0 and sent over MPI: no command line, environment or log line of
+/// any process of the job holds it, and a serving rank refuses a client without it.
 #[test]
 fn the_token_travels_over_mpi_only_and_guards_every_rank() {
     let dir = tempfile::tempdir().unwrap();
     let scene = slow_scene(dir.path());
-    let job = Job::start(dir.path(), 3, &[&scene, "--chips", "2"]);
+    // -vv: every rank logs at debug level, and no line may carry the token.
+    let job = Job::start(dir.path(), 3, &[&scene, "--chips", "2", "-vv"]);
     let ranks = job.serving(2, Duration::from_secs(60));
     let hex64 = |text: &str| {
         text.split(|c: char| !c.is_ascii_hexdigit())
@@ -323,6 +324,7 @@ fn the_token_travels_over_mpi_only_and_guards_every_rank() {
             );
         }
     }
+    assert!(!hex64(&job.err()), "the job's log holds a token-like value");
     // A client without the token, through the same binary's --remote.
     let remote = format!("http://{}", ranks[0].2);
     let intruder = crate::util::pto(dir.path())

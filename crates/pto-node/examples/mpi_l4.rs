@@ -111,7 +111,7 @@ fn run(root: &pto_node::mpi::MpiRoot) -> Result<(), Box<dyn std::error::Error>> 
             .task("add")
             .and_then(|t| t.members[0].chip.as_ref())
             .ok_or("no chip report")?;
-        println!("rank {}: {}", i + 1, chip.sizing);
+        println!("rank {}: {}", i + 1, chip.sizing.compact());
         assert_eq!(out.read_vec::<f32>(0, n)?, vec![2.0 * (i as f32 + 1.0); n]);
     }
     l4.close();

@@ -203,6 +203,31 @@ pub fn sub_callable_names() -> Vec<&'static str> {
     names
 }
 
+/// ` (did you mean X?) (registered: A, B)`: what a user could have meant by an unknown
+/// callable name of `kind` (chip callables the runtime registers for itself are not listed).
+pub(crate) fn known_hint(kind: CallableKind, name: &str) -> String {
+    let known: Vec<&'static str> = match kind {
+        CallableKind::Chip => pto_chip::callable::listed_chip_callable_names(),
+        CallableKind::Sub => sub_callable_names(),
+        CallableKind::Node => {
+            let mut names: Vec<&'static str> = inventory::iter::<__NodeRegistration>
+                .into_iter()
+                .map(|r| r.name)
+                .collect();
+            names.sort_unstable();
+            names
+        }
+    };
+    if known.is_empty() {
+        return " (none is)".to_string();
+    }
+    format!(
+        "{} (registered: {})",
+        pto_types::suggest::did_you_mean(name, known.iter().copied()),
+        known.join(", ")
+    )
+}
+
 /// The node function registered under `name`.
 pub fn find_node_callable(name: &str) -> Option<NodeFn> {
     inventory::iter::<__NodeRegistration>

@@ -87,7 +87,10 @@ pub enum AddWorkerError {
 pub enum RegisterError {
     #[error("callable name {name:?} must be 1-64 characters of [A-Za-z0-9_.-]")]
     BadName { name: String },
-    #[error("no {kind} callable named {name:?} is registered in this image")]
+    #[error(
+        "no {kind} callable named {name:?} is registered in this image{}",
+        crate::callable::known_hint(*kind, name)
+    )]
     UnknownCallable { kind: CallableKind, name: String },
     #[error("closure callables need EndpointMode::InProcess (children resolve callables by name)")]
     ClosureRequiresInProcess,

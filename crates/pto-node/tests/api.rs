@@ -92,6 +92,16 @@ fn n04_unknown_callable(mode: Mode) {
             name: "nope".to_string()
         })
     );
+    // A misspelt name gets the nearest registered one, and the list for users.
+    let err = w
+        .register(Callable::chip("elementwise_ad"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("(did you mean elementwise_add?) (registered: ")
+            && err.contains("vector_example"),
+        "{err}"
+    );
     assert!(matches!(
         w.register(Callable::sub("nope")),
         Err(RegisterError::UnknownCallable { .. })

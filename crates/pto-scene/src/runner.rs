@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use pto_chip::diag::json_line;
 use pto_node::EndpointMode;
+use pto_types::ring_config::resolve::value_cell;
 use pto_types::{CallConfig, RING_COUNT, Resource, WarCheck};
 
 use crate::figures::CaseFigures;
@@ -369,32 +370,9 @@ pub fn check_output(dir: &Path, create: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `16384d`, `64e`, `128c`, `8Kt`: a value with its source letter ([`SOURCE_LEGEND`]).
-fn cell(value: u64, letter: char, bytes: bool) -> String {
-    let v = if bytes {
-        short_bytes(value)
-    } else {
-        value.to_string()
-    };
-    format!("{v}{letter}")
-}
-
 /// What the letters after sizing values mean.
 pub const SOURCE_LEGEND: &str = "t = tasks.<label>, f = tasks.<family>, c = call_config (the \
      case's runtime_env, or a config the scene built), e = env, d = default";
-
-/// `256M`, `1M`, `4K`, `1088`.
-fn short_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
-        format!("{}G", b >> 30)
-    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
-        format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
-        format!("{}K", b >> 10)
-    } else {
-        b.to_string()
-    }
-}
 
 /// The result table: one row per (case, task), then each case's footer lines.
 pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
@@ -461,15 +439,13 @@ pub fn rings_cell(row: &TaskRow, resource: Resource) -> String {
     let Some(s) = &row.sizing else {
         return "-".to_string();
     };
-    let bytes = resource == Resource::Heap;
     let cells: Vec<String> = (0..RING_COUNT)
         .map(|r| {
             let v = s.at(resource, r);
-            let letter = match row.block(resource, r) {
-                Some(b) => b.letter(),
-                None => v.source.as_str().chars().next().unwrap_or('?'),
-            };
-            cell(v.value, letter, bytes)
+            let letter = row
+                .block(resource, r)
+                .map_or(v.source.letter(), |b| b.letter());
+            value_cell(resource, v.value, letter)
         })
         .collect();
     cells.join(",")

@@ -38,6 +38,15 @@ impl SizeSource {
         }
     }
 
+    /// The letter tables print after a value: `c`, `e` or `d`.
+    pub const fn letter(self) -> char {
+        match self {
+            SizeSource::CallConfig => 'c',
+            SizeSource::Env => 'e',
+            SizeSource::Default => 'd',
+        }
+    }
+
     /// The source with this wire code.
     pub const fn from_code(code: u8) -> Option<SizeSource> {
         match code {
@@ -217,6 +226,27 @@ impl ResolvedSizing {
         self.at(Resource::DepPool, ring).value as u32
     }
 
+    /// `64c,32c,16c,16c` (`4Mc,1Mc,…` for the heap): one resource over the rings, each value
+    /// with its source's letter ([`SizeSource::letter`]), as every table prints it.
+    pub fn cells(&self, resource: Resource) -> String {
+        let cells: Vec<String> = self
+            .get(resource)
+            .iter()
+            .map(|r| value_cell(resource, r.value, r.source.letter()))
+            .collect();
+        cells.join(",")
+    }
+
+    /// `task_window=64c,32c,16c,16c heap=4Mc,1Mc,1Mc,1Mc dep_pool=128c,64c,64c,64c`: the
+    /// short form of the tables (c = call_config, e = env, d = default).
+    pub fn compact(&self) -> String {
+        let parts: Vec<String> = Resource::ALL
+            .into_iter()
+            .map(|r| format!("{}={}", r.short_name(), self.cells(r)))
+            .collect();
+        parts.join(" ")
+    }
+
     /// The values without sources.
     pub fn key(&self) -> SizingKey {
         SizingKey {
@@ -250,6 +280,29 @@ impl ResolvedSizing {
             heap_bases,
             dep_capacity: self.values(Resource::DepPool),
         })
+    }
+}
+
+/// `16384d`, `64e`, `128c`, `8Kt`: one ring's value (heap bytes shortened with
+/// [`short_bytes`]) and a source letter.
+pub fn value_cell(resource: Resource, value: u64, letter: char) -> String {
+    if resource == Resource::Heap {
+        format!("{}{letter}", short_bytes(value))
+    } else {
+        format!("{value}{letter}")
+    }
+}
+
+/// `256M`, `1M`, `4K`, `1088`: bytes in the largest unit that divides them.
+pub fn short_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{}G", b >> 30)
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{}K", b >> 10)
+    } else {
+        b.to_string()
     }
 }
 
@@ -625,6 +678,21 @@ mod tests {
             &env(&[]),
         );
         assert_ne!(from_call.key(), other.key());
+    }
+
+    #[test]
+    fn compact_form_is_the_tables_cells() {
+        let env = env(&[("PTO2_RING_DEP_POOL", "32")]);
+        let call = RuntimeEnv::default()
+            .with_task_window([64, 32, 16, 16])
+            .with_heap([4 << 20, 1 << 20, 1088, 3 << 30]);
+        let s = resolved(call, &env);
+        assert_eq!(
+            s.compact(),
+            "task_window=64c,32c,16c,16c heap=4Mc,1Mc,1088c,3Gc dep_pool=32e,32e,32e,32e"
+        );
+        assert_eq!(value_cell(Resource::Heap, 8 << 10, 't'), "8Kt");
+        assert_eq!(value_cell(Resource::DepPool, 16384, 'd'), "16384d");
     }
 
     #[test]
