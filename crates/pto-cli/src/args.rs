@@ -275,7 +275,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "M")]
     pub(crate) sub_workers: Option<usize>,
     /// The address serving ranks listen on (--launcher mpi; default: loopback on rank 0's
-    /// host, else the first non-loopback IPv4 address of the rank's host name).
+    /// host, else the first non-loopback IPv4 address of the rank's host name; 0.0.0.0: every
+    /// interface, announced as that address).
     #[arg(long, value_name = "IP")]
     pub(crate) mpi_bind: Option<std::net::IpAddr>,
 }

@@ -18,6 +18,7 @@ struct Job {
     child: Child,
     out: Arc<Mutex<String>>,
     err: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Job {
@@ -47,18 +48,23 @@ impl Job {
         let collect = |pipe: Box<dyn std::io::Read + Send>| {
             let text = Arc::new(Mutex::new(String::new()));
             let sink = Arc::clone(&text);
-            std::thread::spawn(move || {
+            let reader = std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     let mut all = sink.lock().unwrap();
                     all.push_str(&line);
                     all.push('\n');
                 }
             });
-            text
+            (text, reader)
         };
-        let out = collect(Box::new(child.stdout.take().unwrap()));
-        let err = collect(Box::new(child.stderr.take().unwrap()));
-        Job { child, out, err }
+        let (out, out_reader) = collect(Box::new(child.stdout.take().unwrap()));
+        let (err, err_reader) = collect(Box::new(child.stderr.take().unwrap()));
+        Job {
+            child,
+            out,
+            err,
+            readers: vec![out_reader, err_reader],
+        }
     }
 
     fn err(&self) -> String {
@@ -71,13 +77,17 @@ impl Job {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                // The reader threads drain what is left in the pipes.
-                std::thread::sleep(Duration::from_millis(200));
+                // The readers end at the pipes' end of file (up to 10 s: a process left
+                // holding a pipe is found by the tests' process checks, not here).
+                let drained = Instant::now() + Duration::from_secs(10);
+                while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < drained {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 let out = self.out.lock().unwrap().clone();
                 return (status.code().unwrap_or(-1), out, self.err());
             }
             if Instant::now() >= deadline {
-                let _ = self.child.kill();
+                self.end_all();
                 panic!(
                     "the MPI job did not end within {limit:?}:\n{}\n{}",
                     self.out.lock().unwrap(),
@@ -138,9 +148,15 @@ impl Job {
 }
 
 impl Drop for Job {
+    fn drop(&mut self) {
+        self.end_all();
+    }
+}
+
+impl Job {
     /// mpirun takes its ranks down on SIGTERM (a SIGKILL would orphan them); whatever is
     /// left after that is killed.
-    fn drop(&mut self) {
+    fn end_all(&mut self) {
         if self.child.try_wait().ok().flatten().is_some() {
             return;
         }
@@ -149,7 +165,8 @@ impl Drop for Job {
             let _ = rustix::process::kill_process(pid, Signal::TERM);
         }
         let _ = all_gone(&all[..1], Duration::from_secs(10));
-        for pid in all.into_iter().filter_map(|p| Pid::from_raw(p as i32)) {
+        let left = all.into_iter().filter(|&p| alive(p));
+        for pid in left.filter_map(|p| Pid::from_raw(p as i32)) {
             let _ = rustix::process::kill_process(pid, Signal::KILL);
         }
         let _ = self.child.wait();

@@ -97,7 +97,7 @@ pub fn init() -> Result<MpiProcess, MpiError> {
     let (rank, size) = (world.rank(), world.size());
     Ok(if rank == 0 {
         MpiProcess::Root(MpiRoot {
-            universe,
+            universe: Some(universe),
             host,
             size,
             ranks: Vec::new(),
@@ -169,11 +169,11 @@ impl MpiRank {
         let pid = std::process::id();
         let started = self.listen(options, token, &root_host);
         let ready = match &started {
-            Ok(server) => format!("ok\n{}\n{pid}\n{}", self.host, server.local_addr()),
+            Ok((_, at)) => format!("ok\n{}\n{pid}\n{at}", self.host),
             Err(e) => format!("err\n{}\n{pid}\n{e}", self.host),
         };
         root.send_with_tag(ready.as_bytes(), TAG_READY);
-        if let Ok(server) = &started {
+        if let Ok((_, at)) = &started {
             announce(&format!(
                 "MPI rank {} of {} on {} (pid {pid}) serves {} chip(s) and {} sub worker(s) ({}) on {}",
                 self.rank,
@@ -182,29 +182,37 @@ impl MpiRank {
                 options.chips,
                 options.sub_workers,
                 options.mode.name(),
-                server.local_addr()
+                at
             ));
         }
         let _ = receive(&world, 0, TAG_STOP, None);
-        if let Ok(server) = started {
+        if let Ok((server, _)) = started {
             server.shutdown();
         }
         root.send_with_tag(&b"stopped"[..], TAG_STOPPED);
         Ok(())
     }
 
+    /// The server, and the address rank 0 is to dial (for a wildcard bind, the one a default
+    /// bind would have chosen, with the bound port).
     fn listen(
         &self,
         options: &MpiServe,
         token: String,
         root_host: &str,
-    ) -> Result<crate::remote::Server, String> {
+    ) -> Result<(crate::remote::Server, SocketAddr), String> {
+        let reachable = || -> Result<IpAddr, String> {
+            if root_host == self.host {
+                Ok(IpAddr::V4(Ipv4Addr::LOCALHOST))
+            } else {
+                host_address(&self.host)
+            }
+        };
         let ip = match options.bind {
             Some(ip) => ip,
-            None if root_host == self.host => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            None => host_address(&self.host)?,
+            None => reachable()?,
         };
-        serve(ServeOptions {
+        let server = serve(ServeOptions {
             listen: SocketAddr::new(ip, 0),
             chips: options.chips,
             sub_workers: options.sub_workers,
@@ -214,7 +222,12 @@ impl MpiRank {
             limits: options.limits.clone(),
             ..ServeOptions::default()
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        let mut at = server.local_addr();
+        if at.ip().is_unspecified() {
+            at.set_ip(reachable()?);
+        }
+        Ok((server, at))
     }
 }
 
@@ -241,9 +254,11 @@ struct Lost {
     ended: AtomicBool,
 }
 
-/// Rank 0: the level-4 client of the job.
+/// Rank 0: the level-4 client of the job. Dropped without [`MpiRoot::end`] (a panic, an early
+/// return), it aborts the job: finalizing alone would wait for ranks that wait for it.
 pub struct MpiRoot {
-    universe: Universe,
+    /// `None` once the job ended.
+    universe: Option<Universe>,
     host: String,
     size: Rank,
     ranks: Vec<RankInfo>,
@@ -267,7 +282,7 @@ impl MpiRoot {
     /// [`MpiRoot::end`].
     pub fn start(&mut self) -> Result<&[RankInfo], MpiError> {
         let token = fresh_token();
-        let world = self.universe.world();
+        let world = SimpleCommunicator::world();
         let hello = format!("go\n{token}\n{}", self.host);
         for rank in 1..self.size {
             world
@@ -345,9 +360,9 @@ impl MpiRoot {
     /// and exits 0, and MPI is finalized. If a rank was lost, or one does not stop within
     /// [`STOP_TIMEOUT`], the job is aborted instead (status `code`, at least 1) and this does
     /// not return.
-    pub fn end(self, code: i32) -> i32 {
+    pub fn end(mut self, code: i32) -> i32 {
         self.lost.ended.store(true, Ordering::Release);
-        let world = self.universe.world();
+        let world = SimpleCommunicator::world();
         if !self.lost_ranks().is_empty() {
             abort(&world, code, "a rank was lost");
         }
@@ -376,8 +391,20 @@ impl MpiRoot {
                 }
             }
         }
-        drop(self.universe);
+        drop(self.universe.take());
         code
+    }
+}
+
+impl Drop for MpiRoot {
+    fn drop(&mut self) {
+        if self.universe.is_some() {
+            abort(
+                &SimpleCommunicator::world(),
+                1,
+                "rank 0 stopped without ending the job (a panic or an early return)",
+            );
+        }
     }
 }
 

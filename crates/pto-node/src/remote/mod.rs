@@ -213,8 +213,9 @@ impl fmt::Debug for TlsIdentity {
     }
 }
 
-/// What `pto serve` serves: where it listens and the L3 Worker each session gets.
-#[derive(Clone, Debug)]
+/// What `pto serve` serves: where it listens and the L3 Worker each session gets. Its `Debug`
+/// shows whether a token is set, never the token.
+#[derive(Clone)]
 pub struct ServeOptions {
     /// Default `127.0.0.1:7070` (loopback only; a non-loopback address is the caller's choice).
     pub listen: SocketAddr,
@@ -230,6 +231,22 @@ pub struct ServeOptions {
     pub tls: Option<TlsIdentity>,
     /// What one peer may cost the server (connections, sessions, calls, bytes, time).
     pub limits: ServeLimits,
+}
+
+impl fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("chips", &self.chips)
+            .field("sub_workers", &self.sub_workers)
+            .field("mode", &self.mode)
+            .field("chip_spec", &self.chip_spec)
+            .field("heap_ring_size", &self.heap_ring_size)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tls", &self.tls)
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 /// What a client, or anyone who can connect, may cost a server. A peer over a limit is refused
@@ -486,5 +503,29 @@ impl TlsFiles {
             cert_pem: read(&self.cert)?,
             key_pem: read(&self.key)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_debug_or_display_form_shows_a_token() {
+        let options = ServeOptions {
+            token: Some("s3cret-token".to_string()),
+            ..ServeOptions::default()
+        };
+        let worker = RemoteWorker::new("127.0.0.1:1")
+            .token("s3cret-token")
+            .label("MPI rank 1 on h");
+        for text in [
+            format!("{options:?}"),
+            format!("{worker:?}"),
+            worker.to_string(),
+        ] {
+            assert!(!text.contains("s3cret"), "{text}");
+        }
+        assert_eq!(worker.to_string(), "MPI rank 1 on h at 127.0.0.1:1");
     }
 }
