@@ -112,7 +112,9 @@ def test_the_orchestrator_refuses_other_threads(worker):
     assert "thread running its orchestration function" in str(errors[0])
 
 
-def test_track_war_orders_a_writer_after_earlier_readers(mode):
+def read_then_overwrite(mode, *, track_war=False, tracked=False):
+    """A slow sub task reads a buffer holding 1.0, then a sub task overwrites it with 42.0:
+    what the read saw, and the writer's producers."""
     import time
 
     seen = []
@@ -124,21 +126,26 @@ def test_track_war_orders_a_writer_after_earlier_readers(mode):
     def write(args):
         args[0][:] = 42.0
 
+    with pto.Worker(level=3, chips=1, sub_workers=2, mode=mode, track_war=track_war) as w:
+        r, wr = w.register(slow_read), w.register(write)
+        w.init()
+        s = w.create_buffer(4)
+        s[:] = 1.0
+
+        def orch_fn(orch, args, cfg):
+            read = pto.TaskArgs().tracked_input(s) if tracked else pto.TaskArgs().input(s)
+            orch.submit_sub(r, read)
+            orch.submit_sub(wr, pto.TaskArgs().output_existing(s))
+
+        report = w.run(orch_fn)
+    return seen, report.tasks[1].producers
+
+
+def test_track_war_orders_a_writer_after_earlier_readers(mode):
     for track, expected in ((True, [1.0]), (False, [42.0])):
-        seen.clear()
-        with pto.Worker(level=3, chips=1, sub_workers=2, mode=mode, track_war=track) as w:
-            r, wr = w.register(slow_read), w.register(write)
-            w.init()
-            s = w.create_buffer(4)
-            s[:] = 1.0
-
-            def orch_fn(orch, args, cfg):
-                orch.submit_sub(r, pto.TaskArgs().input(s))
-                orch.submit_sub(wr, pto.TaskArgs().output_existing(s))
-
-            report = w.run(orch_fn)
+        seen, producers = read_then_overwrite(mode, track_war=track)
         assert seen == expected, f"track_war={track}"
-        assert report.tasks[1].producers == ([0] if track else [])
+        assert producers == ([0] if track else [])
 
 
 def test_a_closed_worker_makes_no_buffers(mode):
@@ -255,30 +262,9 @@ def test_war_check_names_are_checked():
 
 
 def test_a_tracked_input_orders_a_later_writer_at_l3(mode):
-    import time
-
-    seen = []
-
-    def slow_read(args):
-        time.sleep(0.2)
-        seen.append(float(args[0][0]))
-
-    def write(args):
-        args[0][:] = 42.0
-
-    with pto.Worker(level=3, chips=1, sub_workers=2, mode=mode) as w:
-        r, wr = w.register(slow_read), w.register(write)
-        w.init()
-        s = w.create_buffer(4)
-        s[:] = 1.0
-
-        def orch_fn(orch, args, cfg):
-            orch.submit_sub(r, pto.TaskArgs().tracked_input(s))
-            orch.submit_sub(wr, pto.TaskArgs().output_existing(s))
-
-        report = w.run(orch_fn)
+    seen, producers = read_then_overwrite(mode, tracked=True)
     assert seen == [1.0]
-    assert report.tasks[1].producers == [0]
+    assert producers == [0]
 
 
 def test_chip_callables_lists_only_what_users_call():

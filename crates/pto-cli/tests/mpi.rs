@@ -135,25 +135,6 @@ impl Job {
         }
     }
 
-    /// mpirun and every process under it now.
-    fn processes(&self) -> Vec<u32> {
-        let mut all = vec![self.child.id()];
-        let mut i = 0;
-        while i < all.len() {
-            all.extend(children_of(all[i]));
-            i += 1;
-        }
-        all
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        self.end_all();
-    }
-}
-
-impl Job {
     /// mpirun takes its ranks down on SIGTERM (a SIGKILL would orphan them); whatever is
     /// left after that is killed.
     fn end_all(&mut self) {
@@ -170,6 +151,23 @@ impl Job {
             let _ = rustix::process::kill_process(pid, Signal::KILL);
         }
         let _ = self.child.wait();
+    }
+
+    /// mpirun and every process under it now.
+    fn processes(&self) -> Vec<u32> {
+        let mut all = vec![self.child.id()];
+        let mut i = 0;
+        while i < all.len() {
+            all.extend(children_of(all[i]));
+            i += 1;
+        }
+        all
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.end_all();
     }
 }
 

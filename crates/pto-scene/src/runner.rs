@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use pto_chip::diag::json_line;
 use pto_node::EndpointMode;
-use pto_types::ring_config::resolve::value_cell;
-use pto_types::{CallConfig, RING_COUNT, Resource, WarCheck};
+use pto_types::{CallConfig, Resource, WarCheck};
 
 use crate::figures::CaseFigures;
 use crate::file::{Case, SceneFile};
@@ -439,16 +438,10 @@ pub fn rings_cell(row: &TaskRow, resource: Resource) -> String {
     let Some(s) = &row.sizing else {
         return "-".to_string();
     };
-    let cells: Vec<String> = (0..RING_COUNT)
-        .map(|r| {
-            let v = s.at(resource, r);
-            let letter = row
-                .block(resource, r)
-                .map_or(v.source.letter(), |b| b.letter());
-            value_cell(resource, v.value, letter)
-        })
-        .collect();
-    cells.join(",")
+    s.cells_with(resource, |ring, v| {
+        row.block(resource, ring)
+            .map_or(v.source.letter(), |b| b.letter())
+    })
 }
 
 /// The cells of one task row. Failed tasks keep the sizing they bound or tried to bind.

@@ -23,7 +23,9 @@ use super::proto::{
     ReadRequest, SubmitRequest, WriteChunk,
 };
 use super::server::CHUNK_BYTES;
-use super::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, PROTOCOL_VERSION, RemoteWorker, runtime};
+use super::{
+    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, LostHook, PROTOCOL_VERSION, RemoteWorker, runtime,
+};
 
 /// The largest message accepted from a server (a run report of many tasks).
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
@@ -119,11 +121,7 @@ impl Connection {
                     }
                 };
                 if !closing.load(Ordering::Acquire) {
-                    if set_once(&lost, why.clone())
-                        && let Some(hook) = &hook
-                    {
-                        hook(&why);
-                    }
+                    record_loss(&lost, hook.as_ref(), why);
                     on_lost();
                 }
             })
@@ -145,11 +143,7 @@ impl Connection {
 
     /// Records that the session is gone (a task call failed in transport, or a kill).
     pub(crate) fn mark_lost(&self, why: String) {
-        if set_once(&self.lost, why.clone())
-            && let Some(hook) = &self.remote.on_lost
-        {
-            hook(&why);
-        }
+        record_loss(&self.lost, self.remote.on_lost.as_ref(), why);
     }
 
     /// Runs one task there; resolves when the remote run finished.
@@ -326,14 +320,19 @@ fn channel_of(remote: &RemoteWorker) -> Result<Endpoint, String> {
         .map_err(|e| format!("TLS settings: {e}"))
 }
 
-/// Keeps the first reason; true if this was it.
-fn set_once(slot: &Mutex<Option<String>>, why: String) -> bool {
-    let mut lost = slot.lock();
-    let first = lost.is_none();
-    if first {
-        *lost = Some(why);
+/// Keeps the first reason a session is lost and, for that first one only, runs the worker's
+/// loss hook (outside the lock).
+fn record_loss(slot: &Mutex<Option<String>>, hook: Option<&LostHook>, why: String) {
+    {
+        let mut lost = slot.lock();
+        if lost.is_some() {
+            return;
+        }
+        *lost = Some(why.clone());
     }
-    first
+    if let Some(hook) = hook {
+        hook(&why);
+    }
 }
 
 /// Whether a failed call means the connection is gone rather than an answer of the server:

@@ -229,10 +229,21 @@ impl ResolvedSizing {
     /// `64c,32c,16c,16c` (`4Mc,1Mc,…` for the heap): one resource over the rings, each value
     /// with its source's letter ([`SizeSource::letter`]), as every table prints it.
     pub fn cells(&self, resource: Resource) -> String {
-        let cells: Vec<String> = self
-            .get(resource)
-            .iter()
-            .map(|r| value_cell(resource, r.value, r.source.letter()))
+        self.cells_with(resource, |_, r| r.source.letter())
+    }
+
+    /// [`ResolvedSizing::cells`] with the letter of each ring's value chosen by `letter(ring,
+    /// value)` (a scene's table names the config block that set a value).
+    pub fn cells_with(
+        &self,
+        resource: Resource,
+        letter: impl Fn(usize, Resolved) -> char,
+    ) -> String {
+        let cells: Vec<String> = (0..RING_COUNT)
+            .map(|ring| {
+                let r = self.at(resource, ring);
+                value_cell(resource, r.value, letter(ring, r))
+            })
             .collect();
         cells.join(",")
     }
