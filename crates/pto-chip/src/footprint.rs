@@ -46,6 +46,26 @@ pub fn footprint(sizing: &ResolvedSizing) -> Result<Footprint, SizingError> {
     compute(sizing).ok_or(SizingError::ArenaSizeOverflow)
 }
 
+/// One ring's share of the arena: its slots' image, its dep-list and spill pools and its
+/// heap, in bytes (`None` on overflow). The arena is the header plus these over the rings, so
+/// a report can say how many bytes each ring reserves.
+pub fn ring_bytes(window: u64, heap: u64, dep_pool: u64) -> Option<u64> {
+    let (image, deps) = ring_terms(window, dep_pool)?;
+    image.checked_add(deps)?.checked_add(heap)
+}
+
+/// A ring's (image, deps) terms.
+fn ring_terms(window: u64, dep_pool: u64) -> Option<(u64, u64)> {
+    let mut image = 0u64;
+    for per_slot in [DESC, PAYLOAD, SLOT] {
+        image = image.checked_add(aligned_product(per_slot, window)?)?;
+    }
+    // One spare dep-list node per ring keeps parity with the reference layout.
+    let deps = aligned_product(DEP_ENTRY, dep_pool.checked_add(1)?)?
+        .checked_add(aligned_product(FANIN_ENTRY, dep_pool)?)?;
+    Some((image, deps))
+}
+
 fn compute(sizing: &ResolvedSizing) -> Option<Footprint> {
     let mut image = align64(HEADER)?;
     let mut deps = 0u64;
@@ -53,12 +73,9 @@ fn compute(sizing: &ResolvedSizing) -> Option<Footprint> {
     for ring in 0..RING_COUNT {
         let window = u64::from(sizing.task_window(ring));
         let dep_pool = u64::from(sizing.dep_pool(ring));
-        for per_slot in [DESC, PAYLOAD, SLOT] {
-            image = image.checked_add(aligned_product(per_slot, window)?)?;
-        }
-        // One spare dep-list node per ring keeps parity with the reference layout.
-        deps = deps.checked_add(aligned_product(DEP_ENTRY, dep_pool + 1)?)?;
-        deps = deps.checked_add(aligned_product(FANIN_ENTRY, dep_pool)?)?;
+        let (ring_image, ring_deps) = ring_terms(window, dep_pool)?;
+        image = image.checked_add(ring_image)?;
+        deps = deps.checked_add(ring_deps)?;
         heaps = heaps.checked_add(sizing.heap(ring))?;
     }
     let arena = image.checked_add(deps)?.checked_add(heaps)?;
@@ -93,6 +110,28 @@ mod tests {
                 arena: 1400898688,
             }
         );
+    }
+
+    /// The arena is the header plus each ring's bytes.
+    #[test]
+    fn rings_add_up_to_the_arena() {
+        let s = sizing(
+            RuntimeEnv::default()
+                .with_task_window([4, 8, 64, 16])
+                .with_heap([1024, 65536, 4096, 1024])
+                .with_dep_pool([4, 23, 64, 8]),
+        );
+        let rings: u64 = (0..RING_COUNT)
+            .map(|r| {
+                let (w, h, d) = (s.task_window(r), s.heap(r), s.dep_pool(r));
+                ring_bytes(u64::from(w), h, u64::from(d)).unwrap()
+            })
+            .sum();
+        assert_eq!(
+            align64(HEADER).unwrap() + rings,
+            footprint(&s).unwrap().arena
+        );
+        assert_eq!(ring_bytes(u64::MAX, 0, 4), None);
     }
 
     #[test]

@@ -331,10 +331,32 @@ fn tune_report_is_one_self_contained_page_with_both_rounds() {
         page.contains("defaults_advised") && page.contains("pto tune"),
         "both rounds"
     );
-    for banned in ["http://", "https://", "<script src", "<link"] {
+    for banned in ["http://", "https://", "<script", "<link"] {
         assert!(!page.contains(banned), "{banned}");
     }
     assert!(page.matches("<svg").count() >= 4);
+    // Before and after side by side: the chart, the case's row with its verdict, its tasks.
+    assert!(page.contains("<h2>Before and after tuning</h2>"));
+    assert!(page.contains("<svg class=\"strategies\""));
+    assert!(
+        page.contains("verified: defaults_advised passes with the advice"),
+        "{page}"
+    );
+    assert!(page.contains("<table class=\"pairs\" data-case=\"defaults\">"));
+    // The rounds ran in a temporary directory that is gone: the page does not point there.
+    assert!(!page.contains("diagnostics:"), "{page}");
+    let kept = dir.path().join("kept");
+    let out = pto(dir.path())
+        .args([
+            "tune", &scene, "--case", "defaults", "--fast", "--report", "k.html",
+        ])
+        .arg("--output")
+        .arg(&kept)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(dir.path().join("k.html")).unwrap();
+    assert!(page.contains("diagnostics:"));
 }
 
 #[test]

@@ -87,6 +87,28 @@ impl CaseFigures {
     }
 }
 
+/// The cases that compare as ways of sizing the same work, with their figures: those that
+/// passed with every task run (a case that passes by failing on purpose did less work). The
+/// scene summaries and the HTML report's chart both take them from here.
+pub fn strategies<'a>(
+    cases: impl IntoIterator<Item = (&'a str, &'a CaseResult)>,
+) -> Vec<(&'a str, CaseFigures)> {
+    cases
+        .into_iter()
+        .filter(|(_, r)| {
+            r.passed() && !r.rows.is_empty() && r.rows.iter().all(|row| row.error.is_none())
+        })
+        .map(|(name, r)| (name, CaseFigures::of(r)))
+        .collect()
+}
+
+/// The strategy that needs the least device memory, and that memory.
+pub fn leanest<'a>(ways: &[(&'a str, CaseFigures)]) -> Option<(&'a str, u64)> {
+    ways.iter()
+        .map(|(name, f)| (*name, f.device_memory()))
+        .min_by_key(|(_, bytes)| *bytes)
+}
+
 /// The line printed under every table of these figures.
 pub const LEGEND: &str = "device memory = Σ chips' reserved arenas and allocations; heap \
      figures = Σ over tasks and rings with heap traffic (high-water varies with timing)";

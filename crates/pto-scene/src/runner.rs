@@ -387,18 +387,7 @@ pub fn render_table(file: &SceneFile, reports: &[CaseReport]) -> String {
         file.scene.name(),
         file.path.display()
     );
-    let header = [
-        "case",
-        "task",
-        "chip",
-        "task_window",
-        "heap",
-        "dep_pool",
-        "arena",
-        "heap high-water",
-        "wall",
-        "check",
-    ];
+    let header = TABLE_HEADER;
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for report in reports {
         if report.result.rows.is_empty() {
@@ -445,7 +434,23 @@ pub fn rings_cell(row: &TaskRow, resource: Resource) -> String {
 }
 
 /// The cells of one task row. Failed tasks keep the sizing they bound or tried to bind.
-fn table_row(case: &str, row: &TaskRow) -> Vec<String> {
+/// The columns of the result table ([`table_row`]).
+pub const TABLE_HEADER: [&str; 10] = [
+    "case",
+    "task",
+    "chip",
+    "task_window",
+    "heap",
+    "dep_pool",
+    "arena",
+    "heap high-water",
+    "wall",
+    "check",
+];
+
+/// One task's cells of the result table, in [`TABLE_HEADER`] order (the terminal table and
+/// the HTML report's task tables).
+pub fn table_row(case: &str, row: &TaskRow) -> Vec<String> {
     let skipped = row.error.as_ref().is_some_and(|e| e.skipped);
     vec![
         case.to_string(),

@@ -20,7 +20,7 @@ use crate::advice::{
 use crate::figures::CaseFigures;
 use crate::file::{MAX_FILE_BYTES, SceneFile, read_text};
 use crate::runner::{CaseReport, Diagnostics, RunOptions, run_file};
-use crate::scene::RunnerEnv;
+use crate::scene::{RunnerEnv, TaskRow};
 
 /// Codes of ring capacity errors (`SCOPE_DEADLOCK`, `HEAP_RING_DEADLOCK`,
 /// `FLOW_CONTROL_DEADLOCK`, `DEP_POOL_OVERFLOW`): raising the advice can fix them.
@@ -75,6 +75,36 @@ impl Tuning {
     /// The last round (the verified advised case when `verdict` is `Verified`).
     pub fn after(&self) -> &Round {
         self.rounds.last().expect("a tuning has at least one round")
+    }
+
+    /// Every task of the case as written with the same task (label and chip) of the last
+    /// round, when there is one.
+    pub fn pairs(&self) -> Vec<(&TaskRow, Option<&TaskRow>)> {
+        let after = &self.after().report.result.rows;
+        self.before()
+            .report
+            .result
+            .rows
+            .iter()
+            .map(|row| {
+                let later = after
+                    .iter()
+                    .find(|r| r.task == row.task && r.chip == row.chip);
+                (row, later)
+            })
+            .collect()
+    }
+
+    /// How it ended: `verified: c_advised passes with the advice`, `skipped: …`,
+    /// `not verified: …`.
+    pub fn verdict_line(&self) -> String {
+        match &self.verdict {
+            Verdict::Verified => {
+                format!("verified: {} passes with the advice", self.after().case)
+            }
+            Verdict::Skipped(why) => format!("skipped: {why}"),
+            Verdict::Failed(why) => format!("not verified: {why}"),
+        }
     }
 }
 
@@ -257,12 +287,7 @@ pub fn render_tuning(t: &Tuning) -> String {
         "{:<16} {:<5} {:<7} {:<26} {:<30} {:<26} {:<23} {:<16} heap reserved/high-water",
         "task", "chip", "", "task_window", "heap", "dep_pool", "arena", "heap high-water"
     );
-    for row in &before.result.rows {
-        let later = after
-            .result
-            .rows
-            .iter()
-            .find(|r| r.task == row.task && r.chip == row.chip);
+    for (row, later) in t.pairs() {
         let rounds = if t.rounds.len() > 1 {
             vec![("before", Some(row)), ("after", later)]
         } else {
@@ -303,15 +328,6 @@ pub fn render_tuning(t: &Tuning) -> String {
             .map_or("-".to_string(), |x| format!("{x:.2}")),
         t.rounds.len()
     );
-    let _ = match &t.verdict {
-        Verdict::Verified => writeln!(
-            out,
-            "case {}: verified: {} passes with the advice",
-            t.case,
-            t.after().case
-        ),
-        Verdict::Skipped(why) => writeln!(out, "case {}: skipped: {why}", t.case),
-        Verdict::Failed(why) => writeln!(out, "case {}: not verified: {why}", t.case),
-    };
+    let _ = writeln!(out, "case {}: {}", t.case, t.verdict_line());
     out
 }

@@ -73,8 +73,8 @@ fn count(haystack: &str, needle: &str) -> usize {
 }
 
 /// Renders the page of a shipped scene run with scope stats and checks its structure: every
-/// case and task, one bar chart per task, one occupancy chart per ring with samples, nothing
-/// fetched from anywhere.
+/// case and task, one bar chart per task that bound, one occupancy chart per ring with samples
+/// in the details, the busiest task's rings above them, nothing fetched from anywhere.
 #[test]
 fn html_report_of_a_shipped_scene_is_self_contained() {
     let file = scene("multi_chip_dispatch.toml");
@@ -86,20 +86,30 @@ fn html_report_of_a_shipped_scene_is_self_contained() {
     assert!(html.trim_end().ends_with("</html>"));
     let mut tasks = 0;
     let mut rings = 0;
+    let mut overview = 0;
     for report in &reports {
         assert!(html.contains(&format!("data-case=\"{}\"", report.name)));
+        let mut busiest = (None, 0);
         for row in &report.result.rows {
             assert!(html.contains(&format!("data-task=\"{}\"", row.task)));
             tasks += 1;
             let stats: PathBuf = row.diagnostics_dir.clone().unwrap();
             let series = ScopeSeries::read(&stats.join("scope_stats/scope_stats.jsonl")).unwrap();
-            rings += series.samples.iter().filter(|s| !s.is_empty()).count();
+            let n = series.samples.iter().filter(|s| !s.is_empty()).count();
+            rings += n;
+            if busiest.0.is_none_or(|hw| row.high_water_bytes > hw) {
+                busiest = (Some(row.high_water_bytes), n);
+            }
         }
+        overview += busiest.1;
+        assert!(html.contains(&format!("<h3>case {}, task ", report.name)));
     }
     assert!(tasks > 0 && rings > 0);
     assert_eq!(count(&html, "<svg class=\"bars\""), tasks);
     assert_eq!(count(&html, "<svg class=\"occupancy\""), rings);
-    assert_eq!(count(&html, "<svg"), tasks + rings);
+    assert_eq!(count(&html, "<svg class=\"occupancy overview\""), overview);
+    assert_eq!(count(&html, "<svg class=\"strategies\""), 1);
+    assert_eq!(count(&html, "<svg"), tasks + rings + overview + 1);
     for forbidden in [
         "http://", "https://", "<script", "<link", "src=", "url(", "@import",
     ] {
@@ -108,5 +118,101 @@ fn html_report_of_a_shipped_scene_is_self_contained() {
     let without = options(out.path(), None, false);
     let html = render_html(&HtmlPage::of_run(&file, &without, &reports), &reports);
     assert!(html.contains("Occupancy over the run needs <code>--enable-scope-stats</code>"));
-    assert_eq!(count(&html, "<svg class=\"occupancy\""), 0);
+    assert_eq!(count(&html, "<svg class=\"occupancy"), 0);
+}
+
+/// The cells of the `<tr>` rows of the first `<table class="CLASS">`, as markup.
+fn table_rows(html: &str, class: &str) -> Vec<Vec<String>> {
+    let start = html
+        .find(&format!("<table class=\"{class}\""))
+        .unwrap_or_else(|| panic!("no table {class}"));
+    let body = &html[start..];
+    let body = &body[body.find("<tbody>").unwrap()..body.find("</tbody>").unwrap()];
+    body.split("<tr>")
+        .skip(1)
+        .map(|row| {
+            row.split("<td")
+                .skip(1)
+                .map(|cell| {
+                    let inner = &cell[cell.find('>').unwrap() + 1..];
+                    let inner = &inner[..inner.find("</td>").unwrap()];
+                    inner.to_string()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The main job's page answers the product's question at a glance: a chart with a bar per
+/// way of sizing that ran every task (the expected failure left out, and said so), every case
+/// in a real table with its figures, the over-reserving tasks worst first, and a task that
+/// failed to bind never shown as reserving memory.
+#[test]
+fn the_main_jobs_page_compares_the_sizings_and_ranks_the_waste() {
+    let file = scene("heterogeneous_fanout.toml");
+    let out = tempfile::tempdir().unwrap();
+    let opts = options(out.path(), None, false);
+    let reports = run(&file, &opts);
+    assert!(reports.iter().all(|r| r.result.passed()));
+    let html = render_html(&HtmlPage::of_run(&file, &opts, &reports), &reports);
+    let summary = table_rows(&html, "summary");
+    let names: Vec<&str> = summary.iter().map(|r| r[0].as_str()).collect();
+    let cases: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, cases);
+    let times = |case: &str| summary.iter().find(|r| r[0] == case).unwrap()[4].clone();
+    assert_eq!(times("per_task_tuned"), "1.00");
+    assert!(times("global_max_sizing").parse::<f64>().unwrap() > 5.0);
+    assert_eq!(times("global_max_on_small_chips"), "-");
+    let chart = &html[html.find("<svg class=\"strategies\"").unwrap()..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    for case in ["global_max_sizing", "per_task_sizing", "per_task_tuned"] {
+        assert!(chart.contains(&format!(">{case}</text>")), "{case}");
+    }
+    assert!(!chart.contains("global_max_on_small_chips"));
+    assert!(chart.contains("the leanest"));
+    assert!(html.contains(
+        "Not charted (a task did not run, so the case did less work): global_max_on_small_chips."
+    ));
+    // Worst first, and the worst is the global sizing's element-wise tasks.
+    let waste = table_rows(&html, "waste");
+    let over: Vec<f64> = waste.iter().map(|r| bytes(&r[3])).collect();
+    assert!(over.windows(2).all(|w| w[0] >= w[1]), "{over:?}");
+    assert!(
+        waste[0][0].starts_with("global_max_sizing"),
+        "{:?}",
+        waste[0]
+    );
+    // 4 ew per chip x 4 chips = 8 tasks, merged: one row.
+    assert!(html.contains("ew0 … ew7 (8) · chip 0,1,2,3"));
+    // The tuned element-wise tasks hold the smallest legal rings: nothing over.
+    let tuned_ew = waste
+        .iter()
+        .find(|r| r[0].starts_with("per_task_tuned<br><small>ew0 "))
+        .map(|r| r[3].clone());
+    assert_eq!(tuned_ew.as_deref(), Some("0 B"), "{waste:?}");
+    // A bind that failed asked for an arena it never got.
+    assert!(html.contains("arena needed 1.97 MiB, not bound (DEVICE_MEMORY_EXHAUSTED)"));
+    let small = &html[html
+        .find("data-case=\"global_max_on_small_chips\"")
+        .unwrap()..];
+    let ew1 = &small[small.find("data-task=\"ew1\"").unwrap()..];
+    let ew1 = &ew1[..ew1.find("</details>").unwrap()];
+    assert!(
+        !ew1.contains("arena reserved") && !ew1.contains("class=\"bars\""),
+        "{ew1}"
+    );
+}
+
+/// `1.97 MiB` as bytes.
+fn bytes(text: &str) -> f64 {
+    let text = text.replace("<strong>", "").replace("</strong>", "");
+    let (n, unit) = text.split_once(' ').unwrap();
+    let scale = match unit {
+        "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        u => panic!("{u}"),
+    };
+    n.parse::<f64>().unwrap() * scale
 }

@@ -4,9 +4,8 @@ use pto_sizing::advise::Headroom;
 
 use pto_scene::advice::write_case;
 use pto_scene::params::{cut, key_list};
-use pto_scene::report_html::{HtmlPage, render_html};
-use pto_scene::runner::CaseReport;
-use pto_scene::tune::{TuneOptions, Verdict, render_tuning, tune_case};
+use pto_scene::report_html::{HtmlPage, render_tune_html};
+use pto_scene::tune::{TuneOptions, Tuning, Verdict, render_tuning, tune_case};
 use pto_scene::{RunnerEnv, SceneFile};
 
 use super::run::{parse_pairs, report_error, write_report};
@@ -39,8 +38,7 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
         )),
         None => None,
     };
-    let mut pages: Vec<CaseReport> = Vec::new();
-    let mut summary: Vec<String> = Vec::new();
+    let mut tunings: Vec<Tuning> = Vec::new();
     let mut all_verified = true;
     crate::print_out(&format!(
         "pto tune: scene {} ({}), headroom {headroom}\n",
@@ -54,17 +52,22 @@ pub(crate) fn run(args: &TuneArgs) -> anyhow::Result<Outcome> {
             work: work.join(case),
             env: env.clone(),
         };
-        all_verified &= tune_one(args, &file, case, &options, &mut pages, &mut summary)?;
+        all_verified &= tune_one(args, &file, case, &options, &mut tunings)?;
     }
     if let Some((path, out)) = report_file.as_mut() {
         let page = HtmlPage {
             title: format!("pto tune — scene {}", file.scene.name()),
-            lines: std::iter::once(format!("{} · headroom {headroom}", args.scene.display()))
-                .chain(summary)
-                .collect(),
+            lines: vec![format!(
+                "{} · chips {} · headroom {headroom}",
+                args.scene.display(),
+                env.mode
+            )],
+            scene_summary: Vec::new(),
             scope_stats: true,
+            // Without --output the rounds ran in a temporary directory, gone on return.
+            diagnostics_kept: args.output.is_some(),
         };
-        write_report(path, out, &render_html(&page, &pages))?;
+        write_report(path, out, &render_tune_html(&page, &tunings))?;
     }
     if args.write {
         // What was written must load, with the same checks as `pto run`.
@@ -105,29 +108,21 @@ fn runner_env(args: &TuneArgs) -> anyhow::Result<RunnerEnv> {
     })
 }
 
-/// Tunes one case: prints its table, collects its summary lines and report pages, and with
-/// `--write` writes a verified advised case; returns false when its tuning failed.
+/// Tunes one case: prints its table, keeps its tuning for the report, and with `--write`
+/// writes a verified advised case; returns false when its tuning failed.
 fn tune_one(
     args: &TuneArgs,
     file: &SceneFile,
     case: &str,
     options: &TuneOptions,
-    pages: &mut Vec<CaseReport>,
-    summary: &mut Vec<String>,
+    tunings: &mut Vec<Tuning>,
 ) -> anyhow::Result<bool> {
     let tuning = tune_case(file, case, options)?;
-    let text = render_tuning(&tuning);
-    summary.extend(
-        text.lines()
-            .filter(|l| l.starts_with("case "))
-            .map(str::to_string),
-    );
-    crate::print_out(&text);
-    pages.push(tuning.before().report.clone());
-    if tuning.rounds.len() > 1 {
-        pages.push(tuning.after().report.clone());
-    }
-    match (&tuning.verdict, &tuning.advised) {
+    crate::print_out(&render_tuning(&tuning));
+    let verdict = tuning.verdict.clone();
+    let advised = tuning.advised.clone();
+    tunings.push(tuning);
+    match (&verdict, &advised) {
         (Verdict::Verified, Some(advised)) if args.write => {
             write_case(&file.path, advised).map_err(InputError)?;
             crate::print_out(&format!(

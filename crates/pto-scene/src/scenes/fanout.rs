@@ -10,7 +10,6 @@ use pto_types::{CallConfig, DType, ErrorCode, TaskArgs, Tensor};
 
 use super::l3::{MAX_CHIP_MIB, MAX_L3_ELEMENTS};
 use crate::config_block::SceneLevel;
-use crate::figures::CaseFigures;
 use crate::l3::{check_task_sizing, f32_buffer, run_l3, small_chip};
 use crate::labels::Label;
 use crate::params::Param;
@@ -193,15 +192,10 @@ impl Scene for HeterogeneousFanout {
     /// device memory it reserved, its heaps reserved against their high-water (on rings with
     /// heap traffic), and how much more memory each way needs than the leanest.
     fn summary(&self, cases: &[(String, CaseResult)]) -> Vec<String> {
-        let ways: Vec<(&str, CaseFigures)> = cases
-            .iter()
-            .filter(|(_, r)| r.passed() && r.rows.iter().all(|row| row.error.is_none()))
-            .map(|(name, r)| (name.as_str(), CaseFigures::of(r)))
-            .collect();
-        let Some((best_name, best)) = ways.iter().min_by_key(|w| w.1.device_memory()) else {
+        let ways = crate::figures::strategies(cases.iter().map(|(n, r)| (n.as_str(), r)));
+        let Some((best_name, best)) = crate::figures::leanest(&ways) else {
             return Vec::new();
         };
-        let best = best.device_memory();
         let mut lines = vec![format!(
             "{:<26} {:>14} {:>14} {:>16} {:>25}",
             "sizing",
@@ -222,7 +216,7 @@ impl Scene for HeterogeneousFanout {
         lines.push(format!("({})", crate::figures::LEGEND));
         for (name, f) in &ways {
             let times = f.device_memory() as f64 / best.max(1) as f64;
-            if name != best_name && times >= 1.05 {
+            if *name != best_name && times >= 1.05 {
                 lines.push(format!(
                     "{name} needs {times:.2}x the device memory of {best_name} for identical results"
                 ));
