@@ -67,6 +67,17 @@ pub struct RingUsage {
     pub dep_pool_peak: u64,
 }
 
+impl RingUsage {
+    /// The high-water mark of `resource`.
+    pub fn peak(&self, resource: pto_types::Resource) -> u64 {
+        match resource {
+            pto_types::Resource::TaskWindow => self.task_window_peak,
+            pto_types::Resource::Heap => self.heap_peak,
+            pto_types::Resource::DepPool => self.dep_pool_peak,
+        }
+    }
+}
+
 /// What a successful run reports.
 #[derive(Clone, Debug)]
 pub struct ChipRunReport {

@@ -433,7 +433,6 @@ pub fn rings_cell(row: &TaskRow, resource: Resource) -> String {
     })
 }
 
-/// The cells of one task row. Failed tasks keep the sizing they bound or tried to bind.
 /// The columns of the result table ([`table_row`]).
 pub const TABLE_HEADER: [&str; 10] = [
     "case",
@@ -449,9 +448,8 @@ pub const TABLE_HEADER: [&str; 10] = [
 ];
 
 /// One task's cells of the result table, in [`TABLE_HEADER`] order (the terminal table and
-/// the HTML report's task tables).
+/// the HTML report's task tables). Failed tasks keep the sizing they bound or tried to bind.
 pub fn table_row(case: &str, row: &TaskRow) -> Vec<String> {
-    let skipped = row.error.as_ref().is_some_and(|e| e.skipped);
     vec![
         case.to_string(),
         row.task.clone(),
@@ -459,15 +457,22 @@ pub fn table_row(case: &str, row: &TaskRow) -> Vec<String> {
         rings_cell(row, Resource::TaskWindow),
         rings_cell(row, Resource::Heap),
         rings_cell(row, Resource::DepPool),
-        if skipped || row.sizing.is_none() {
-            "-".to_string()
-        } else {
-            human_bytes(row.reserved_bytes)
-        },
+        arena_cell(row),
         row.high_water_bytes.map_or("-".to_string(), human_bytes),
         row.wall.map_or("-".to_string(), |w| format!("{w:.1?}")),
         row.check_cell(),
     ]
+}
+
+/// The arena column: the bytes the task's sizing reserves (or a failed bind asked for), `-`
+/// for a skipped task or one without a sizing.
+pub fn arena_cell(row: &TaskRow) -> String {
+    let skipped = row.error.as_ref().is_some_and(|e| e.skipped);
+    if skipped || row.sizing.is_none() {
+        "-".to_string()
+    } else {
+        human_bytes(row.reserved_bytes)
+    }
 }
 
 /// `rows` as left-aligned columns separated by two spaces.

@@ -576,6 +576,18 @@ impl TaskRow {
         row
     }
 
+    /// Whether the task never held its arena: skipped, or refused before binding it (no device
+    /// memory for it, or a sizing the chip rejects). Other failures without a chip report
+    /// (deadlocks, timeouts, a dead child) happened after the bind.
+    pub fn never_bound(&self) -> bool {
+        self.error.as_ref().is_some_and(|e| {
+            e.skipped
+                || [ErrorCode::DeviceMemoryExhausted, ErrorCode::InvalidConfig]
+                    .iter()
+                    .any(|c| e.code == Some(c.code()))
+        }) || self.sizing.is_none()
+    }
+
     /// The row of a task without a chip report: `sizing` is what it tried to bind
     /// ([`TaskSizing::resolve`]); a skipped task reserves nothing.
     pub fn failed(

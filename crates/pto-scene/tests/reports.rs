@@ -171,7 +171,7 @@ fn the_main_jobs_page_compares_the_sizings_and_ranks_the_waste() {
     assert!(!chart.contains("global_max_on_small_chips"));
     assert!(chart.contains("the leanest"));
     assert!(html.contains(
-        "Not charted (a task did not run, so the case did less work): global_max_on_small_chips."
+        "Not charted (the case failed, or a task of it did not run): global_max_on_small_chips."
     ));
     // Worst first, and the worst is the global sizing's element-wise tasks.
     let waste = table_rows(&html, "waste");
@@ -183,11 +183,13 @@ fn the_main_jobs_page_compares_the_sizings_and_ranks_the_waste() {
         waste[0]
     );
     // 4 ew per chip x 4 chips = 8 tasks, merged: one row.
-    assert!(html.contains("ew0 … ew7 (8) · chip 0,1,2,3"));
+    assert!(html.contains(
+        "<span title=\"ew0, ew1, ew2, ew3, ew4, ew5, ew6, ew7\">ew0 … ew7 (8)</span> · chip 0,1,2,3"
+    ));
     // The tuned element-wise tasks hold the smallest legal rings: nothing over.
     let tuned_ew = waste
         .iter()
-        .find(|r| r[0].starts_with("per_task_tuned<br><small>ew0 "))
+        .find(|r| r[0].starts_with("per_task_tuned<br><small><span title=\"ew0,"))
         .map(|r| r[3].clone());
     assert_eq!(tuned_ew.as_deref(), Some("0 B"), "{waste:?}");
     // A bind that failed asked for an arena it never got.

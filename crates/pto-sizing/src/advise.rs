@@ -103,6 +103,8 @@ const MAX_HEADROOM_DIGITS: usize = 18;
 impl Headroom {
     /// The default headroom, 0.25.
     pub const DEFAULT: Headroom = Headroom { num: 1, den: 4 };
+    /// No headroom: the advice covers exactly the demand it saw.
+    pub const ZERO: Headroom = Headroom { num: 0, den: 1 };
 
     /// Parses `0.25`, `.5`, `2`, `25%` or `12.5%` (decimal digits only, no exponent or sign).
     pub fn parse(text: &str) -> Result<Headroom, HeadroomError> {

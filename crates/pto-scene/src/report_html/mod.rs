@@ -159,17 +159,18 @@ fn occupancy_section(out: &mut String, page: &HtmlPage, reports: &[CaseReport]) 
     }
     out.push_str(&occupancy::legend());
     for report in reports {
-        let largest = report
+        // The most heap used, then the largest arena; the first of equals. Only its file is
+        // read here (the details read each task's).
+        let busiest = report
             .result
             .rows
             .iter()
             .filter(|r| r.usage.is_some())
-            .filter_map(|r| Some((r, ScopeSeries::of_task(r.diagnostics_dir.as_deref()?)?)))
-            .filter_map(|(r, s)| Some((r, s.ok()?)))
-            // The most heap used, then the largest arena; the first of equals.
+            .filter_map(|r| Some((r, r.diagnostics_dir.as_deref()?)))
             .rev()
             .max_by_key(|(r, _)| (r.high_water_bytes, r.reserved_bytes));
-        let Some((row, series)) = largest else {
+        let Some((row, Some(Ok(series)))) = busiest.map(|(r, dir)| (r, ScopeSeries::of_task(dir)))
+        else {
             continue;
         };
         let _ = writeln!(

@@ -181,11 +181,13 @@ fn chart(series: &ScopeSeries, ring: usize, class: &str) -> String {
             step_path(&points, LEFT + W, base),
             COLOURS[k]
         );
-        let most = series.samples[ring].iter().map(|(_, o)| o[k]).max();
+        // The end records' peaks see what happened between samples too.
+        let sampled = series.samples[ring].iter().map(|(_, o)| o[k]).max();
+        let most = sampled.unwrap_or(0).max(series.peaks[ring][k]);
         caption.push(format!(
             "{} {} of {}",
             resource.short_name(),
-            resource_value(resource, most.unwrap_or(0)),
+            resource_value(resource, most),
             resource_value(resource, capacity)
         ));
     }

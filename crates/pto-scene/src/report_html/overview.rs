@@ -8,9 +8,9 @@ use pto_types::Resource;
 
 use super::esc;
 use super::task::{verdict, verdict_class};
-use super::waste::task_names;
+use super::waste::{chip_list, task_names};
 use crate::figures::{CaseFigures, LEGEND, leanest, strategies};
-use crate::runner::{CaseReport, rings_cell};
+use crate::runner::{CaseReport, arena_cell, rings_cell};
 use crate::scene::TaskRow;
 use crate::tune::Tuning;
 
@@ -26,7 +26,9 @@ const GREY: [&str; 2] = ["#718096", "#a0aec0"];
 /// A horizontal bar: `segments` (label, bytes) stacked from the left, scaled so `max` is the
 /// full length, and `text` after it.
 struct Bar<'a> {
+    /// The case, named in the segments' tooltips and, unless `hide_label`, on the left.
     label: &'a str,
+    hide_label: bool,
     segments: Vec<(String, u64)>,
     shades: [&'static str; 2],
     text: String,
@@ -46,13 +48,15 @@ fn bar_chart(class: &str, bars: &[Bar<'_>]) -> String {
     );
     for (i, b) in bars.iter().enumerate() {
         let y = 2.0 + ROW * i as f64;
-        let _ = write!(
-            svg,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            LABEL - 8.0,
-            y + 14.0,
-            esc(&short(b.label, 34))
-        );
+        if !b.hide_label {
+            let _ = write!(
+                svg,
+                "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" class=\"label\">{}</text>",
+                LABEL - 8.0,
+                y + 14.0,
+                esc(&short(b.label, 34))
+            );
+        }
         let mut x = LABEL;
         for (k, (name, bytes)) in b.segments.iter().enumerate() {
             let w = *bytes as f64 / max * BAR;
@@ -120,7 +124,7 @@ pub(super) fn strategies_section(out: &mut String, reports: &[CaseReport]) {
     if !left_out.is_empty() && !ways.is_empty() {
         let _ = writeln!(
             out,
-            "<p class=\"note\">Not charted (a task did not run, so the case did less work): \
+            "<p class=\"note\">Not charted (the case failed, or a task of it did not run): \
              {}.</p>",
             esc(&left_out.join(", "))
         );
@@ -144,6 +148,7 @@ fn strategy_bar<'a>(name: &'a str, f: &CaseFigures, best: Option<(&str, u64)>) -
     };
     Bar {
         label: name,
+        hide_label: false,
         segments: chip_segments(f),
         shades,
         text,
@@ -199,13 +204,15 @@ pub(super) fn before_after_section(out: &mut String, tunings: &[Tuning]) {
         let (was, now) = figures(t);
         bars.push(Bar {
             label: &t.case,
+            hide_label: false,
             segments: chip_segments(&was),
             shades: GREY,
             text: format!("before {}", human_bytes(was.device_memory())),
         });
         if t.rounds.len() > 1 {
             bars.push(Bar {
-                label: "",
+                label: &t.after().case,
+                hide_label: true,
                 segments: chip_segments(&now),
                 shades: GREEN,
                 text: format!(
@@ -256,10 +263,13 @@ fn figures(t: &Tuning) -> (CaseFigures, CaseFigures) {
     )
 }
 
-/// `−88 %`, `+3 %`, `same`.
+/// `−88 %`, `+3 %`, `same`; `-` from nothing.
 fn change(was: u64, now: u64) -> String {
     if was == now {
         return "same".to_string();
+    }
+    if was == 0 {
+        return "-".to_string();
     }
     let percent = (now as f64 - was as f64) / was.max(1) as f64 * 100.0;
     format!(
@@ -286,12 +296,7 @@ pub(super) fn task_pairs(out: &mut String, t: &Tuning) {
     for group in like_pairs(t) {
         let (before, after) = group[0];
         let tasks: Vec<&TaskRow> = group.iter().map(|(b, _)| *b).collect();
-        let mut chips: Vec<u32> = tasks.iter().map(|r| r.chip).collect();
-        chips.sort_unstable();
-        chips.dedup();
-        let chips: Vec<String> = chips.iter().map(u32::to_string).collect();
-        let arena =
-            |r: Option<&TaskRow>| r.map_or("-".to_string(), |r| human_bytes(r.reserved_bytes));
+        let arena = |r: Option<&TaskRow>| r.map_or("-".to_string(), arena_cell);
         let high = |r: Option<&TaskRow>| {
             r.and_then(|r| r.high_water_bytes)
                 .map_or("-".to_string(), human_bytes)
@@ -300,8 +305,8 @@ pub(super) fn task_pairs(out: &mut String, t: &Tuning) {
             out,
             "<tr><td>{}</td><td>{}</td><td class=\"cells\">{}</td><td class=\"cells\">{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&task_names(&tasks)),
-            chips.join(","),
+            task_names(&tasks),
+            chip_list(&tasks),
             sizing_cells(Some(before)),
             sizing_cells(after),
             arena(Some(before)),

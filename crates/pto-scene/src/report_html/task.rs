@@ -139,12 +139,12 @@ fn arena_line(row: &TaskRow) -> String {
     let wall = row.wall.map_or("-".to_string(), |w| format!("{w:.1?}"));
     let arena = match &row.error {
         Some(e) if e.skipped => "not run (a task it needs failed)".to_string(),
-        Some(e) if row.usage.is_none() && row.sizing.is_some() => format!(
+        _ if row.sizing.is_none() => "no arena".to_string(),
+        Some(e) if row.never_bound() => format!(
             "arena needed {}, not bound ({})",
             human_bytes(row.reserved_bytes),
             e.name
         ),
-        _ if row.sizing.is_none() => "no arena".to_string(),
         _ => format!("arena reserved {}", human_bytes(row.reserved_bytes)),
     };
     format!(
@@ -182,24 +182,18 @@ fn sizing_table(out: &mut String, row: &TaskRow) {
 }
 
 /// Reserved capacity (the whole bar) against the high-water mark (the filled part) per ring
-/// and resource: the chip report's marks, else the scope stats' peaks. A task that did not
-/// bind has no bars: it reserved nothing.
+/// and resource: the chip report's marks, else the scope stats' peaks (a run that failed after
+/// binding sends no report). A task that never bound has no bars: it reserved nothing.
 fn bars(out: &mut String, row: &TaskRow, stats: Option<&ScopeSeries>) {
     let Some(sizing) = &row.sizing else {
         return;
     };
-    if row.usage.is_none() && row.error.is_some() {
+    if row.never_bound() {
         return;
     }
     let peak = |k: usize, ring: usize| -> Option<u64> {
         match (&row.usage, stats) {
-            (Some(u), _) => Some(
-                [
-                    u[ring].task_window_peak,
-                    u[ring].heap_peak,
-                    u[ring].dep_pool_peak,
-                ][k],
-            ),
+            (Some(u), _) => Some(u[ring].peak(Resource::ALL[k])),
             (None, Some(s)) => Some(s.peaks[ring][k]),
             (None, None) => None,
         }
