@@ -210,9 +210,9 @@ impl SearchState {
             if chip.shutdown.load(Ordering::SeqCst) {
                 break None;
             }
-            if let Some(work) = self.try_take(chip, index, &mut search) {
+            if let Some((work, more)) = self.try_take(chip, index, &mut search) {
                 let run = Arc::clone(self.run.as_ref().expect("work comes from a run"));
-                break Some((run, work));
+                break Some((run, work, more));
             }
             if search.spins() && window.step().is_spinning() {
                 continue;
@@ -234,7 +234,14 @@ impl SearchState {
             window.reset();
         };
         self.seen_epoch = search.seen();
-        found
+        // Stop counting as searching, then say there is more (`Search::found`): this executor
+        // goes to run what it took, and a signal that still counted it would wake nobody.
+        let Some((run, work, more)) = found else {
+            drop(search);
+            return None;
+        };
+        search.found((more != Signal::Nothing).then_some(more == Signal::Wake));
+        Some((run, work))
     }
 
     fn run_finished(&self) -> bool {
@@ -242,13 +249,14 @@ impl SearchState {
     }
 
     /// Takes a unit from the current run when something changed since the last try: a new run
-    /// or a work signal.
+    /// or a work signal. Returns it with whom the work left behind concerns, for the caller to
+    /// signal once it stopped searching.
     fn try_take(
         &mut self,
         chip: &ChipShared,
         index: usize,
         search: &mut Search<'_>,
-    ) -> Option<Work> {
+    ) -> Option<(Work, Signal)> {
         let seq = chip.run_seq.load(Ordering::SeqCst);
         let new_run = self.seen_seq != Some(seq);
         if !new_run && !search.news() {
@@ -267,12 +275,8 @@ impl SearchState {
             let work = graph.take(run, chip);
             (work, graph.signal(run))
         };
-        if work.is_some() {
-            trace_pass(run, index, pass_start, "take");
-            if more != Signal::Nothing {
-                chip.signal_work(more == Signal::Wake);
-            }
-        }
-        work
+        let work = work?;
+        trace_pass(run, index, pass_start, "take");
+        Some((work, more))
     }
 }

@@ -286,3 +286,60 @@ fn loom_work_signal_one_worker_never_misses_an_item() {
 fn loom_work_signal_two_workers_never_strand_an_item() {
     work_signal_model(2);
 }
+
+/// A worker that takes work and leaves more behind must not strand it while it runs what it
+/// took (`Search::found`: stop searching, then signal). Two items are published before either
+/// worker looks; the first item's run cannot end until the second was taken (the chip's
+/// write-after-read test: a slow read waits out an overwrite that needs the other executor).
+/// The items arrive in one push with one signal, which wakes at most one parked worker.
+/// Signalling while still counted as searching wakes nobody: a loom deadlock.
+#[test]
+fn loom_work_signal_a_taker_never_strands_work_it_waits_for() {
+    model(|| {
+        let signal = Arc::new(WorkSignal::new());
+        let items = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let second_taken = Arc::new(AtomicBool::new(false));
+        let taken_ec = Arc::new(EventCount::new());
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (signal, items, second_taken, taken_ec) = (
+                    signal.clone(),
+                    items.clone(),
+                    second_taken.clone(),
+                    taken_ec.clone(),
+                );
+                thread::spawn(move || {
+                    let mut search = signal.search();
+                    let (item, more) = loop {
+                        if search.news() {
+                            search.look();
+                            let mut queue = items.lock().unwrap();
+                            if let Some(item) = queue.pop() {
+                                break (item, !queue.is_empty());
+                            }
+                        }
+                        search.park(|| false, None);
+                    };
+                    search.found(more.then_some(true));
+                    if item == "second" {
+                        second_taken.store(true, Ordering::SeqCst);
+                        taken_ec.notify_all();
+                    } else {
+                        wait_until(&taken_ec, SpinPolicy::PARK_IMMEDIATELY, None, || {
+                            second_taken.load(Ordering::SeqCst).then_some(())
+                        })
+                        .expect("no deadline");
+                    }
+                })
+            })
+            .collect();
+        // Both published in one hold (popped from the back: the waiting item first), one
+        // signal: it wakes one parked worker at most.
+        items.lock().unwrap().extend(["second", "first"]);
+        signal.signal(true);
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(signal.searching(), 0);
+    });
+}

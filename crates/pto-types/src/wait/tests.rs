@@ -702,3 +702,34 @@ fn wait_work_signal_wakes_a_parked_worker_and_park_returns_on_news() {
         assert_eq!(signal.searching(), 0);
     });
 }
+
+/// A worker that found work and leaves more behind must wake a parked peer: `Search::found`
+/// stops searching before it signals. In the other order (the executors' before issue 25's
+/// second session) nobody is notified and this test times out.
+#[test]
+fn wait_work_signal_a_finder_leaving_work_wakes_a_parked_peer() {
+    with_timeout(WATCHDOG_SECS, || {
+        let signal = Arc::new(WorkSignal::new());
+        let (tx, rx) = mpsc::channel();
+        let peer = {
+            let signal = Arc::clone(&signal);
+            thread::spawn(move || {
+                let mut s = signal.search();
+                s.look();
+                tx.send(()).unwrap();
+                while !s.news() {
+                    s.park(|| false, None);
+                }
+            })
+        };
+        rx.recv().unwrap();
+        eventually(|| signal.searching() == 0);
+        // The finder counts as searching while it takes: had it signalled now, the signal
+        // would have found a searcher and notified nobody, and the peer would sleep on.
+        let finder = signal.search();
+        assert_eq!(signal.searching(), 1);
+        finder.found(Some(true));
+        peer.join().unwrap();
+        assert_eq!(signal.searching(), 0);
+    });
+}

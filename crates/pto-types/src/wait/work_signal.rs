@@ -150,6 +150,21 @@ impl Search<'_> {
     }
 }
 
+impl Search<'_> {
+    /// The worker found work and goes to do it: it stops searching, and then, if `more` is
+    /// `Some(wake)`, signals work it left behind. In that order: a signal sent while the finder
+    /// still counts as searching wakes nobody (a searcher will see it), but this one will not
+    /// search again until its work is done, so a parked worker would sleep through work it
+    /// could run now.
+    pub fn found(self, more: Option<bool>) {
+        let signal = self.signal;
+        drop(self);
+        if let Some(wake) = more {
+            signal.signal(wake);
+        }
+    }
+}
+
 impl Drop for Search<'_> {
     fn drop(&mut self) {
         self.signal.word.fetch_sub(1, Ordering::SeqCst);
