@@ -194,7 +194,8 @@ def test_main_job_page(browser, pages):
     assert closed == 5
     height = page_height(browser)
     assert height < MAX_MAIN_HEIGHT, f"the main job's page is {height} px tall"
-    screenshot(browser, "run")
+    shot = screenshot(browser, "run")
+    assert shot < MAX_MAIN_HEIGHT, f"the main job's full-page screenshot is {shot} px tall"
 
 
 def test_scope_stats_page_draws_occupancy_on_a_linear_axis(browser, pages):
