@@ -56,6 +56,11 @@ impl CaseFigures {
         self.per_chip.iter().sum()
     }
 
+    /// How many times `least` bytes this case's device memory is (the "× leanest" figure).
+    pub fn times(&self, least: u64) -> f64 {
+        self.device_memory() as f64 / least.max(1) as f64
+    }
+
     /// Heap reserved / heap high-water; `None` without heap traffic.
     pub fn heap_ratio(&self) -> Option<f64> {
         (self.heap_high_water > 0).then(|| self.heap_reserved as f64 / self.heap_high_water as f64)

@@ -68,6 +68,11 @@ fn failed_rows_keep_the_sizing_they_tried_to_bind() {
     assert_eq!(resolved.footprint.arena, bound.reserved_bytes);
 }
 
+/// The HTML page of a run, as `pto run --report` writes it.
+fn page(file: &SceneFile, opts: &RunOptions, reports: &[CaseReport]) -> String {
+    render_html(&HtmlPage::of_run(file, opts, reports), reports)
+}
+
 fn count(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()
 }
@@ -81,7 +86,7 @@ fn html_report_of_a_shipped_scene_is_self_contained() {
     let out = tempfile::tempdir().unwrap();
     let opts = options(out.path(), None, true);
     let reports = run(&file, &opts);
-    let html = render_html(&HtmlPage::of_run(&file, &opts, &reports), &reports);
+    let html = page(&file, &opts, &reports);
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(html.trim_end().ends_with("</html>"));
     let mut tasks = 0;
@@ -116,7 +121,7 @@ fn html_report_of_a_shipped_scene_is_self_contained() {
         assert!(!html.contains(forbidden), "{forbidden}");
     }
     let without = options(out.path(), None, false);
-    let html = render_html(&HtmlPage::of_run(&file, &without, &reports), &reports);
+    let html = page(&file, &without, &reports);
     assert!(html.contains("Occupancy over the run needs <code>--enable-scope-stats</code>"));
     assert_eq!(count(&html, "<svg class=\"occupancy"), 0);
 }
@@ -154,7 +159,7 @@ fn the_main_jobs_page_compares_the_sizings_and_ranks_the_waste() {
     let opts = options(out.path(), None, false);
     let reports = run(&file, &opts);
     assert!(reports.iter().all(|r| r.result.passed()));
-    let html = render_html(&HtmlPage::of_run(&file, &opts, &reports), &reports);
+    let html = page(&file, &opts, &reports);
     let summary = table_rows(&html, "summary");
     let names: Vec<&str> = summary.iter().map(|r| r[0].as_str()).collect();
     let cases: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();

@@ -119,10 +119,7 @@ fn tune_one(
 ) -> anyhow::Result<bool> {
     let tuning = tune_case(file, case, options)?;
     crate::print_out(&render_tuning(&tuning));
-    let verdict = tuning.verdict.clone();
-    let advised = tuning.advised.clone();
-    tunings.push(tuning);
-    match (&verdict, &advised) {
+    let verified = match (&tuning.verdict, &tuning.advised) {
         (Verdict::Verified, Some(advised)) if args.write => {
             write_case(&file.path, advised).map_err(InputError)?;
             crate::print_out(&format!(
@@ -130,9 +127,11 @@ fn tune_one(
                 cut(case),
                 args.scene.display()
             ));
+            true
         }
-        (Verdict::Verified | Verdict::Skipped(_), _) => {}
-        (Verdict::Failed(_), _) => return Ok(false),
-    }
-    Ok(true)
+        (Verdict::Verified | Verdict::Skipped(_), _) => true,
+        (Verdict::Failed(_), _) => false,
+    };
+    tunings.push(tuning);
+    Ok(verified)
 }

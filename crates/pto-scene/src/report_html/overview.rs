@@ -138,11 +138,7 @@ fn strategy_bar<'a>(name: &'a str, f: &CaseFigures, best: Option<(&str, u64)>) -
         Some((b, _)) if b == name => (GREEN, format!("{} · the leanest", human_bytes(bytes))),
         Some((b, least)) => (
             BLUE,
-            format!(
-                "{} · {:.2}× {b}",
-                human_bytes(bytes),
-                bytes as f64 / least.max(1) as f64
-            ),
+            format!("{} · {:.2}× {b}", human_bytes(bytes), f.times(least)),
         ),
         None => (BLUE, human_bytes(bytes)),
     };
@@ -169,9 +165,7 @@ fn summary_table(
     for report in reports {
         let f = CaseFigures::of(&report.result);
         let times = match (ways.iter().find(|(n, _)| *n == report.name), best) {
-            (Some(_), Some((_, least))) => {
-                format!("{:.2}", f.device_memory() as f64 / least.max(1) as f64)
-            }
+            (Some(_), Some((_, least))) => format!("{:.2}", f.times(least)),
             _ => "-".to_string(),
         };
         let _ = writeln!(

@@ -215,7 +215,7 @@ impl Scene for HeterogeneousFanout {
         }
         lines.push(format!("({})", crate::figures::LEGEND));
         for (name, f) in &ways {
-            let times = f.device_memory() as f64 / best.max(1) as f64;
+            let times = f.times(best);
             if *name != best_name && times >= 1.05 {
                 lines.push(format!(
                     "{name} needs {times:.2}x the device memory of {best_name} for identical results"

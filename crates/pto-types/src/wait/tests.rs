@@ -671,6 +671,22 @@ fn wait_work_signal_counts_searchers_and_reports_news() {
     });
 }
 
+/// A worker that searches, looks once and then parks until news; returns once it has looked.
+fn parked_worker(signal: &Arc<WorkSignal>) -> thread::JoinHandle<()> {
+    let (tx, rx) = mpsc::channel();
+    let signal = Arc::clone(signal);
+    let worker = thread::spawn(move || {
+        let mut s = signal.search();
+        s.look();
+        tx.send(()).unwrap();
+        while !s.news() {
+            s.park(|| false, None);
+        }
+    });
+    rx.recv().unwrap();
+    worker
+}
+
 #[test]
 fn wait_work_signal_wakes_a_parked_worker_and_park_returns_on_news() {
     with_timeout(WATCHDOG_SECS, || {
@@ -683,19 +699,7 @@ fn wait_work_signal_wakes_a_parked_worker_and_park_returns_on_news() {
         assert_eq!(signal.searching(), 1, "searching again after park");
         drop(s);
         // A parked worker wakes on `signal(true)` when nobody searches.
-        let (tx, rx) = mpsc::channel();
-        let worker = {
-            let signal = Arc::clone(&signal);
-            thread::spawn(move || {
-                let mut s = signal.search();
-                s.look();
-                tx.send(()).unwrap();
-                while !s.news() {
-                    s.park(|| false, None);
-                }
-            })
-        };
-        rx.recv().unwrap();
+        let worker = parked_worker(&signal);
         eventually(|| signal.searching() == 0 || worker.is_finished());
         signal.signal(true);
         worker.join().unwrap();
@@ -710,19 +714,7 @@ fn wait_work_signal_wakes_a_parked_worker_and_park_returns_on_news() {
 fn wait_work_signal_a_finder_leaving_work_wakes_a_parked_peer() {
     with_timeout(WATCHDOG_SECS, || {
         let signal = Arc::new(WorkSignal::new());
-        let (tx, rx) = mpsc::channel();
-        let peer = {
-            let signal = Arc::clone(&signal);
-            thread::spawn(move || {
-                let mut s = signal.search();
-                s.look();
-                tx.send(()).unwrap();
-                while !s.news() {
-                    s.park(|| false, None);
-                }
-            })
-        };
-        rx.recv().unwrap();
+        let peer = parked_worker(&signal);
         eventually(|| signal.searching() == 0);
         // The finder counts as searching while it takes: had it signalled now, the signal
         // would have found a searcher and notified nobody, and the peer would sleep on.
