@@ -121,7 +121,12 @@ pub struct ReadyLanes {
 impl ReadyLanes {
     /// A graph with window `window` on every ring and `clusters` clusters (3 cores each).
     pub fn new(window: u32, clusters: u32) -> ReadyLanes {
-        let chip = ChipShared::new(clusters, 1, SpinPolicy::PARK_IMMEDIATELY);
+        let chip = ChipShared::new(
+            clusters,
+            1,
+            SpinPolicy::PARK_IMMEDIATELY,
+            std::time::Duration::from_secs(10),
+        );
         let graph = Graph::new([window; RING_COUNT], clusters);
         let run = Arc::new(RunShared::new(0, graph, 0));
         let payload = Arc::new(TaskPayload {

@@ -32,6 +32,7 @@ use crate::engine::core::panic_message;
 use crate::engine::executor::executor_main;
 use crate::engine::graph::Graph;
 use crate::engine::heap::{HostRegion, RunMemory};
+use crate::engine::orchestrator::help::Helper;
 use crate::engine::orchestrator::{OrchCore, OrchSettings};
 use crate::engine::run::{RunShared, Watch};
 use crate::error::{BindError, ChipError, ChipRunError, Detector};
@@ -155,7 +156,12 @@ impl ChipWorker {
         let effective = spec.effective(&snapshot.chip);
         let spin = SpinPolicy::new(effective.spin).with_pure_spin(effective.spin);
         let executors = executor_count(effective.cores());
-        let shared = Arc::new(ChipShared::new(effective.clusters, executors, spin));
+        let shared = Arc::new(ChipShared::new(
+            effective.clusters,
+            executors,
+            spin,
+            effective.scheduler_timeout,
+        ));
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -557,13 +563,21 @@ impl ChipWorker {
     /// Waits until the run has finished. After a failure, a kernel that never returns would
     /// keep its core forever: after the scheduler timeout the run returns anyway and the chip
     /// is poisoned (returned as `Some(reason)`).
-    fn wait_for_end(&self, run: &RunShared) -> Option<String> {
+    fn wait_for_end(&self, run: &Arc<RunShared>) -> Option<String> {
         let mut waiter = Waiter::new(&run.done, self.shared.spin);
         let mut cancelled_at: Option<Instant> = None;
         let mut watch = Watch::default();
+        let mut helper = Helper::new(run, &self.shared);
         loop {
             if run.is_finished() {
                 return None;
+            }
+            if helper.help() {
+                waiter.reset();
+                continue;
+            }
+            if waiter.is_parking() {
+                helper.before_park();
             }
             let now = Instant::now();
             let deadline = if !run.is_cancelled() {
@@ -582,6 +596,7 @@ impl ChipWorker {
                 Some(since + self.spec.scheduler_timeout)
             };
             let _ = waiter.wait(deadline);
+            helper.after_wait();
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::diag::trace::BlockSpan;
 use crate::error::{ChipError, Detector};
 use crate::kernel::{CoreId, KernelCtx};
 
-use super::graph::{Effects, Signal};
+use super::graph::{Effects, LONG_KERNEL_NS, Signal};
 use super::run::RunShared;
 use super::{Assignment, ChipShared, Completion, Shape, Work};
 
@@ -47,6 +47,7 @@ pub(crate) fn run_block(run: &RunShared, a: &Assignment) -> Completion {
     let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
     // Never 0: 0 means "no kernel of the run has finished" (`Graph::signal`).
     run.last_kernel_ns.store(ran.max(1), Ordering::Relaxed);
+    kernel.record_run(ran, LONG_KERNEL_NS);
     let micros = |t: Instant| if tracing { run.micros(t) } else { 0.0 };
     Completion {
         core: a.core,

@@ -19,9 +19,9 @@ use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector};
 
 use super::core::{after_finish, finish_block, panic_message, run_block, scatter_gang};
-use super::graph::SHORT_KERNEL_NS;
 use super::graph::{Effects, Signal};
-use super::run::RunShared;
+use super::graph::{LONG_KERNEL_NS, SHORT_KERNEL_NS};
+use super::run::{RunShared, Watch};
 use super::{Assignment, ChipShared, Completion, Work};
 
 /// The body of executor thread `index`. A broken invariant fails the run it happened in
@@ -54,7 +54,8 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
 /// While kernels are short (under [`SHORT_KERNEL_NS`]) an executor takes up to [`BATCH`]
 /// one-block tasks per lock hold and finishes them together in the next, and all but one
 /// executor step back: at sub-µs kernels the lock hand-offs between the orchestrator and the
-/// executors are the cost, not the kernels. One that steps back rests (parks for at most
+/// executors are the cost, not the kernels. All but one step back too while the orchestrator
+/// helps (it is the other one). One that steps back rests (parks for at most
 /// [`REST`]) and then searches again, so work queued behind a long kernel waits at most that.
 /// A kernel that turns out long ends the batch: its unstarted blocks are given back.
 fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut SearchState) {
@@ -63,8 +64,10 @@ fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut SearchState) {
         chip.active.fetch_add(1, Ordering::SeqCst);
         batch.first = Some(work);
         let left = loop {
-            let short = batch.run(chip, &run);
-            if short && chip.try_leave() {
+            let (short, helpable) = batch.run(chip, &run);
+            // The orchestrator counts as an active executor for helpable work
+            // (`orchestrator/help.rs`, H2).
+            if (short || (helpable && run.orchestrator_helps())) && chip.try_leave() {
                 batch.finish(chip, &run, index, 0);
                 search.resting = true;
                 break true;
@@ -102,13 +105,17 @@ struct Batch {
 
 impl Batch {
     /// Runs the batch; stops early after a kernel that was not short (the rest stays in
-    /// `singles`, unstarted). Returns whether every kernel it ran was short.
-    fn run(&mut self, chip: &Arc<ChipShared>, run: &Arc<RunShared>) -> bool {
+    /// `singles`, unstarted). Returns whether every kernel it ran was short, and whether the
+    /// first unit was work the orchestrator could have run (`Graph::helpable`).
+    fn run(&mut self, chip: &Arc<ChipShared>, run: &Arc<RunShared>) -> (bool, bool) {
         let mut short = true;
+        let mut helpable = false;
         if let Some(work) = self.first.take() {
+            let one_block = matches!(&work, Work::Single(a) if a.payload.is_one_block());
             let a = scatter_gang(chip, run, work);
             let c = run_block(run, &a);
             short = c.ran_ns < SHORT_KERNEL_NS;
+            helpable = one_block && c.ran_ns < LONG_KERNEL_NS;
             self.done.push(c);
         }
         while short {
@@ -119,7 +126,7 @@ impl Batch {
             short = c.ran_ns < SHORT_KERNEL_NS;
             self.done.push(c);
         }
-        short
+        (short, helpable)
     }
 
     /// One lock hold: finishes what ran, gives back what did not start, and takes up to
@@ -185,6 +192,8 @@ struct SearchState {
     seen_epoch: Option<u64>,
     /// This executor stepped back ([`serve`]): rest before searching.
     resting: bool,
+    /// The no-progress watchdog this executor keeps while it parks during a live run.
+    watch: Watch,
 }
 
 impl SearchState {
@@ -224,12 +233,13 @@ impl SearchState {
             // Stop searching, re-check, park (`pto_types::wait::WorkSignal`); a new run or a
             // shutdown is news too.
             let seen_seq = self.seen_seq;
+            let deadline = self.watch_deadline(chip);
             search.park(
                 || {
                     chip.shutdown.load(Ordering::SeqCst)
                         || Some(chip.run_seq.load(Ordering::SeqCst)) != seen_seq
                 },
-                None,
+                deadline,
             );
             window.reset();
         };
@@ -242,6 +252,19 @@ impl SearchState {
         };
         search.found((more != Signal::Nothing).then_some(more == Signal::Wake));
         Some((run, work))
+    }
+
+    /// While its run is live, a parked executor keeps the no-progress watchdog (code 100) and
+    /// wakes by its deadline: the orchestrator keeps it whenever it waits, but not while it
+    /// runs a block itself (`orchestrator/help.rs`), and that block may be the one that hangs.
+    fn watch_deadline(&mut self, chip: &ChipShared) -> Option<Instant> {
+        match &self.run {
+            Some(run) if !run.is_finished() => self.watch.check(run, chip.watchdog),
+            _ => {
+                self.watch = Watch::default();
+                None
+            }
+        }
     }
 
     fn run_finished(&self) -> bool {

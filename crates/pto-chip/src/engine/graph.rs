@@ -28,8 +28,9 @@ use super::run::RunShared;
 use super::{Assignment, ChipShared, Completion, Shape, TaskPayload, Work};
 
 /// A kernel this long (ns) makes a parked executor worth waking for a single waiting block:
-/// about the cost of the wake itself on the reference VM.
-const LONG_KERNEL_NS: u64 = 20_000;
+/// about the cost of the wake itself on the reference VM. Kernels that last returned sooner
+/// are *quick*: a waiting orchestrator may run them itself (`orchestrator/help.rs`).
+pub(crate) const LONG_KERNEL_NS: u64 = 20_000;
 
 /// Below this (ns), a kernel is shorter than the lock and cache-line traffic a second active
 /// executor adds: one executor keeps up with the orchestrator, and more only slow it down
@@ -528,16 +529,31 @@ impl Graph {
     /// for it: when no block runs (nobody else would come back for it), when kernels are long
     /// or not measured yet (no kernel of the run has finished: the one running may be long, and
     /// the work would wait for all of it), or when at least two blocks wait behind kernels that
-    /// are not very short. Otherwise the
+    /// are not very short — except helpable work while the orchestrator is not parked and
+    /// kernels are quick (`orchestrator/help.rs`, H2). Otherwise the
     /// work is left to the thread running a block — a wake costs the waker a system call, and a
     /// second executor on sub-µs kernels costs more than it adds
     /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn signal(&self, run: &RunShared) -> Signal {
-        if run.is_cancelled() || self.pick().is_none() {
+        if run.is_cancelled() {
             return Signal::Nothing;
         }
+        let Some(lane) = self.pick() else {
+            return Signal::Nothing;
+        };
+        let running = run.running.load(Ordering::Acquire);
         let kernel_ns = run.last_kernel_ns.load(Ordering::Relaxed);
-        let wake = run.running.load(Ordering::Acquire) == 0
+        if running > 0
+            && kernel_ns < LONG_KERNEL_NS
+            && run.orchestrator_helps()
+            && self.helpable(lane)
+        {
+            // A running block's thread comes back for it (kernels are quick), and so does the
+            // orchestrator before it parks (`orchestrator/help.rs`, H2): a woken executor
+            // would be one thread more than the host has CPUs for.
+            return Signal::Searchers;
+        }
+        let wake = running == 0
             || kernel_ns == 0
             || kernel_ns >= LONG_KERNEL_NS
             || (kernel_ns >= SHORT_KERNEL_NS && self.ready_blocks >= 2);
@@ -584,6 +600,36 @@ impl Graph {
         run: &Arc<RunShared>,
         chip: &ChipShared,
     ) -> Option<Assignment> {
+        self.take_one_block_if(run, chip, |_| true)
+    }
+
+    /// [`Graph::take_one_block`] for the waiting orchestrator: only helpable work
+    /// ([`Graph::helpable`]).
+    pub(crate) fn take_helpable(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+    ) -> Option<Assignment> {
+        self.take_one_block_if(run, chip, is_quick)
+    }
+
+    /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task
+    /// whose kernel returned within [`LONG_KERNEL_NS`] the last time it ran in this process.
+    /// A waiting orchestrator runs such work itself (`orchestrator/help.rs`, H1).
+    pub(crate) fn helpable(&self, lane: Lane) -> bool {
+        matches!(lane, Lane::Aic | Lane::Aiv)
+            && self.lanes[lane as usize].front().is_some_and(|&id| {
+                let payload = self.slot(id).payload.as_ref().expect("payload");
+                payload.is_one_block() && is_quick(payload)
+            })
+    }
+
+    fn take_one_block_if(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+        accept: impl Fn(&TaskPayload) -> bool,
+    ) -> Option<Assignment> {
         if run.is_cancelled() {
             return None;
         }
@@ -592,7 +638,7 @@ impl Graph {
             .filter(|&l| matches!(l, Lane::Aic | Lane::Aiv))?;
         let id = *self.lanes[lane as usize].front()?;
         let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
-        if payload.block_num != 1 {
+        if payload.block_num != 1 || !accept(&payload) {
             return None;
         }
         let mut parts = Vec::with_capacity(1);
@@ -786,4 +832,9 @@ fn cluster_cores(clusters: u32, k: u32, mask: u8) -> Vec<(u32, usize, u32)> {
         cores.push((clusters + 2 * k + 1, 2, 1));
     }
     cores
+}
+
+/// Whether every kernel of a task returned quickly the last time it ran ([`Graph::helpable`]).
+fn is_quick(payload: &TaskPayload) -> bool {
+    payload.kernels.iter().flatten().all(|k| k.was_quick())
 }

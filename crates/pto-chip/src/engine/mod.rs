@@ -5,12 +5,16 @@
 //! - the **orchestrator** is the thread that calls `ChipWorker::run`; it runs the user's
 //!   orchestration function and owns every ring allocator, the TensorMap and the scope stack
 //!   ([`orchestrator::OrchCore`]); nothing else touches them. It also runs the no-progress
-//!   watchdog (code 100) whenever it waits ([`run::Watch`]);
+//!   watchdog (code 100) whenever it waits ([`run::Watch`]), and while it waits it runs
+//!   *helpable* work itself (quick one-block tasks, [`orchestrator::help`]), so that on a
+//!   small host it and one executor share the CPUs instead of three threads contending;
 //! - **executors** (`min(simulated cores, host parallelism)` threads per chip) take a ready
 //!   block, claim a *logical* core for it, run the kernel, complete it — releasing its consumers
 //!   into the ready lanes — and take the next block themselves, in one hold of the graph lock
 //!   per block ([`executor`]). Simulated cores are not threads: a core is a slot in the graph's
-//!   occupancy table, so 24 simulated cores on a 2-CPU host cost 2 threads, not 24;
+//!   occupancy table, so 24 simulated cores on a 2-CPU host cost 2 threads, not 24. A parked
+//!   executor keeps the watchdog too while its run is live, for the time the orchestrator
+//!   spends in a kernel;
 //! - **gang threads**, one per logical core and started the first time that core needs one, run
 //!   the extra parts of work that must run *at the same time*: the blocks of a
 //!   `require_sync_start` cohort and the parts of a MIX block (their kernels may wait for each
@@ -101,6 +105,12 @@ pub(crate) struct TaskPayload {
 }
 
 impl TaskPayload {
+    /// A one-block AIC or AIV task outside any sync-start cohort: one thread runs all of it,
+    /// and an unstarted one can be given back whole.
+    pub(crate) fn is_one_block(&self) -> bool {
+        self.block_num == 1 && !self.sync_start && matches!(self.shape, Shape::Aic | Shape::Aiv)
+    }
+
     /// The kernel names, for messages.
     pub(crate) fn kernel_names(&self) -> String {
         let names: Vec<&str> = self.kernels.iter().flatten().map(|k| k.name()).collect();
@@ -208,10 +218,19 @@ pub(crate) struct ChipShared {
     /// can hand a whole time slice to another thread on a small host; see `pto_types::wait`'s
     /// README).
     pub(crate) spin: SpinPolicy,
+    /// The no-progress watchdog's timeout (`scheduler_timeout`): idle executors keep it for
+    /// a live run too, since the orchestrator cannot while it runs a block itself
+    /// (`orchestrator/help.rs`).
+    pub(crate) watchdog: std::time::Duration,
 }
 
 impl ChipShared {
-    pub(crate) fn new(clusters: u32, executors: usize, spin: SpinPolicy) -> ChipShared {
+    pub(crate) fn new(
+        clusters: u32,
+        executors: usize,
+        spin: SpinPolicy,
+        watchdog: std::time::Duration,
+    ) -> ChipShared {
         let cores = (0..3 * clusters)
             .map(|id| {
                 let sub_block = if id < clusters {
@@ -233,6 +252,7 @@ impl ChipShared {
             gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),
             shutdown: AtomicBool::new(false),
             spin,
+            watchdog,
         }
     }
 

@@ -35,7 +35,9 @@ use super::heap::RunMemory;
 use super::infer;
 use super::run::{RunShared, Watch};
 use super::{BoundTensors, ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
+use help::Helper;
 
+pub(crate) mod help;
 mod replay;
 mod war;
 
@@ -379,6 +381,8 @@ impl OrchCore {
         let mut quiet_since = started;
         let mut watch = Watch::default();
         let _clear = ClearWake(&run);
+        let chip = Arc::clone(&self.chip);
+        let mut helper = Helper::new(&run, &chip);
         loop {
             let blocked = match first.take() {
                 Some(blocked) => blocked,
@@ -401,6 +405,13 @@ impl OrchCore {
                 None
             };
             self.check_fatal()?;
+            if helper.help() {
+                waiter.reset();
+                continue;
+            }
+            if waiter.is_parking() {
+                helper.before_park();
+            }
             let now = Instant::now();
             let progress = run.progress.load(Ordering::Acquire);
             if progress != last_progress || run.running.load(Ordering::Acquire) > 0 {
@@ -425,7 +436,9 @@ impl OrchCore {
                 &mut waiter,
                 wake,
                 deadline.max(now + Duration::from_millis(1)),
+                || helper.news(),
             );
+            helper.after_wait();
         }
     }
 
@@ -1047,6 +1060,8 @@ impl OrchCore {
         let deadline = Instant::now() + self.settings.tensor_wait_timeout;
         let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
         let mut watch = Watch::default();
+        let chip = Arc::clone(&self.chip);
+        let mut helper = Helper::new(&run, &chip);
         loop {
             let pending = {
                 let graph = run.lock_graph();
@@ -1069,11 +1084,19 @@ impl OrchCore {
                 e.task = Some(blocking);
                 return Err(self.fail(e));
             }
+            if helper.help() {
+                waiter.reset();
+                continue;
+            }
+            if waiter.is_parking() {
+                helper.before_park();
+            }
             let wait_until = match watch.check(&run, self.settings.watchdog) {
                 Some(watchdog) => deadline.min(watchdog),
                 None => deadline,
             };
             let _ = waiter.wait(Some(wait_until));
+            helper.after_wait();
         }
         let bound = [BoundTensor {
             desc,
@@ -1266,10 +1289,17 @@ impl AdaptiveSpin {
 /// then makes a back-pressured orchestrator submit in bursts: retrying on every spin step made
 /// it wait once per task, each wait a few µs of spinning on the graph lock, in lock step with the
 /// executors' retirements.
-fn pause(run: &RunShared, waiter: &mut Waiter<'_>, wake: Option<(usize, u64)>, deadline: Instant) {
+fn pause(
+    run: &RunShared,
+    waiter: &mut Waiter<'_>,
+    wake: Option<(usize, u64)>,
+    deadline: Instant,
+    work_to_help: impl Fn() -> bool,
+) {
     let progress = run.progress.load(Ordering::Acquire);
     let worth_retrying = || {
         run.is_cancelled()
+            || work_to_help()
             || match wake {
                 Some((ring, at)) => run.watermark_reached(ring, at),
                 None => run.progress.load(Ordering::Acquire) != progress,

@@ -57,6 +57,9 @@ pub(crate) struct RunShared {
     pub(crate) last_kernel_ns: CachePadded<AtomicU64>,
     /// Blocks currently running on cores.
     pub(crate) running: CachePadded<AtomicU64>,
+    /// The orchestrator is not parked: it comes back for helpable work before it parks
+    /// (`orchestrator/help.rs`, H2). Set from the start of the run.
+    orchestrator_helps: CachePadded<AtomicBool>,
     /// Notified when the run may have finished (all tasks completed, or failed and idle).
     pub(crate) done: CachePadded<EventCount>,
     /// Set when any error is latched.
@@ -84,6 +87,7 @@ impl RunShared {
             total_tasks: CachePadded::new(AtomicU64::new(TOTAL_UNKNOWN)),
             last_kernel_ns: CachePadded::new(AtomicU64::new(0)),
             running: CachePadded::new(AtomicU64::new(0)),
+            orchestrator_helps: CachePadded::new(AtomicBool::new(true)),
             done: CachePadded::new(EventCount::new()),
             cancelled: CachePadded::new(AtomicBool::new(false)),
             orch_error: Mutex::new(None),
@@ -138,6 +142,18 @@ impl RunShared {
     /// Whether the watermark of `ring` reached `at` (`SeqCst`: see `wants_ring_wake`).
     pub(crate) fn watermark_reached(&self, ring: usize, at: u64) -> bool {
         self.last_alive[ring].load(Ordering::SeqCst) >= at
+    }
+
+    /// Whether the orchestrator is taking quick work ([`RunShared::set_orchestrator_helps`]).
+    pub(crate) fn orchestrator_helps(&self) -> bool {
+        self.orchestrator_helps.load(Ordering::SeqCst)
+    }
+
+    /// Set by the orchestrator only. Clearing it is followed by a look at the lanes under the
+    /// graph lock, so a signal that counted on the orchestrator is never lost
+    /// (`orchestrator/help.rs`).
+    pub(crate) fn set_orchestrator_helps(&self, on: bool) {
+        self.orchestrator_helps.store(on, Ordering::SeqCst);
     }
 
     /// Microseconds since the run started.

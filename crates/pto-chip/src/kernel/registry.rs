@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock};
 
 use pto_types::args::is_valid_name;
@@ -40,6 +41,10 @@ pub struct KernelDef {
     name: &'static str,
     core: CoreType,
     imp: KernelImpl,
+    /// Whether its last run in this process returned within a quick kernel's time
+    /// ([`KernelRef::record_run`]). A waiting orchestrator runs only such kernels itself
+    /// (`engine/orchestrator/help.rs`): one never seen to return never runs there.
+    quick: AtomicBool,
 }
 
 /// `is_valid_name` as a `const fn`, so the macro rejects bad names at compile time.
@@ -74,6 +79,7 @@ impl KernelDef {
             name,
             core,
             imp: KernelImpl::Fn(f),
+            quick: AtomicBool::new(false),
         }
     }
 
@@ -127,6 +133,21 @@ impl KernelRef {
             KernelImpl::Fn(f) => f(ctx),
             KernelImpl::Closure(f) => f(ctx),
         }
+    }
+
+    /// Records that a run of the kernel returned after `ns`: quick when under `quick_ns`.
+    /// Written only when it changes, so that executors running one kernel do not bounce its
+    /// cache line on every block.
+    pub(crate) fn record_run(&self, ns: u64, quick_ns: u64) {
+        let quick = ns < quick_ns;
+        if self.0.quick.load(Ordering::Relaxed) != quick {
+            self.0.quick.store(quick, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the kernel's last run returned quickly ([`KernelRef::record_run`]).
+    pub(crate) fn was_quick(&self) -> bool {
+        self.0.quick.load(Ordering::Relaxed)
     }
 }
 
@@ -313,6 +334,7 @@ fn register_boxed(
         name,
         core,
         imp: KernelImpl::Closure(f),
+        quick: AtomicBool::new(false),
     }));
     let k = KernelRef(def);
     dynamic.insert(name, k);
@@ -453,6 +475,7 @@ mod tests {
             name: "bad name",
             core: CoreType::Aiv,
             imp: KernelImpl::Fn(kernel_noop),
+            quick: AtomicBool::new(false),
         };
         let index = build_index([&A1, &B, &A2, &BAD, &A3, &B]);
         assert_eq!(

@@ -343,3 +343,58 @@ fn loom_work_signal_a_taker_never_strands_work_it_waits_for() {
         assert_eq!(signal.searching(), 0);
     });
 }
+
+/// A chip's waiting orchestrator as a part-time worker (pto-chip `engine/orchestrator/help.rs`,
+/// rules H2 and H3). While it is not parked, a finisher that makes work ready wakes no parked
+/// worker (the orchestrator comes back for it); before the orchestrator parks it clears its
+/// flag, then looks at the queue under the lock and signals with a wake what it finds. Here
+/// the finisher is a gang thread (it never takes work itself) and the orchestrator parks for
+/// good after stepping away, so only the parked worker can take the item: with the look
+/// before the clear, loom finds the finisher reading the flag still set after the look and a
+/// deadlock.
+#[test]
+fn loom_orchestrator_stepping_away_never_strands_work() {
+    model(|| {
+        let signal = Arc::new(WorkSignal::new());
+        let items = Arc::new(loom::sync::Mutex::new(0u32));
+        let helps = Arc::new(AtomicBool::new(true));
+        let worker = {
+            let (signal, items) = (signal.clone(), items.clone());
+            thread::spawn(move || {
+                let mut search = signal.search();
+                loop {
+                    if search.news() {
+                        search.look();
+                        let mut queue = items.lock().unwrap();
+                        if *queue > 0 {
+                            *queue -= 1;
+                            break;
+                        }
+                    }
+                    search.park(|| false, None);
+                }
+                search.found(None);
+            })
+        };
+        let finisher = {
+            let (signal, items, helps) = (signal.clone(), items.clone(), helps.clone());
+            thread::spawn(move || {
+                let wake = {
+                    let mut queue = items.lock().unwrap();
+                    *queue += 1;
+                    !helps.load(Ordering::SeqCst)
+                };
+                signal.signal(wake);
+            })
+        };
+        // The orchestrator steps away: clear, then look under the lock.
+        helps.store(false, Ordering::SeqCst);
+        let found = *items.lock().unwrap() > 0;
+        if found {
+            signal.signal(true);
+        }
+        finisher.join().unwrap();
+        worker.join().unwrap();
+        assert_eq!(*items.lock().unwrap(), 0);
+    });
+}

@@ -70,7 +70,9 @@ impl WorkSignal {
         self.parked.notify_all();
     }
 
-    fn epoch(&self) -> u64 {
+    /// The epoch: it moves on every signal. A thread that takes work outside a search (a
+    /// waiting orchestrator that helps) compares it to skip looks that cannot find anything.
+    pub fn epoch(&self) -> u64 {
         self.word.load(Ordering::SeqCst) >> SEARCHING_BITS
     }
 

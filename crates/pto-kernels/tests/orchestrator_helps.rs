@@ -1,0 +1,213 @@
+//! The waiting orchestrator runs helpable work itself (`engine/orchestrator/help.rs`): quick
+//! one-block tasks do run on its thread, a kernel never seen to return quickly never does,
+//! and a helped kernel that hangs is still caught by the watchdog.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use common::{chip, with_timeout};
+use pto_chip::kernel::{CoreType, KernelCtx, KernelRef};
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_chip::{ChipRunError, ChipSpec, ChipWorker, RunContext};
+use pto_types::ring_config::env::EnvSource;
+use pto_types::{CallConfig, ErrorCode, TaskArgs};
+
+/// Tasks per run (a multiple of 8): far more than the 16-slot window, so the orchestrator
+/// waits often.
+const TASKS: u64 = 600;
+
+/// Where a kernel ran: calls in all, calls on the orchestrator's thread, and whether the very
+/// first call was there.
+struct Calls {
+    orchestrator: OnceLock<ThreadId>,
+    all: AtomicU64,
+    on_orchestrator: AtomicU64,
+    first_on_orchestrator: AtomicBool,
+}
+
+impl Calls {
+    const fn new() -> Calls {
+        Calls {
+            orchestrator: OnceLock::new(),
+            all: AtomicU64::new(0),
+            on_orchestrator: AtomicU64::new(0),
+            first_on_orchestrator: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts a call; returns whether it runs on the orchestrator's thread.
+    fn note(&self) -> bool {
+        let here = self.orchestrator.get() == Some(&std::thread::current().id());
+        if self.all.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.first_on_orchestrator.store(here, Ordering::SeqCst);
+        }
+        if here {
+            self.on_orchestrator.fetch_add(1, Ordering::SeqCst);
+        }
+        here
+    }
+}
+
+fn spin_for(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+static QUICK_CALLS: Calls = Calls::new();
+fn quick(_ctx: &mut KernelCtx<'_>) {
+    QUICK_CALLS.note();
+    spin_for(Duration::from_micros(3));
+}
+pto_chip::register_kernel!(QUICK = "test.help.quick", CoreType::Aiv, quick);
+
+static SLOW_CALLS: Calls = Calls::new();
+fn slow(_ctx: &mut KernelCtx<'_>) {
+    SLOW_CALLS.note();
+    spin_for(Duration::from_micros(60));
+}
+pto_chip::register_kernel!(SLOW = "test.help.slow", CoreType::Aiv, slow);
+
+/// Quick, except on the orchestrator's thread: there it hangs until the run is cancelled.
+static TRAP_CALLS: Calls = Calls::new();
+fn trap(ctx: &mut KernelCtx<'_>) {
+    if TRAP_CALLS.note() {
+        while !ctx.cancelled() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    spin_for(Duration::from_micros(3));
+}
+pto_chip::register_kernel!(TRAP = "test.help.trap", CoreType::Aiv, trap);
+
+fn noop(_ctx: &mut KernelCtx<'_>) {}
+pto_chip::register_kernel!(NOOP = "test.help.noop", CoreType::Aiv, noop);
+
+/// `TASKS` independent tasks, 8 per scope (a scope's tasks retire when it ends).
+fn independent(s: &mut RootScope<'_>, kernel: KernelRef) -> OrchResult<()> {
+    for _ in 0..TASKS / 8 {
+        s.scope(|s| {
+            for _ in 0..8 {
+                s.submit_aiv(kernel, KernelArgs::new())?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+fn many_quick<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    independent(s, QUICK)
+}
+
+fn many_slow<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    independent(s, SLOW)
+}
+
+fn many_noops<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    independent(s, NOOP)
+}
+
+fn many_traps<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    independent(s, TRAP)
+}
+
+fn small_window_chip() -> ChipWorker {
+    chip(1, &[("PTO2_RING_TASK_WINDOW", "16")])
+}
+
+fn run(chip: &ChipWorker, orch: pto_chip::orch::OrchFn) -> Result<(), ChipRunError> {
+    chip.run_fn(
+        orch,
+        &TaskArgs::new(),
+        &CallConfig::default(),
+        &RunContext::default(),
+    )
+    .map(|_| ())
+}
+
+#[test]
+fn the_waiting_orchestrator_runs_quick_tasks_but_never_a_kernel_first() {
+    with_timeout(120, || {
+        let chip = small_window_chip();
+        QUICK_CALLS
+            .orchestrator
+            .set(std::thread::current().id())
+            .unwrap();
+        for _ in 0..5 {
+            run(&chip, many_quick).expect("runs");
+        }
+        assert_eq!(QUICK_CALLS.all.load(Ordering::SeqCst), 5 * TASKS);
+        assert!(
+            !QUICK_CALLS.first_on_orchestrator.load(Ordering::SeqCst),
+            "a kernel never seen to return ran first on the orchestrator"
+        );
+        let helped = QUICK_CALLS.on_orchestrator.load(Ordering::SeqCst);
+        assert!(
+            helped > 0,
+            "the orchestrator, blocked on a 16-slot window {} times over, ran no task itself",
+            5 * TASKS / 16
+        );
+    });
+}
+
+#[test]
+fn a_kernel_that_runs_long_never_runs_on_the_orchestrator() {
+    with_timeout(120, || {
+        let chip = small_window_chip();
+        SLOW_CALLS
+            .orchestrator
+            .set(std::thread::current().id())
+            .unwrap();
+        run(&chip, many_slow).expect("runs");
+        assert_eq!(SLOW_CALLS.all.load(Ordering::SeqCst), TASKS);
+        assert_eq!(SLOW_CALLS.on_orchestrator.load(Ordering::SeqCst), 0);
+    });
+}
+
+#[test]
+fn a_helped_kernel_that_hangs_is_caught_by_the_watchdog_and_the_chip_recovers() {
+    with_timeout(120, || {
+        pto_kernels::link();
+        let spec = ChipSpec {
+            clusters: 1,
+            scheduler_timeout: Some(Duration::from_millis(300)),
+            ..ChipSpec::default()
+        };
+        let chip = ChipWorker::new(
+            spec,
+            EnvSource::from_pairs([("PTO2_RING_TASK_WINDOW", "16")]),
+        )
+        .unwrap();
+        TRAP_CALLS
+            .orchestrator
+            .set(std::thread::current().id())
+            .unwrap();
+        // A run succeeds until the orchestrator helps with a trap (as the first test shows,
+        // within a few runs).
+        let e = (0..20)
+            .find_map(|_| {
+                let started = Instant::now();
+                match run(&chip, many_traps) {
+                    Ok(()) => None,
+                    Err(ChipRunError::Run(e)) => Some((e, started.elapsed())),
+                    Err(other) => panic!("expected a run error, got {other}"),
+                }
+            })
+            .map(|(e, took)| {
+                assert!(took < Duration::from_secs(30), "{took:?}");
+                e
+            })
+            .expect("the orchestrator helped with no trap in 20 runs");
+        assert_eq!(e.code, ErrorCode::SchedulerTimeout, "{e}");
+        assert_eq!(TRAP_CALLS.on_orchestrator.load(Ordering::SeqCst), 1);
+        assert!(e.detail.contains("no progress for 300 ms"), "{}", e.detail);
+        // The chip is usable again.
+        run(&chip, many_noops).expect("a normal run after the failure");
+    });
+}
