@@ -11,6 +11,14 @@
 //!   writable flag) and builds one [`KernelCtx`] per invocation (one block on one core).
 //! * A kernel reads tensors through [`View`]s, writes them through [`ViewMut`]s, reads scalars
 //!   as any [`Scalar`] and polls [`KernelCtx::cancelled`].
+//! * A kernel runs on whichever thread of the chip takes its block: an executor, a gang thread,
+//!   or — for a one-block AIC/AIV task whose kernel returned within 20 µs the last time it ran
+//!   — the thread that called `ChipWorker::run`, while that thread waits (for ring space, a
+//!   tensor's producer or the end of the run). Do not rely on the thread's identity or its
+//!   thread-locals, and do not wait in a kernel for something only the caller of `run` can do.
+//!   A kernel that may loop for long should poll [`KernelCtx::cancelled`]: the watchdog
+//!   cancels a run that stops progressing, and polling is how a kernel on the calling thread
+//!   lets that run return.
 //!
 //! Module map: `registry` (names, the macro, closures), `element` (element and scalar types),
 //! `ctx` (bound tensors, the context and its per-invocation ledger), `view` (strided views and
