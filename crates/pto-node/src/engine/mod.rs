@@ -426,6 +426,8 @@ pub(crate) struct EngineConfig {
 /// that is not a death).
 #[derive(Clone, Debug)]
 pub(crate) struct Unavailable {
+    /// The lane's name when it died (`sub_child[0] pid=4243`): the process that died.
+    pub(crate) who: String,
     pub(crate) cause: String,
     pub(crate) code: Option<ErrorCode>,
 }
@@ -785,9 +787,16 @@ impl EngineState {
             }
         }
         if matches!(placement, Placement::Subs(_)) && self.dead_subs.iter().all(Option::is_some) {
+            // Each death names its process, so the error says which children died and how.
+            let deaths: Vec<String> = self
+                .dead_subs
+                .iter()
+                .flatten()
+                .map(|u| format!("{} {}", u.who, u.cause))
+                .collect();
             return Err(SubmitError::WorkerUnavailable {
                 worker: "sub workers".to_string(),
-                cause: "every sub worker is dead".to_string(),
+                cause: format!("every sub worker is dead ({})", deaths.join("; ")),
                 code: self.dead_subs.iter().flatten().find_map(|u| u.code),
             });
         }
@@ -1275,6 +1284,7 @@ impl EngineState {
             "not restarted"
         };
         let unavailable = Unavailable {
+            who: name.to_string(),
             cause: format!("{} ({state})", death.fate),
             code: Some(death.code),
         };
@@ -1341,7 +1351,8 @@ impl EngineState {
             Lane::Sub(s) => &mut self.dead_subs[s],
         };
         let code = slot.as_ref().and_then(|u| u.code);
-        *slot = Some(Unavailable { cause, code });
+        let who = slot.as_ref().map(|u| u.who.clone()).unwrap_or_default();
+        *slot = Some(Unavailable { who, cause, code });
     }
 
     /// A dead lane serves again as `name` (a fresh child process).
@@ -1486,5 +1497,52 @@ fn producer_failed(task: NodeTaskId, label: Option<&str>) -> String {
     match label {
         Some(l) => format!("skipped: producer {task} ('{l}') failed"),
         None => format!("skipped: producer {task} failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sub submit refused because every sub worker died names each dead process and how it
+    /// died: the soak test's rule that a failure names the faulted process (found by CI).
+    #[test]
+    fn a_submit_refused_because_every_sub_died_names_each_dead_process() {
+        let engine = Engine::new(EngineConfig {
+            chip_names: Vec::new(),
+            sub_names: vec!["sub_child[0]".into(), "sub_child[1]".into()],
+            track_war: false,
+            next_level_kind: CallableKind::Chip,
+        });
+        let mut st = engine.state.lock();
+        for (s, pid) in [(0, 4243), (1, 4244)] {
+            let death = Death {
+                fate: "terminated by signal 9 (SIGKILL)".into(),
+                during: String::new(),
+                code: ErrorCode::ChildDied,
+            };
+            st.lane_died(
+                Lane::Sub(s),
+                &format!("sub_child[{s}] pid={pid}"),
+                &death,
+                false,
+            );
+        }
+        let e = st.check_submittable(1, &Placement::Subs(1)).unwrap_err();
+        let text = e.to_string();
+        for needle in [
+            "every sub worker is dead",
+            "sub_child[0] pid=4243 terminated by signal 9 (SIGKILL)",
+            "sub_child[1] pid=4244 terminated by signal 9 (SIGKILL)",
+        ] {
+            assert!(text.contains(needle), "{text} does not contain {needle:?}");
+        }
+        assert!(matches!(
+            e,
+            SubmitError::WorkerUnavailable {
+                code: Some(ErrorCode::ChildDied),
+                ..
+            }
+        ));
     }
 }
