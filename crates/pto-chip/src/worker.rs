@@ -572,12 +572,8 @@ impl ChipWorker {
             if run.is_finished() {
                 return None;
             }
-            if helper.help() {
-                waiter.reset();
+            if helper.help_or_step_away(&mut waiter) {
                 continue;
-            }
-            if waiter.is_parking() {
-                helper.before_park();
             }
             let now = Instant::now();
             let deadline = if !run.is_cancelled() {

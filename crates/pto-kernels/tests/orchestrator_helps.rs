@@ -39,6 +39,13 @@ impl Calls {
         }
     }
 
+    /// Names the calling thread as the orchestrator: it is about to call `run`.
+    fn orchestrated_here(&self) {
+        self.orchestrator
+            .set(std::thread::current().id())
+            .expect("one test per kernel");
+    }
+
     /// Counts a call; returns whether it runs on the orchestrator's thread.
     fn note(&self) -> bool {
         let here = self.orchestrator.get() == Some(&std::thread::current().id());
@@ -135,10 +142,7 @@ fn run(chip: &ChipWorker, orch: pto_chip::orch::OrchFn) -> Result<(), ChipRunErr
 fn the_waiting_orchestrator_runs_quick_tasks_but_never_a_kernel_first() {
     with_timeout(120, || {
         let chip = small_window_chip();
-        QUICK_CALLS
-            .orchestrator
-            .set(std::thread::current().id())
-            .unwrap();
+        QUICK_CALLS.orchestrated_here();
         for _ in 0..5 {
             run(&chip, many_quick).expect("runs");
         }
@@ -160,10 +164,7 @@ fn the_waiting_orchestrator_runs_quick_tasks_but_never_a_kernel_first() {
 fn a_kernel_that_runs_long_never_runs_on_the_orchestrator() {
     with_timeout(120, || {
         let chip = small_window_chip();
-        SLOW_CALLS
-            .orchestrator
-            .set(std::thread::current().id())
-            .unwrap();
+        SLOW_CALLS.orchestrated_here();
         run(&chip, many_slow).expect("runs");
         assert_eq!(SLOW_CALLS.all.load(Ordering::SeqCst), TASKS);
         assert_eq!(SLOW_CALLS.on_orchestrator.load(Ordering::SeqCst), 0);
@@ -184,10 +185,7 @@ fn a_helped_kernel_that_hangs_is_caught_by_the_watchdog_and_the_chip_recovers() 
             EnvSource::from_pairs([("PTO2_RING_TASK_WINDOW", "16")]),
         )
         .unwrap();
-        TRAP_CALLS
-            .orchestrator
-            .set(std::thread::current().id())
-            .unwrap();
+        TRAP_CALLS.orchestrated_here();
         // A run succeeds until the orchestrator helps with a trap (as the first test shows,
         // within a few runs).
         let e = (0..20)

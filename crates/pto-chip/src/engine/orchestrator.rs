@@ -405,12 +405,8 @@ impl OrchCore {
                 None
             };
             self.check_fatal()?;
-            if helper.help() {
-                waiter.reset();
+            if helper.help_or_step_away(&mut waiter) {
                 continue;
-            }
-            if waiter.is_parking() {
-                helper.before_park();
             }
             let now = Instant::now();
             let progress = run.progress.load(Ordering::Acquire);
@@ -1084,12 +1080,8 @@ impl OrchCore {
                 e.task = Some(blocking);
                 return Err(self.fail(e));
             }
-            if helper.help() {
-                waiter.reset();
+            if helper.help_or_step_away(&mut waiter) {
                 continue;
-            }
-            if waiter.is_parking() {
-                helper.before_park();
             }
             let wait_until = match watch.check(&run, self.settings.watchdog) {
                 Some(watchdog) => deadline.min(watchdog),

@@ -30,6 +30,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use pto_types::wait::Waiter;
+
 use super::super::core::{after_finish, finish_block, run_block};
 use super::super::graph::{Effects, Signal};
 use super::super::run::RunShared;
@@ -59,9 +61,23 @@ impl<'a> Helper<'a> {
         }
     }
 
+    /// The step of a wait loop before it waits: runs a helpable block (the loop made
+    /// progress, so the waiter's spin window starts again, H4) or, when the waiter's next step
+    /// parks, steps away (H3). Returns whether it ran a block.
+    pub(crate) fn help_or_step_away(&mut self, waiter: &mut Waiter<'_>) -> bool {
+        if self.help() {
+            waiter.reset();
+            return true;
+        }
+        if waiter.is_parking() {
+            self.before_park();
+        }
+        false
+    }
+
     /// Runs one helpable block if one is ready (H1) and finishes it, taking the next in the
     /// same hold of the graph lock. Returns whether it ran one.
-    pub(crate) fn help(&mut self) -> bool {
+    fn help(&mut self) -> bool {
         let a = match self.next.take() {
             Some(a) => a,
             None => {
@@ -94,8 +110,8 @@ impl<'a> Helper<'a> {
         self.next.is_some() || self.seen != Some(self.chip.work.epoch())
     }
 
-    /// Call when the next wait step may park (H3): clears the run's flag and hands back.
-    pub(crate) fn before_park(&mut self) {
+    /// Before the next wait step parks (H3): clears the run's flag and hands back.
+    fn before_park(&mut self) {
         if !self.off {
             self.off = true;
             self.run.set_orchestrator_helps(false);
