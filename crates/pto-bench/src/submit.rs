@@ -315,6 +315,33 @@ fn run_once(chip: &ChipWorker, shape: &Shape, n: u64, window: u64) -> anyhow::Re
     Ok(us_since(started) / n as f64)
 }
 
+/// One case of `pto bench submit` on a chip of its own, to run again and again while profiling
+/// (`examples/submit_point.rs`).
+pub struct SubmitCase {
+    chip: ChipWorker,
+    shape: Shape,
+}
+
+impl SubmitCase {
+    /// The case named `name`: a `pto bench submit` case name without its window and task
+    /// count, e.g. `independent` or `stencil_1d replayed`.
+    pub fn new(name: &str) -> anyhow::Result<SubmitCase> {
+        let shape = *SHAPES.iter().find(|s| s.name == name).ok_or_else(|| {
+            let names: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+            anyhow::anyhow!("no submit case {name:?}; the cases: {}", names.join(", "))
+        })?;
+        record_graphs()?;
+        let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty())?;
+        Ok(SubmitCase { chip, shape })
+    }
+
+    /// One run of `n` tasks with window `window`: µs per task end to end, and in the
+    /// orchestration function.
+    pub fn run(&self, n: u64, window: u64) -> anyhow::Result<(f64, f64)> {
+        run_timed(&self.chip, &self.shape, n, window)
+    }
+}
+
 /// The peers: µs per task of rayon `scope.spawn` and of a sequential loop.
 fn peers(n: u64, runs: usize) -> anyhow::Result<(Stats, Stats)> {
     let rayon = sample(runs, || {
