@@ -146,7 +146,7 @@ fn stencil_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<(
 
 /// pto's efficiency at grain `g_ns` over `steps` steps (rounded up to whole graphs) replaying
 /// a recorded graph of the pattern (W = 2).
-fn pto_replayed_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f64> {
+pub fn pto_replayed_efficiency(chip: &ChipWorker, steps: u64, g_ns: u64) -> anyhow::Result<f64> {
     let steps = steps.div_ceil(crate::GRAPH_STEPS) * crate::GRAPH_STEPS;
     graph_for(g_ns)?;
     grid_efficiency(chip, stencil_replayed, steps, g_ns, W)

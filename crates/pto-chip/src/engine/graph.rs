@@ -63,6 +63,8 @@ pub(crate) struct Slot {
     pub(crate) consumers: Vec<TaskId>,
     /// Producers this task pinned with RETAIN; released when this task completes.
     pub(crate) retained: Vec<TaskId>,
+    /// Set at publication; kept after the task is consumed, for the orchestrator to reuse
+    /// when the slot's next task is published.
     pub(crate) payload: Option<Arc<TaskPayload>>,
     pub(crate) total_subtasks: u32,
     pub(crate) completed_subtasks: u32,
@@ -135,6 +137,14 @@ pub(crate) struct NewTask {
     pub(crate) producers: Vec<(TaskId, bool)>,
     /// The task is complete at publication (the hidden task of `alloc_tensors`).
     pub(crate) completed: bool,
+}
+
+/// What a publication gives back to the orchestrator for its next submit: no allocation per
+/// task for the producer list, and none for the payload once no thread shares the previous
+/// one (its blocks dropped their references before they finished, so it is usually unique).
+pub(crate) struct Recycled {
+    pub(crate) producers: Vec<(TaskId, bool)>,
+    pub(crate) payload: Option<Arc<TaskPayload>>,
 }
 
 /// What a live producer looks like at wiring time.
@@ -291,13 +301,9 @@ impl Graph {
 
     /// Publishes a task: records it, pins and wires its producers, and routes it if ready.
     /// The caller checked every producer's state under this same lock hold and reserved the
-    /// dep-list entries for the pending ones. Returns the producer list's buffer for reuse.
-    pub(crate) fn publish(
-        &mut self,
-        task: NewTask,
-        run: &RunShared,
-        fx: &mut Effects,
-    ) -> Vec<(TaskId, bool)> {
+    /// dep-list entries for the pending ones. Returns the producer list's buffer and the
+    /// payload of the slot's previous task, for reuse ([`Recycled`]).
+    pub(crate) fn publish(&mut self, task: NewTask, run: &RunShared, fx: &mut Effects) -> Recycled {
         let id = task.id;
         let ring = &mut self.rings[usize::from(id.ring())];
         debug_assert_eq!(id.local(), ring.next_id, "tasks are published in id order");
@@ -341,13 +347,16 @@ impl Graph {
         slot.total_subtasks = total_subtasks;
         slot.completed_subtasks = 0;
         slot.next_block = 0;
-        slot.payload = Some(task.payload);
+        let payload = slot.payload.replace(task.payload);
         if task.completed {
             self.complete(id, run, fx);
         } else if fanin_total == 0 {
             self.route_ready(id, run, fx);
         }
-        task.producers
+        Recycled {
+            producers: task.producers,
+            payload,
+        }
     }
 
     /// Routes a task whose producers have all completed (I2).
@@ -429,8 +438,9 @@ impl Graph {
         {
             return;
         }
+        // The payload stays until the slot's next task replaces it (`Graph::publish`): the
+        // orchestrator then reuses its allocation, and no free happens under the lock.
         slot.state = SlotState::Consumed;
-        slot.payload = None;
         let ring_index = usize::from(id.ring());
         let ring = &mut self.rings[ring_index];
         if ring.last_alive != id.local() {
@@ -574,7 +584,9 @@ impl Graph {
         let id = *self.lanes[lane as usize]
             .front()
             .expect("picked lanes are not empty");
-        let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
+        // Out of the slot while its blocks are assigned (and put back): a reference count
+        // changes only for the parts handed out.
+        let payload = self.slot_mut(id).payload.take().expect("payload");
         let mut parts = Vec::new();
         if matches!(lane, Lane::MixSync | Lane::AicSync | Lane::AivSync) {
             for _ in 0..payload.block_num {
@@ -586,6 +598,7 @@ impl Graph {
         if self.slot(id).next_block == payload.block_num {
             self.lanes[lane as usize].pop_front();
         }
+        self.slot_mut(id).payload = Some(payload);
         if parts.len() == 1 {
             parts.pop().map(Work::Single)
         } else {
@@ -637,12 +650,14 @@ impl Graph {
             .pick()
             .filter(|&l| matches!(l, Lane::Aic | Lane::Aiv))?;
         let id = *self.lanes[lane as usize].front()?;
-        let payload = Arc::clone(self.slot(id).payload.as_ref().expect("payload"));
-        if payload.block_num != 1 || !accept(&payload) {
+        let payload = self.slot(id).payload.as_ref().expect("payload");
+        if payload.block_num != 1 || !accept(payload) {
             return None;
         }
+        let payload = self.slot_mut(id).payload.take().expect("payload");
         let mut parts = Vec::with_capacity(1);
         self.assign_block(id, &payload, run, chip, &mut parts);
+        self.slot_mut(id).payload = Some(payload);
         self.lanes[lane as usize].pop_front();
         parts.pop()
     }

@@ -92,7 +92,9 @@ pub(crate) type BoundTensors = smallvec::SmallVec<[BoundTensor; INLINE_ARGS]>;
 pub(crate) type Scalars = smallvec::SmallVec<[u64; INLINE_ARGS]>;
 
 /// What a task runs: immutable once published, shared with the threads running its blocks.
-/// One allocation per task (the `Arc`): its arguments are inline.
+/// Its arguments are inline, and the `Arc` is reused: a slot keeps its task's payload after the
+/// task is consumed, the slot's next publication gives it back to the orchestrator
+/// (`graph::Recycled`), and [`TaskPayload::fresh`] refills it when no block still holds it.
 #[derive(Debug)]
 pub(crate) struct TaskPayload {
     pub(crate) shape: Shape,
@@ -105,6 +107,41 @@ pub(crate) struct TaskPayload {
 }
 
 impl TaskPayload {
+    /// A payload of `shape` with no tensors yet, in `reuse` when no other thread shares it
+    /// (no allocation), else in a new one.
+    pub(crate) fn fresh(
+        reuse: Option<Arc<TaskPayload>>,
+        shape: Shape,
+        kernels: [Option<KernelRef>; 3],
+        scalars: &[u64],
+        block_num: u32,
+        sync_start: bool,
+    ) -> Arc<TaskPayload> {
+        let fill = |p: &mut TaskPayload| {
+            p.shape = shape;
+            p.kernels = kernels;
+            p.tensors.clear();
+            p.scalars.clear();
+            p.scalars.extend_from_slice(scalars);
+            p.block_num = block_num;
+            p.sync_start = sync_start;
+        };
+        if let Some(mut arc) = reuse
+            && let Some(p) = Arc::get_mut(&mut arc)
+        {
+            fill(p);
+            return arc;
+        }
+        Arc::new(TaskPayload {
+            shape,
+            kernels,
+            tensors: BoundTensors::new(),
+            scalars: Scalars::from_slice(scalars),
+            block_num,
+            sync_start,
+        })
+    }
+
     /// A one-block AIC or AIV task outside any sync-start cohort: one thread runs all of it,
     /// and an unstarted one can be given back whole.
     pub(crate) fn is_one_block(&self) -> bool {

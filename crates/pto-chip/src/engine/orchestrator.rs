@@ -34,7 +34,7 @@ use super::graph::{Effects, NewTask, ProducerState, Signal};
 use super::heap::RunMemory;
 use super::infer;
 use super::run::{RunShared, Watch};
-use super::{BoundTensors, ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
+use super::{ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
 use help::Helper;
 
 pub(crate) mod help;
@@ -49,6 +49,9 @@ pub(crate) const MAX_SCALARS: usize = 16;
 pub(crate) const INLINE_FANIN: u64 = 64;
 /// Deepest scope nesting, counting the implicit root scope.
 pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
+
+/// Most replayed tasks queued while an executor holds the graph lock ([`OrchCore::enqueue`]).
+const PUBLISH_BATCH: usize = 8;
 /// Each OUTPUT is padded to this many bytes inside its task's heap buffer.
 pub(crate) const OUTPUT_ALIGN: u64 = 1024;
 
@@ -167,8 +170,13 @@ pub(crate) struct OrchCore {
     settings: OrchSettings,
     /// Whether this thread's waits spin first.
     spin: AdaptiveSpin,
-    /// The producer list of the next submit (recycled).
-    producers_scratch: Vec<(TaskId, bool)>,
+    /// Submitted tasks not yet published, in id order, all of the innermost scope
+    /// ([`OrchCore::flush`]).
+    pending: std::collections::VecDeque<NewTask>,
+    /// Producer lists of published tasks, for the next submits (recycled).
+    spare_lists: Vec<Vec<(TaskId, bool)>>,
+    /// Payloads publications gave back, for the next tasks to reuse.
+    spare_payloads: Vec<Arc<TaskPayload>>,
     /// Tasks published so far (alloc tasks included).
     pub(crate) published: u64,
     /// Diagnostics recorded on this thread (each `Some` only when enabled).
@@ -223,7 +231,9 @@ impl OrchCore {
             heap_bases,
             settings,
             spin: AdaptiveSpin::default(),
-            producers_scratch: Vec::new(),
+            pending: std::collections::VecDeque::with_capacity(PUBLISH_BATCH),
+            spare_lists: Vec::new(),
+            spare_payloads: Vec::new(),
             published: 0,
             sizing,
             scope_stats,
@@ -374,6 +384,11 @@ impl OrchCore {
             Ok(value) => return Ok(value),
             Err(blocked) => blocked,
         });
+        if !self.pending.is_empty() {
+            // What this waits for may need them: retirements, or producers that must run.
+            self.flush()?;
+            first = None;
+        }
         let run = Arc::clone(&self.run);
         let started = Instant::now();
         let mut waiter = Waiter::new(&run.ring_progress, self.spin.policy(self.settings.spin));
@@ -525,15 +540,15 @@ impl OrchCore {
         // a reader of what it reads, when reads are tracked or checked).
         self.register_entries(id, &req.tensors)?;
         // 11. Payload: bind every tensor to host memory.
-        let (bound, outputs) = self.bind_tensors(id, ring, offset, &req.tensors);
-        let payload = Arc::new(TaskPayload {
-            shape: req.shape,
-            kernels: req.kernels,
-            tensors: bound,
-            scalars: req.scalars,
-            block_num: req.block_num,
-            sync_start: req.sync_start,
-        });
+        let mut payload = TaskPayload::fresh(
+            self.spare_payloads.pop(),
+            req.shape,
+            req.kernels,
+            &req.scalars,
+            req.block_num,
+            req.sync_start,
+        );
+        let outputs = self.bind_tensors(id, ring, offset, &req.tensors, &mut payload);
         // 12. Wire and publish.
         self.publish(id, payload, producers, false)?;
         if let Some(start) = submit_start {
@@ -651,15 +666,15 @@ impl OrchCore {
             .fold(0, u64::saturating_add);
         let (id, offset) = self.admit_and_allocate(total_bytes)?;
         let ring = usize::from(id.ring());
-        let (bound, outputs) = self.bind_tensors(id, ring, offset, &tensors);
-        let payload = Arc::new(TaskPayload {
-            shape: Shape::Dummy,
-            kernels: [None; 3],
-            tensors: bound,
-            scalars: Scalars::new(),
-            block_num: 1,
-            sync_start: false,
-        });
+        let mut payload = TaskPayload::fresh(
+            self.spare_payloads.pop(),
+            Shape::Dummy,
+            [None; 3],
+            &[],
+            1,
+            false,
+        );
+        let outputs = self.bind_tensors(id, ring, offset, &tensors, &mut payload);
         self.publish(id, payload, Vec::new(), true)?;
         Ok((id, outputs))
     }
@@ -675,7 +690,9 @@ impl OrchCore {
     fn check_admission(&self) -> OrchResult<usize> {
         let ring = pto_types::ring_config::ring_for_depth(self.depth());
         let window = u64::from(self.rings[ring].window());
-        let in_scope = self.scopes.last().expect("root scope").tasks.len() as u64;
+        // Queued tasks belong to the innermost scope too (`flush`).
+        let in_scope =
+            (self.scopes.last().expect("root scope").tasks.len() + self.pending.len()) as u64;
         if in_scope < window - 1 {
             return Ok(ring);
         }
@@ -753,8 +770,8 @@ impl OrchCore {
         id: TaskId,
         deps: &[(TaskId, bool)],
     ) -> OrchResult<Vec<(TaskId, bool)>> {
-        // The buffer of the previous submit, given back by the graph: no allocation per task.
-        let mut producers = std::mem::take(&mut self.producers_scratch);
+        // A buffer of an earlier submit, given back by the graph: no allocation per task.
+        let mut producers = self.spare_lists.pop().unwrap_or_default();
         producers.clear();
         for &(dep, retain) in deps {
             let valid = dep.is_valid()
@@ -841,15 +858,20 @@ impl OrchCore {
         })
     }
 
-    /// Step 11: host pointers for every tensor; OUTPUTs are materialised in the heap buffer.
+    /// Step 11: host pointers for every tensor, into `payload` (fresh from
+    /// [`TaskPayload::fresh`], so not shared); OUTPUTs are materialised in the heap buffer and
+    /// returned.
     fn bind_tensors(
         &mut self,
         id: TaskId,
         ring: usize,
         offset: u64,
         tensors: &[ArgTensor],
-    ) -> (BoundTensors, Vec<TensorDesc>) {
-        let mut bound = BoundTensors::with_capacity(tensors.len());
+        payload: &mut Arc<TaskPayload>,
+    ) -> Vec<TensorDesc> {
+        let bound = &mut Arc::get_mut(payload)
+            .expect("a fresh payload is not shared")
+            .tensors;
         let mut outputs = Vec::new();
         let mut next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
         for t in tensors {
@@ -877,7 +899,7 @@ impl OrchCore {
                 writable,
             });
         }
-        (bound, outputs)
+        outputs
     }
 
     /// Step 12: reserve dep-list and spill entries for the producers that are still live, then
@@ -890,14 +912,88 @@ impl OrchCore {
         producers: Vec<(TaskId, bool)>,
         completed: bool,
     ) -> OrchResult<()> {
-        let ring = usize::from(id.ring());
-        let run = Arc::clone(&self.run);
-        let mut task = Some(NewTask {
+        self.flush()?;
+        self.publish_one(NewTask {
             id,
             payload,
             producers,
             completed,
-        });
+        })
+    }
+
+    /// Publishes a replayed task, with the tasks queued before it, when the graph lock is free;
+    /// queues it while an executor holds the lock (up to [`PUBLISH_BATCH`] tasks, then it
+    /// waits for the lock). The replay goes on with its next task instead of waiting for the
+    /// executor's hold to end, and publishes the queue with its next task, before any wait,
+    /// at its scope boundaries and before it returns ([`OrchCore::flush`]). Only a replay
+    /// queues: it does not return to user code with tasks queued, so no orchestration can
+    /// block waiting for a task it submitted that no executor can see. An inferred submit
+    /// returns to user code and publishes before it does.
+    pub(crate) fn enqueue(&mut self, task: NewTask) -> OrchResult<()> {
+        debug_assert!(
+            self.pending
+                .front()
+                .is_none_or(|t| t.id.ring() == task.id.ring()),
+            "a scope boundary flushes the queue"
+        );
+        self.pending.push_back(task);
+        let wait = self.pending.len() >= PUBLISH_BATCH;
+        self.publish_pending(wait)
+    }
+
+    /// Publishes the queued tasks ([`OrchCore::enqueue`]), waiting for the lock. Called before
+    /// anything that needs them in the graph: a wait (what it waits for may need them to run),
+    /// a scope boundary (they belong to the innermost scope), a publication, a tensor access,
+    /// the write-after-read check, the end of a replay.
+    pub(crate) fn flush(&mut self) -> OrchResult<()> {
+        self.publish_pending(true)
+    }
+
+    /// Publishes the queued tasks in id order, with the lock (`wait`) or only if it is free:
+    /// as many as the pools admit in one hold of the graph lock, then the rest one at a time
+    /// through the wait loop.
+    fn publish_pending(&mut self, wait: bool) -> OrchResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let run = Arc::clone(&self.run);
+        let graph = if wait {
+            Some(run.lock_graph())
+        } else {
+            run.try_lock_graph()
+        };
+        let Some(mut graph) = graph else {
+            return Ok(());
+        };
+        let mut batch = std::mem::take(&mut self.pending);
+        self.refresh_all();
+        let mut fx = Effects::default();
+        while let Some(new) = batch.pop_front() {
+            let id = new.id;
+            match self.publish_locked(&mut graph, new, &mut fx) {
+                Ok(()) => self.after_publish(id),
+                Err((new, _)) => {
+                    batch.push_front(new);
+                    break;
+                }
+            }
+        }
+        fx.wake = graph.signal(&run);
+        drop(graph);
+        self.after_lock(&fx);
+        while let Some(new) = batch.pop_front() {
+            self.publish_one(new)?;
+        }
+        self.pending = batch;
+        Ok(())
+    }
+
+    /// Publishes one task, waiting for dep-pool entries if need be.
+    fn publish_one(&mut self, new: NewTask) -> OrchResult<()> {
+        let id = new.id;
+        let ring = usize::from(id.ring());
+        let run = Arc::clone(&self.run);
+        let mut task = Some(new);
         let mut fx = Effects::default();
         self.wait_for(ring, Some(id), |core| {
             let mut graph = run.lock_graph();
@@ -970,7 +1066,15 @@ impl OrchCore {
                 .try_alloc_n(spill)
                 .expect("checked available");
         }
-        self.producers_scratch = graph.publish(new, &self.run, fx);
+        let recycled = graph.publish(new, &self.run, fx);
+        if self.spare_lists.len() <= PUBLISH_BATCH {
+            self.spare_lists.push(recycled.producers);
+        }
+        if let Some(payload) = recycled.payload
+            && self.spare_payloads.len() <= PUBLISH_BATCH
+        {
+            self.spare_payloads.push(payload);
+        }
         if edges > 0 {
             self.dep_demand[ring]
                 .try_alloc_n(edges)
@@ -1043,6 +1147,8 @@ impl OrchCore {
                 format!("{what}: index {idx:?} is outside the tensor {desc}"),
             ));
         }
+        // Its producers must be in the graph to be waited for.
+        self.flush()?;
         self.refresh_all();
         let mut producers: Vec<TaskId> = desc.owner().into_iter().collect();
         if !desc.manual_dep() {
@@ -1122,6 +1228,7 @@ impl OrchCore {
     /// Opens a nested scope named `site` in scope stats and traces.
     fn begin_scope_at(&mut self, site: String) -> OrchResult<()> {
         self.check_fatal()?;
+        self.flush()?;
         if self.scopes.len() >= MAX_SCOPE_DEPTH {
             return Err(self.fail_immediate(
                 ErrorCode::InvalidArgs,
@@ -1134,6 +1241,9 @@ impl OrchCore {
 
     /// Ends the innermost scope (always, also after a failure), releasing its tasks.
     pub(crate) fn end_scope(&mut self) {
+        // On failure the run is cancelled and the queued tasks are dropped unpublished (never
+        // counted in `published`).
+        let _ = self.flush();
         let depth = self.scopes.len() - 1;
         if self.scope_stats.is_some() {
             let ring = self.scopes[depth].ring;

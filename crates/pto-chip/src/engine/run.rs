@@ -102,6 +102,15 @@ impl RunShared {
     /// the holds are a fraction of a µs, while parking_lot's own slow path yields the time slice
     /// and then parks — both far more expensive on a small host than a short wait
     /// (`docs/decisions/chip-engine.md`).
+    /// The graph lock if it is free now.
+    pub(crate) fn try_lock_graph(&self) -> Option<parking_lot::MutexGuard<'_, Graph>> {
+        if self.graph.is_locked() {
+            None
+        } else {
+            self.graph.try_lock()
+        }
+    }
+
     pub(crate) fn lock_graph(&self) -> parking_lot::MutexGuard<'_, Graph> {
         let mut window = SpinWindow::counted(GRAPH_LOCK_SPINS);
         loop {

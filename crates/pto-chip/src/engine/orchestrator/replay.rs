@@ -11,7 +11,6 @@
 //! fails the run (INTERNAL_ERROR) when the recording and inference disagree on a live edge.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use pto_types::{ErrorCode, RING_COUNT, Resource};
@@ -25,6 +24,7 @@ use crate::replay::{GraphInner, Origin, RecordedEdge, RecordedGraph, RecordedTas
 use crate::task_id::TaskId;
 use crate::tensor::{BufferAddr, TensorDesc};
 
+use super::super::graph::NewTask;
 use super::{ArgTensor, ArgTensors, MAX_SCOPE_DEPTH, OrchCore, dedup_producers, payload_names};
 
 /// The ids and heap bases this replay gave the graph's tasks so far.
@@ -69,6 +69,8 @@ impl OrchCore {
         bound: &[TensorDesc],
     ) -> OrchResult<Vec<TensorDesc>> {
         self.check_fatal()?;
+        // The replay reads producer states and publishes in id order.
+        self.flush()?;
         let inner = &*graph.inner;
         if let Err(e) = graph.check_binding(bound) {
             return Err(self.fail_immediate(ErrorCode::InvalidArgs, e));
@@ -130,7 +132,10 @@ impl OrchCore {
         for _ in 0..open {
             self.end_scope();
         }
+        // Nothing stays queued once the replay returns (`OrchCore::enqueue`).
+        let flushed = self.flush();
         result?;
+        flushed?;
         Ok(inner
             .outputs
             .iter()
@@ -254,19 +259,29 @@ impl OrchCore {
             self.replayed_producers(st, t, id, &tensors)?
         };
         self.check_war(id, &t.kernels, &tensors, &producers)?;
-        let (bound, _) = self.bind_tensors(id, ring, offset, &tensors);
-        let payload = Arc::new(TaskPayload {
-            shape: t.shape,
-            kernels: t.kernels,
-            tensors: bound,
-            scalars: t.scalars.clone(),
-            block_num: t.block_num,
-            sync_start: t.sync_start,
-        });
+        let mut payload = TaskPayload::fresh(
+            self.spare_payloads.pop(),
+            t.shape,
+            t.kernels,
+            &t.scalars,
+            t.block_num,
+            t.sync_start,
+        );
+        self.bind_tensors(id, ring, offset, &tensors, &mut payload);
         if let Some(trace) = &self.run.trace {
             trace.lock().graph_task(id, st.graph.name.clone());
         }
-        self.publish(id, payload, producers, t.alloc)?;
+        if st.index.is_some() {
+            // Verification reads producer states: every earlier task must be in the graph.
+            self.publish(id, payload, producers, t.alloc)?;
+        } else {
+            self.enqueue(NewTask {
+                id,
+                payload,
+                producers,
+                completed: t.alloc,
+            })?;
+        }
         if let Some(start) = submit_start {
             let names = payload_names(&t.kernels);
             self.trace_orch(format!("replay {id} {names} ({})", st.graph.name), start);
@@ -408,7 +423,7 @@ impl OrchCore {
 
     /// The producers the recording wires for `t`, as this replay's ids, in the recycled list.
     fn wired_producers(&mut self, st: &Replayed<'_>, t: &RecordedTask) -> Vec<(TaskId, bool)> {
-        let mut producers = std::mem::take(&mut self.producers_scratch);
+        let mut producers = self.spare_lists.pop().unwrap_or_default();
         producers.clear();
         let wired = t
             .wiring

@@ -79,6 +79,8 @@ impl OrchCore {
         if self.war.unordered.is_empty() {
             return Ok(());
         }
+        // The search walks the graph's consumer lists: queued tasks must be in it.
+        self.flush()?;
         let mut candidates = std::mem::take(&mut self.war.unordered);
         candidates.retain(|(r, _)| *r != id && producers.iter().all(|(p, _)| p != r));
         // Under the lock: the readers still running that nothing orders before `id`, and the
