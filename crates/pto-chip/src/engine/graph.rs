@@ -63,8 +63,6 @@ pub(crate) struct Slot {
     pub(crate) consumers: Vec<TaskId>,
     /// Producers this task pinned with RETAIN; released when this task completes.
     pub(crate) retained: Vec<TaskId>,
-    /// Set at publication; kept after the task is consumed, for the orchestrator to reuse
-    /// when the slot's next task is published.
     pub(crate) payload: Option<Arc<TaskPayload>>,
     pub(crate) total_subtasks: u32,
     pub(crate) completed_subtasks: u32,
@@ -139,9 +137,14 @@ pub(crate) struct NewTask {
     pub(crate) completed: bool,
 }
 
+/// Payloads of consumed tasks kept for reuse: enough for the tasks retiring between two
+/// publications, not a window's worth of memory.
+const SPARE_PAYLOADS: usize = 64;
+
 /// What a publication gives back to the orchestrator for its next submit: no allocation per
-/// task for the producer list, and none for the payload once no thread shares the previous
-/// one (its blocks dropped their references before they finished, so it is usually unique).
+/// task for the producer list, and none for the payload of a consumed task once no thread
+/// shares it (its blocks dropped their references before they finished, so it usually is not
+/// shared).
 pub(crate) struct Recycled {
     pub(crate) producers: Vec<(TaskId, bool)>,
     pub(crate) payload: Option<Arc<TaskPayload>>,
@@ -194,6 +197,8 @@ pub(crate) struct Graph {
     pub(crate) published: u64,
     /// Blocks in the ready lanes not yet taken.
     ready_blocks: u64,
+    /// Payloads of consumed tasks, for publications to give back ([`Recycled`]).
+    spare_payloads: Vec<Arc<TaskPayload>>,
 }
 
 impl Graph {
@@ -213,6 +218,7 @@ impl Graph {
             to_complete: Vec::new(),
             published: 0,
             ready_blocks: 0,
+            spare_payloads: Vec::with_capacity(SPARE_PAYLOADS),
         }
     }
 
@@ -347,7 +353,8 @@ impl Graph {
         slot.total_subtasks = total_subtasks;
         slot.completed_subtasks = 0;
         slot.next_block = 0;
-        let payload = slot.payload.replace(task.payload);
+        slot.payload = Some(task.payload);
+        let payload = self.spare_payloads.pop();
         if task.completed {
             self.complete(id, run, fx);
         } else if fanin_total == 0 {
@@ -438,9 +445,14 @@ impl Graph {
         {
             return;
         }
-        // The payload stays until the slot's next task replaces it (`Graph::publish`): the
-        // orchestrator then reuses its allocation, and no free happens under the lock.
         slot.state = SlotState::Consumed;
+        // Kept for a later publication to give back to the orchestrator ([`Recycled`]); past
+        // `SPARE_PAYLOADS` it is freed, so a run's payload memory follows its live tasks.
+        if let Some(payload) = slot.payload.take()
+            && self.spare_payloads.len() < SPARE_PAYLOADS
+        {
+            self.spare_payloads.push(payload);
+        }
         let ring_index = usize::from(id.ring());
         let ring = &mut self.rings[ring_index];
         if ring.last_alive != id.local() {

@@ -92,9 +92,9 @@ pub(crate) type BoundTensors = smallvec::SmallVec<[BoundTensor; INLINE_ARGS]>;
 pub(crate) type Scalars = smallvec::SmallVec<[u64; INLINE_ARGS]>;
 
 /// What a task runs: immutable once published, shared with the threads running its blocks.
-/// Its arguments are inline, and the `Arc` is reused: a slot keeps its task's payload after the
-/// task is consumed, the slot's next publication gives it back to the orchestrator
-/// (`graph::Recycled`), and [`TaskPayload::fresh`] refills it when no block still holds it.
+/// Its arguments are inline, and the `Arc` is reused: the graph keeps the payloads of a few
+/// consumed tasks, each publication gives one back to the orchestrator (`graph::Recycled`), and
+/// [`TaskPayload::fresh`] refills it when no block still holds it.
 #[derive(Debug)]
 pub(crate) struct TaskPayload {
     pub(crate) shape: Shape,
