@@ -519,7 +519,9 @@ impl<'s, 'p> Scope<'s, 'p> {
     /// and strides as recorded, no two overlapping); returns its outputs. Edges inside the graph
     /// come from the recording; arguments over the inputs and outputs go through the TensorMap,
     /// so the replay orders against the tasks before and after it as if each task had been
-    /// submitted here. See [`crate::replay`].
+    /// submitted here. Every task of the replay can run once this returns, as after a submit
+    /// (while executors hold the graph lock, the replay publishes several tasks at a time).
+    /// See [`crate::replay`].
     pub fn replay(
         &mut self,
         graph: &crate::replay::RecordedGraph,
