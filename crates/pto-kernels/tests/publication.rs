@@ -165,3 +165,88 @@ fn a_replay_returns_only_when_every_task_it_submitted_is_published() {
         .expect("every replayed task ran while the orchestration waited");
     });
 }
+
+fn panic_once_in_eight(ctx: &mut KernelCtx<'_>) {
+    let n = RAN_IN_FAILING.fetch_add(1, Ordering::SeqCst);
+    assert!(n % 8 != 3, "the fourth task of a replay fails (call {n})");
+    let _ = ctx;
+}
+static RAN_IN_FAILING: AtomicU64 = AtomicU64::new(0);
+pto_chip::register_kernel!(
+    FAILING = "test.publication.failing",
+    CoreType::Aiv,
+    panic_once_in_eight
+);
+
+thread_local! {
+    static FAILING_GRAPH: RecordedGraph = RecordedGraph::record("failing", &[], |r, _| {
+        for _ in 0..64 {
+            r.submit_aiv(FAILING, KernelArgs::new())?;
+        }
+        Ok(Vec::new())
+    })
+    .expect("records")
+    .verified(false);
+}
+
+fn replays_a_failing_graph<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    FAILING_GRAPH.with(|g| {
+        for _ in 0..50 {
+            s.scope(|s| s.replay(g, &[]).map(|_| ()))?;
+        }
+        Ok(())
+    })
+}
+
+static RAN_AFTER: AtomicU64 = AtomicU64::new(0);
+
+fn count_after(_ctx: &mut KernelCtx<'_>) {
+    RAN_AFTER.fetch_add(1, Ordering::SeqCst);
+}
+pto_chip::register_kernel!(
+    COUNT_AFTER = "test.publication.count_after",
+    CoreType::Aiv,
+    count_after
+);
+
+thread_local! {
+    static AFTER_GRAPH: RecordedGraph = RecordedGraph::record("after", &[], |r, _| {
+        for _ in 0..GRAPH_TASKS {
+            r.submit_aiv(COUNT_AFTER, KernelArgs::new())?;
+        }
+        Ok(Vec::new())
+    })
+    .expect("records")
+    .verified(false);
+}
+
+fn replays_eight<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    AFTER_GRAPH.with(|g| s.scope(|s| s.replay(g, &[]).map(|_| ())))
+}
+
+#[test]
+fn a_run_that_fails_during_a_replay_drops_the_queued_tasks_and_the_chip_goes_on() {
+    with_timeout(120, || {
+        let chip: ChipWorker = chip(2, &[]);
+        for _ in 0..5 {
+            let e = chip
+                .run_fn(
+                    replays_a_failing_graph,
+                    &TaskArgs::new(),
+                    &CallConfig::default(),
+                    &RunContext::default(),
+                )
+                .expect_err("a kernel panics");
+            assert!(e.to_string().contains("KERNEL_PANIC"), "{e}");
+            let before = RAN_AFTER.load(Ordering::SeqCst);
+            chip.run_fn(
+                replays_eight,
+                &TaskArgs::new(),
+                &CallConfig::default(),
+                &RunContext::default(),
+            )
+            .expect("the next run on the same chip succeeds");
+            assert_eq!(RAN_AFTER.load(Ordering::SeqCst), before + GRAPH_TASKS);
+        }
+    });
+}

@@ -956,6 +956,11 @@ impl OrchCore {
         if self.pending.is_empty() {
             return Ok(());
         }
+        if self.run.is_cancelled() {
+            // A failed run takes no more tasks: the queued ones are dropped unpublished.
+            self.pending.clear();
+            return Err(Fatal(()));
+        }
         let run = Arc::clone(&self.run);
         let graph = if wait {
             Some(run.lock_graph())
