@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{chip, with_timeout};
+use common::{chip, run_plain, with_timeout};
 use pto_chip::kernel::{CoreType, KernelCtx, KernelRef};
 use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
-use pto_chip::{ChipRunError, ChipSpec, ChipWorker, RunContext};
+use pto_chip::{ChipRunError, ChipSpec, ChipWorker};
+use pto_types::ErrorCode;
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{CallConfig, ErrorCode, TaskArgs};
 
 /// Tasks per run (a multiple of 8): far more than the 16-slot window, so the orchestrator
 /// waits often.
@@ -128,23 +128,13 @@ fn small_window_chip() -> ChipWorker {
     chip(1, &[("PTO2_RING_TASK_WINDOW", "16")])
 }
 
-fn run(chip: &ChipWorker, orch: pto_chip::orch::OrchFn) -> Result<(), ChipRunError> {
-    chip.run_fn(
-        orch,
-        &TaskArgs::new(),
-        &CallConfig::default(),
-        &RunContext::default(),
-    )
-    .map(|_| ())
-}
-
 #[test]
 fn the_waiting_orchestrator_runs_quick_tasks_but_never_a_kernel_first() {
     with_timeout(120, || {
         let chip = small_window_chip();
         QUICK_CALLS.orchestrated_here();
         for _ in 0..5 {
-            run(&chip, many_quick).expect("runs");
+            run_plain(&chip, many_quick).expect("runs");
         }
         assert_eq!(QUICK_CALLS.all.load(Ordering::SeqCst), 5 * TASKS);
         assert!(
@@ -165,7 +155,7 @@ fn a_kernel_that_runs_long_never_runs_on_the_orchestrator() {
     with_timeout(120, || {
         let chip = small_window_chip();
         SLOW_CALLS.orchestrated_here();
-        run(&chip, many_slow).expect("runs");
+        run_plain(&chip, many_slow).expect("runs");
         assert_eq!(SLOW_CALLS.all.load(Ordering::SeqCst), TASKS);
         assert_eq!(SLOW_CALLS.on_orchestrator.load(Ordering::SeqCst), 0);
     });
@@ -191,7 +181,7 @@ fn a_helped_kernel_that_hangs_is_caught_by_the_watchdog_and_the_chip_recovers() 
         let e = (0..20)
             .find_map(|_| {
                 let started = Instant::now();
-                match run(&chip, many_traps) {
+                match run_plain(&chip, many_traps) {
                     Ok(()) => None,
                     Err(ChipRunError::Run(e)) => Some((e, started.elapsed())),
                     Err(other) => panic!("expected a run error, got {other}"),
@@ -206,6 +196,6 @@ fn a_helped_kernel_that_hangs_is_caught_by_the_watchdog_and_the_chip_recovers() 
         assert_eq!(TRAP_CALLS.on_orchestrator.load(Ordering::SeqCst), 1);
         assert!(e.detail.contains("no progress for 300 ms"), "{}", e.detail);
         // The chip is usable again.
-        run(&chip, many_noops).expect("a normal run after the failure");
+        run_plain(&chip, many_noops).expect("a normal run after the failure");
     });
 }

@@ -8,8 +8,8 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{chip, f32_tensor, with_timeout};
-use pto_chip::kernel::{CoreType, KernelCtx};
+use common::{chip, f32_tensor, run_plain, with_timeout};
+use pto_chip::kernel::{CoreType, KernelCtx, KernelRef};
 use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
 use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipWorker, RunContext};
@@ -109,16 +109,23 @@ pto_chip::register_kernel!(COUNT = "test.publication.count", CoreType::Aiv, coun
 const GRAPH_TASKS: u64 = 8;
 const REPLAYS: u64 = 300;
 
-thread_local! {
-    static GRAPH: RecordedGraph = RecordedGraph::record("eight", &[], |r, _| {
-        for _ in 0..GRAPH_TASKS {
-            r.submit_aiv(COUNT, KernelArgs::new())?;
+/// A graph of `tasks` independent tasks of `kernel`, in verify mode off: verify mode publishes
+/// each task at once, and the queue is what these tests are about.
+fn independent_graph(name: &str, kernel: KernelRef, tasks: u64) -> RecordedGraph {
+    RecordedGraph::record(name, &[], |r, _| {
+        for _ in 0..tasks {
+            r.submit_aiv(kernel, KernelArgs::new())?;
         }
         Ok(Vec::new())
     })
     .expect("records")
-    // Verify mode publishes each task at once; the queue is what this test is about.
-    .verified(false);
+    .verified(false)
+}
+
+thread_local! {
+    static GRAPH: RecordedGraph = independent_graph("eight", COUNT, GRAPH_TASKS);
+    static FAILING_GRAPH: RecordedGraph = independent_graph("failing", FAILING, 64);
+    static AFTER_GRAPH: RecordedGraph = independent_graph("after", COUNT_AFTER, GRAPH_TASKS);
 }
 
 /// Replays the graph `REPLAYS` times, each in a scope of its own; after each replay returns,
@@ -156,13 +163,8 @@ fn replays_then_wait_outside_the_runtime<'r>(
 fn a_replay_returns_only_when_every_task_it_submitted_is_published() {
     with_timeout(120, || {
         let chip: ChipWorker = chip(2, &[]);
-        chip.run_fn(
-            replays_then_wait_outside_the_runtime,
-            &TaskArgs::new(),
-            &CallConfig::default(),
-            &RunContext::default(),
-        )
-        .expect("every replayed task ran while the orchestration waited");
+        run_plain(&chip, replays_then_wait_outside_the_runtime)
+            .expect("every replayed task ran while the orchestration waited");
     });
 }
 
@@ -177,17 +179,6 @@ pto_chip::register_kernel!(
     CoreType::Aiv,
     panic_once_in_eight
 );
-
-thread_local! {
-    static FAILING_GRAPH: RecordedGraph = RecordedGraph::record("failing", &[], |r, _| {
-        for _ in 0..64 {
-            r.submit_aiv(FAILING, KernelArgs::new())?;
-        }
-        Ok(Vec::new())
-    })
-    .expect("records")
-    .verified(false);
-}
 
 fn replays_a_failing_graph<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
     FAILING_GRAPH.with(|g| {
@@ -209,17 +200,6 @@ pto_chip::register_kernel!(
     count_after
 );
 
-thread_local! {
-    static AFTER_GRAPH: RecordedGraph = RecordedGraph::record("after", &[], |r, _| {
-        for _ in 0..GRAPH_TASKS {
-            r.submit_aiv(COUNT_AFTER, KernelArgs::new())?;
-        }
-        Ok(Vec::new())
-    })
-    .expect("records")
-    .verified(false);
-}
-
 fn replays_eight<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
     AFTER_GRAPH.with(|g| s.scope(|s| s.replay(g, &[]).map(|_| ())))
 }
@@ -229,23 +209,10 @@ fn a_run_that_fails_during_a_replay_drops_the_queued_tasks_and_the_chip_goes_on(
     with_timeout(120, || {
         let chip: ChipWorker = chip(2, &[]);
         for _ in 0..5 {
-            let e = chip
-                .run_fn(
-                    replays_a_failing_graph,
-                    &TaskArgs::new(),
-                    &CallConfig::default(),
-                    &RunContext::default(),
-                )
-                .expect_err("a kernel panics");
+            let e = run_plain(&chip, replays_a_failing_graph).expect_err("a kernel panics");
             assert!(e.to_string().contains("KERNEL_PANIC"), "{e}");
             let before = RAN_AFTER.load(Ordering::SeqCst);
-            chip.run_fn(
-                replays_eight,
-                &TaskArgs::new(),
-                &CallConfig::default(),
-                &RunContext::default(),
-            )
-            .expect("the next run on the same chip succeeds");
+            run_plain(&chip, replays_eight).expect("the next run on the same chip succeeds");
             assert_eq!(RAN_AFTER.load(Ordering::SeqCst), before + GRAPH_TASKS);
         }
     });

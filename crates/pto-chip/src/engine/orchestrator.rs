@@ -902,9 +902,10 @@ impl OrchCore {
         outputs
     }
 
-    /// Step 12: reserve dep-list and spill entries for the producers that are still live, then
-    /// wire and publish under the graph lock. The count is redone on every wait iteration
-    /// because producers keep completing (difference #4 of §3.9).
+    /// Step 12, after any queued tasks ([`OrchCore::flush`]): reserve dep-list and spill
+    /// entries for the producers that are still live, then wire and publish under the graph
+    /// lock. The count is redone on every wait iteration because producers keep completing
+    /// (difference #4 of §3.9).
     fn publish(
         &mut self,
         id: TaskId,
@@ -961,6 +962,8 @@ impl OrchCore {
             self.pending.clear();
             return Err(Fatal(()));
         }
+        // Before the lock: the pools' free room is what the publications below check.
+        self.refresh_all();
         let run = Arc::clone(&self.run);
         let graph = if wait {
             Some(run.lock_graph())
@@ -971,7 +974,6 @@ impl OrchCore {
             return Ok(());
         };
         let mut batch = std::mem::take(&mut self.pending);
-        self.refresh_all();
         let mut fx = Effects::default();
         while let Some(new) = batch.pop_front() {
             let id = new.id;
@@ -1072,11 +1074,12 @@ impl OrchCore {
                 .expect("checked available");
         }
         let recycled = graph.publish(new, &self.run, fx);
-        if self.spare_lists.len() <= PUBLISH_BATCH {
+        // One spare per task a replay may have prepared but not published.
+        if self.spare_lists.len() < PUBLISH_BATCH {
             self.spare_lists.push(recycled.producers);
         }
         if let Some(payload) = recycled.payload
-            && self.spare_payloads.len() <= PUBLISH_BATCH
+            && self.spare_payloads.len() < PUBLISH_BATCH
         {
             self.spare_payloads.push(payload);
         }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pto_chip::memory::HostMemory;
-use pto_chip::{ChipSpec, ChipWorker};
+use pto_chip::orch::OrchFn;
+use pto_chip::{ChipRunError, ChipSpec, ChipWorker, RunContext};
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{BufferId, DType, Tensor};
+use pto_types::{BufferId, CallConfig, DType, TaskArgs, Tensor};
 
 /// A chip with `clusters` clusters and an environment of exactly `env`.
 pub(crate) fn chip(clusters: u32, env: &[(&str, &str)]) -> ChipWorker {
@@ -33,6 +34,17 @@ pub(crate) fn f32_tensor(n: usize, value: f32) -> (Arc<HostMemory>, Tensor) {
     };
     let tensor = Tensor::contiguous(buffer.buffer_ref(id), &[n as u32], DType::F32).unwrap();
     (buffer, tensor)
+}
+
+/// One run of `orch` on `chip` with no arguments and the default `CallConfig`.
+pub(crate) fn run_plain(chip: &ChipWorker, orch: OrchFn) -> Result<(), ChipRunError> {
+    chip.run_fn(
+        orch,
+        &TaskArgs::new(),
+        &CallConfig::default(),
+        &RunContext::default(),
+    )
+    .map(|_| ())
 }
 
 /// The watchdog every test body runs under (one home for all the crates' tests).
