@@ -128,7 +128,8 @@ impl ReadyLanes {
             std::time::Duration::from_secs(10),
         );
         let graph = Graph::new([window; RING_COUNT], clusters);
-        let run = Arc::new(RunShared::new(0, graph, 0));
+        // No executor threads: nothing to wake.
+        let run = Arc::new(RunShared::new(0, graph, 0, std::sync::Weak::new()));
         let payload = Arc::new(TaskPayload {
             shape: Shape::Aiv,
             kernels: [None, Some(KernelRef::from_static(&NOOP_AIV)), None],

@@ -422,6 +422,7 @@ impl ChipWorker {
             run_id,
             Graph::new(windows, self.spec.clusters),
             cfg.enable_chip_swimlane,
+            Arc::downgrade(&self.shared),
         ));
         let mut tensormap = state
             .tensormap

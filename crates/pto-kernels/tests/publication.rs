@@ -1,7 +1,9 @@
 //! How tasks reach the executors: a slot's payload is reused by the slot's next task
-//! (`Graph::publish` gives it back, `TaskPayload::fresh` refills it), and a replay may queue
-//! tasks while an executor holds the graph lock (`OrchCore::enqueue`) but returns only once
-//! every task it submitted is published.
+//! (`Graph::publish` gives it back, `TaskPayload::fresh` refills it); a submit that finds the
+//! graph lock held hands its task to the lock's holder (`OrchCore::publish`, rules HO1-HO3 of
+//! `pto_types::wait::Handoff`), and a replay queues tasks while an executor holds the lock
+//! (`OrchCore::enqueue`) and hands off what is left when it returns. Either way a task is
+//! published without another runtime call: an orchestration may wait for it in its own code.
 
 mod common;
 
@@ -128,10 +130,30 @@ thread_local! {
     static AFTER_GRAPH: RecordedGraph = independent_graph("after", COUNT_AFTER, GRAPH_TASKS);
 }
 
-/// Replays the graph `REPLAYS` times, each in a scope of its own; after each replay returns,
-/// waits in user code (no runtime call, which would publish queued tasks) for every task
-/// submitted so far to run. A replay that returned with tasks still queued would leave them
-/// where no executor can see them, and this wait would time out.
+/// Waits in user code (no runtime call, which would publish what is queued or handed off)
+/// until `ran` counts `want` tasks, 10 s at most.
+fn wait_outside_the_runtime(
+    s: &mut pto_chip::orch::Scope<'_, '_>,
+    ran: &AtomicU64,
+    want: u64,
+    what: &str,
+) -> OrchResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran.load(Ordering::SeqCst) < want {
+        if Instant::now() > deadline {
+            let missing = want - ran.load(Ordering::SeqCst);
+            return Err(s.report_fatal(format!(
+                "{what} returned, but {missing} of its tasks had not run within 10 s"
+            )));
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+/// Replays the graph `REPLAYS` times, each in a scope of its own, and after each replay waits
+/// in user code for every task submitted so far to run. A replay that returned with tasks
+/// where no executor can see them would fail the wait.
 fn replays_then_wait_outside_the_runtime<'r>(
     s: &mut RootScope<'r>,
     _a: &OrchArgs<'r>,
@@ -142,17 +164,7 @@ fn replays_then_wait_outside_the_runtime<'r>(
             s.scope(|s| {
                 s.replay(g, &[])?;
                 let want = base + r * GRAPH_TASKS;
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while RAN.load(Ordering::SeqCst) < want {
-                    if Instant::now() > deadline {
-                        return Err(s.report_fatal(format!(
-                            "replay {r} returned, but only {} of its {GRAPH_TASKS} tasks ran within 10 s",
-                            GRAPH_TASKS + RAN.load(Ordering::SeqCst) - want
-                        )));
-                    }
-                    std::thread::yield_now();
-                }
-                Ok(())
+                wait_outside_the_runtime(s, &RAN, want, &format!("replay {r}"))
             })?;
         }
         Ok(())
@@ -160,11 +172,55 @@ fn replays_then_wait_outside_the_runtime<'r>(
 }
 
 #[test]
-fn a_replay_returns_only_when_every_task_it_submitted_is_published() {
+fn a_replayed_task_runs_while_the_orchestration_waits_in_its_own_code() {
     with_timeout(120, || {
         let chip: ChipWorker = chip(2, &[]);
         run_plain(&chip, replays_then_wait_outside_the_runtime)
             .expect("every replayed task ran while the orchestration waited");
+    });
+}
+
+const SUBMIT_ROUNDS: u64 = 2_000;
+
+static RAN_SUBMITTED: AtomicU64 = AtomicU64::new(0);
+
+fn count_submitted(_ctx: &mut KernelCtx<'_>) {
+    RAN_SUBMITTED.fetch_add(1, Ordering::SeqCst);
+}
+pto_chip::register_kernel!(
+    COUNT_SUBMITTED = "test.publication.count_submitted",
+    CoreType::Aiv,
+    count_submitted
+);
+
+/// `SUBMIT_ROUNDS` times: submits `GRAPH_TASKS` tasks, then waits in user code for them to
+/// run. The executors hold the graph lock for most of each round, so many of these submits
+/// find it held and hand their task off.
+fn submits_then_wait_outside_the_runtime<'r>(
+    s: &mut RootScope<'r>,
+    _a: &OrchArgs<'r>,
+) -> OrchResult<()> {
+    let base = RAN_SUBMITTED.load(Ordering::SeqCst);
+    for r in 1..=SUBMIT_ROUNDS {
+        s.scope(|s| {
+            for _ in 0..GRAPH_TASKS {
+                s.submit_aiv(COUNT_SUBMITTED, KernelArgs::new())?;
+            }
+            let want = base + r * GRAPH_TASKS;
+            wait_outside_the_runtime(s, &RAN_SUBMITTED, want, &format!("submit round {r}"))
+        })?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_submitted_task_runs_while_the_orchestration_waits_in_its_own_code() {
+    with_timeout(180, || {
+        let chip: ChipWorker = chip(2, &[]);
+        for _ in 0..3 {
+            run_plain(&chip, submits_then_wait_outside_the_runtime)
+                .expect("every submitted task ran while the orchestration waited");
+        }
     });
 }
 
@@ -202,6 +258,54 @@ pto_chip::register_kernel!(
 
 fn replays_eight<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
     AFTER_GRAPH.with(|g| s.scope(|s| s.replay(g, &[]).map(|_| ())))
+}
+
+/// Submits 50 scopes of eight tasks of [`FAILING`]: the fourth of every eight calls panics.
+fn submits_failing_tasks<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    for _ in 0..50 {
+        s.scope(|s| {
+            for _ in 0..8 {
+                s.submit_aiv(FAILING, KernelArgs::new())?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+static RAN_AFTER_SUBMITS: AtomicU64 = AtomicU64::new(0);
+
+fn count_after_submits(_ctx: &mut KernelCtx<'_>) {
+    RAN_AFTER_SUBMITS.fetch_add(1, Ordering::SeqCst);
+}
+pto_chip::register_kernel!(
+    COUNT_AFTER_SUBMITS = "test.publication.count_after_submits",
+    CoreType::Aiv,
+    count_after_submits
+);
+
+fn submits_eight<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    for _ in 0..GRAPH_TASKS {
+        s.submit_aiv(COUNT_AFTER_SUBMITS, KernelArgs::new())?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_run_that_fails_while_tasks_are_handed_off_drops_them_and_the_chip_goes_on() {
+    with_timeout(120, || {
+        let chip: ChipWorker = chip(2, &[]);
+        for _ in 0..5 {
+            let e = run_plain(&chip, submits_failing_tasks).expect_err("a kernel panics");
+            assert!(e.to_string().contains("KERNEL_PANIC"), "{e}");
+            let before = RAN_AFTER_SUBMITS.load(Ordering::SeqCst);
+            run_plain(&chip, submits_eight).expect("the next run on the same chip succeeds");
+            assert_eq!(
+                RAN_AFTER_SUBMITS.load(Ordering::SeqCst),
+                before + GRAPH_TASKS
+            );
+        }
+    });
 }
 
 #[test]

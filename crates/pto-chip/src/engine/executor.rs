@@ -18,7 +18,7 @@ use pto_types::wait::{Search, SpinWindow};
 use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector};
 
-use super::core::{after_finish, finish_block, panic_message, run_block, scatter_gang};
+use super::core::{after_finish, finish_block, panic_message, run_block_from, scatter_gang};
 use super::graph::{Effects, Signal};
 use super::graph::{LONG_KERNEL_NS, SHORT_KERNEL_NS};
 use super::run::{RunShared, Watch};
@@ -110,19 +110,29 @@ impl Batch {
     fn run(&mut self, chip: &Arc<ChipShared>, run: &Arc<RunShared>) -> (bool, bool) {
         let mut short = true;
         let mut helpable = false;
+        let mut first_end = None;
         if let Some(work) = self.first.take() {
             let one_block = matches!(&work, Work::Single(a) if a.payload.is_one_block());
             let a = scatter_gang(chip, run, work);
-            let c = run_block(run, &a);
+            let (c, ended) = run_block_from(run, &a, Instant::now());
+            first_end = Some(ended);
             short = c.ran_ns < SHORT_KERNEL_NS;
             helpable = one_block && c.ran_ns < LONG_KERNEL_NS;
             self.done.push(c);
         }
+        // Traces show each block's own start; otherwise a block starts where the last ended.
+        let chain = run.trace_level == 0;
+        let mut last_end = first_end;
         while short {
             let Some(a) = self.singles.pop_front() else {
                 break;
             };
-            let c = run_block(run, &a);
+            let started = match last_end {
+                Some(end) if chain => end,
+                _ => Instant::now(),
+            };
+            let (c, ended) = run_block_from(run, &a, started);
+            last_end = Some(ended);
             short = c.ran_ns < SHORT_KERNEL_NS;
             self.done.push(c);
         }
@@ -141,13 +151,16 @@ impl Batch {
         let mut fx = Effects::default();
         let pass_start = run.trace.as_ref().map(|_| Instant::now());
         {
-            let mut graph = run.lock_graph();
+            let mut graph = run.lock_graph_then_search();
             for c in &self.done {
                 finish_block(&mut graph, chip, run, c, &mut fx);
             }
             for a in self.singles.drain(..) {
                 graph.give_back(a, run);
             }
+            // Tasks the orchestrator handed off while this thread waited for the lock: publish
+            // them now, so this hold can take them.
+            graph.take_handed(&mut fx);
             if want > 0 {
                 self.first = graph.take(run, chip);
             }
@@ -294,7 +307,10 @@ impl SearchState {
         let run = self.run.as_ref()?;
         let pass_start = run.trace.as_ref().map(|_| Instant::now());
         let (work, more) = {
-            let mut graph = run.lock_graph();
+            let mut graph = run.lock_graph_then_search();
+            // As in `Batch::finish`: what was handed off can be taken in this hold. The effects
+            // beyond the wake concern only a waiting orchestrator, which hands nothing off.
+            graph.take_handed(&mut Effects::default());
             let work = graph.take(run, chip);
             (work, graph.signal(run))
         };

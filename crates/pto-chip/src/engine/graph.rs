@@ -150,6 +150,19 @@ pub(crate) struct Recycled {
     pub(crate) payload: Option<Arc<TaskPayload>>,
 }
 
+/// A task an executor published for the orchestrator ([`Graph::publish_handed`]), for the
+/// orchestrator to book in id order at its next hold of the graph lock: the dep-pool entries
+/// it took, and what the publication gives back.
+pub(crate) struct Handed {
+    pub(crate) id: TaskId,
+    /// Live edges (producers not gone) and, of those, producers still pending.
+    pub(crate) edges: u64,
+    pub(crate) pending: u64,
+    /// `false`: the run had failed, and the task was dropped unpublished.
+    pub(crate) published: bool,
+    pub(crate) recycled: Recycled,
+}
+
 /// What a live producer looks like at wiring time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ProducerState {
@@ -199,6 +212,10 @@ pub(crate) struct Graph {
     ready_blocks: u64,
     /// Payloads of consumed tasks, for publications to give back ([`Recycled`]).
     spare_payloads: Vec<Arc<TaskPayload>>,
+    /// Tasks the orchestrator handed off, taken from the run's inbox ([`Graph::publish_handed`]).
+    inbox: VecDeque<NewTask>,
+    /// Handed-off tasks published (or dropped) and not yet booked by the orchestrator.
+    pub(crate) handed: Vec<Handed>,
 }
 
 impl Graph {
@@ -219,6 +236,8 @@ impl Graph {
             published: 0,
             ready_blocks: 0,
             spare_payloads: Vec::with_capacity(SPARE_PAYLOADS),
+            inbox: VecDeque::new(),
+            handed: Vec::new(),
         }
     }
 
@@ -303,6 +322,63 @@ impl Graph {
                 }
             }
         }
+    }
+
+    /// The live edges of a task about to be published with `producers`, and how many of those
+    /// producers are still pending (each takes a dep-list entry).
+    pub(crate) fn live_edges(&self, producers: &[(TaskId, bool)]) -> (u64, u64) {
+        let mut edges = 0;
+        let mut pending = 0;
+        for &(p, _) in producers {
+            match self.producer_state(p) {
+                ProducerState::Gone => {}
+                ProducerState::Completed => edges += 1,
+                ProducerState::Pending => {
+                    edges += 1;
+                    pending += 1;
+                }
+            }
+        }
+        (edges, pending)
+    }
+
+    /// Publishes, in the order they were handed off, the tasks the orchestrator left in the
+    /// run's inbox while another thread held this lock (`RunShared::inbox`; rules HO1-HO3 of
+    /// `pto_types::wait::Handoff`), and records each in [`Graph::handed`]. The orchestrator
+    /// reserved the dep-pool entries of every producer before it handed a task off, so none
+    /// waits here. On a failed run the tasks are dropped, not published.
+    pub(crate) fn publish_handed(&mut self, run: &RunShared, fx: &mut Effects) {
+        let mut inbox = std::mem::take(&mut self.inbox);
+        run.inbox.take(&mut inbox);
+        let cancelled = run.is_cancelled();
+        while let Some(task) = inbox.pop_front() {
+            let id = task.id;
+            let handed = if cancelled {
+                let recycled = Recycled {
+                    producers: task.producers,
+                    payload: None,
+                };
+                Handed {
+                    id,
+                    edges: 0,
+                    pending: 0,
+                    published: false,
+                    recycled,
+                }
+            } else {
+                let (edges, pending) = self.live_edges(&task.producers);
+                let recycled = self.publish(task, run, fx);
+                Handed {
+                    id,
+                    edges,
+                    pending,
+                    published: true,
+                    recycled,
+                }
+            };
+            self.handed.push(handed);
+        }
+        self.inbox = inbox;
     }
 
     /// Publishes a task: records it, pins and wires its producers, and routes it if ready.
@@ -557,13 +633,19 @@ impl Graph {
     /// second executor on sub-µs kernels costs more than it adds
     /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn signal(&self, run: &RunShared) -> Signal {
+        self.signal_searching(run, false)
+    }
+
+    /// [`Graph::signal`] for a caller that looks for work itself right after (`searcher`): it
+    /// counts as a running block that will come back.
+    pub(crate) fn signal_searching(&self, run: &RunShared, searcher: bool) -> Signal {
         if run.is_cancelled() {
             return Signal::Nothing;
         }
         let Some(lane) = self.pick() else {
             return Signal::Nothing;
         };
-        let running = run.running.load(Ordering::Acquire);
+        let running = run.running.load(Ordering::Acquire) + u64::from(searcher);
         let kernel_ns = run.last_kernel_ns.load(Ordering::Relaxed);
         if running > 0
             && kernel_ns < LONG_KERNEL_NS

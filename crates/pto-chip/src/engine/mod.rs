@@ -21,9 +21,10 @@
 //!   other, as on the device). They only run such parts and never take work themselves.
 //!
 //! All task state shared between them — slot records, fanout lists, ready lanes, core
-//! occupancy — sits behind one parking mutex, [`run::RunShared::graph`] ([`graph::Graph`]),
-//! taken once per submit (wiring and publication) and once per finished block (completion and
-//! the next take, together). This removes the classic bug classes of fine-grained task graphs
+//! occupancy — sits behind one parking mutex ([`graph::Graph`], locked through
+//! [`run::RunShared::lock_graph`]), taken once per submit (wiring and publication) and once per
+//! finished block (completion and the next take, together). A submit that finds it held hands
+//! its task to the holder instead, who publishes it when it unlocks ([`run::GraphGuard`]). This removes the classic bug classes of fine-grained task graphs
 //! (lost readiness, double consumption, reuse of a slot still referenced) at the cost of a short
 //! critical section (`docs/decisions/chip-engine.md` has the measurements); the ring
 //! allocators, pools and TensorMap stay lock-free because only the orchestrator uses them. The

@@ -3,8 +3,9 @@
 //!
 //! [`OrchCore`] lives on the orchestrator thread and owns the ring allocators, the dep pools,
 //! the TensorMap and the scope stack; other threads never see them. It talks to the shared
-//! graph only under its lock, to wire and publish a task or to end a scope, and reads the
-//! published watermarks to reclaim ring resources.
+//! graph only under its lock, to wire and publish a task or to end a scope, or hands a task to
+//! the lock's holder ([`OrchCore::publish`]), and reads the published watermarks to reclaim
+//! ring resources.
 //!
 //! Every wait for a ring resource runs one loop (§5.2): refresh, try, then prove or wait. A
 //! request larger than the resource is *Impossible*; a ring whose head task belongs to a scope
@@ -30,7 +31,7 @@ use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
 use crate::tensormap::{Role, TensorMap, Visit};
 
-use super::graph::{Effects, NewTask, ProducerState, Signal};
+use super::graph::{Effects, Graph, Handed, NewTask, Signal};
 use super::heap::RunMemory;
 use super::infer;
 use super::run::{RunShared, Watch};
@@ -50,8 +51,9 @@ pub(crate) const INLINE_FANIN: u64 = 64;
 /// Deepest scope nesting, counting the implicit root scope.
 pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 
-/// Most replayed tasks queued while an executor holds the graph lock ([`OrchCore::enqueue`]).
-const PUBLISH_BATCH: usize = 8;
+/// Most tasks handed off to the graph lock's holder and not yet booked ([`OrchCore::publish`]);
+/// past it the orchestrator waits for the lock.
+const HANDOFF_LIMIT: u64 = 8;
 /// Each OUTPUT is padded to this many bytes inside its task's heap buffer.
 pub(crate) const OUTPUT_ALIGN: u64 = 1024;
 
@@ -170,9 +172,18 @@ pub(crate) struct OrchCore {
     settings: OrchSettings,
     /// Whether this thread's waits spin first.
     spin: AdaptiveSpin,
-    /// Submitted tasks not yet published, in id order, all of the innermost scope
-    /// ([`OrchCore::flush`]).
+    /// Replayed tasks not yet published, in id order, all of the innermost scope
+    /// ([`OrchCore::enqueue`]).
     pending: std::collections::VecDeque<NewTask>,
+    /// Tasks handed off to the graph lock's holder ([`OrchCore::publish`]) and not booked yet,
+    /// all of the innermost scope ([`OrchCore::flush`]).
+    handed: u64,
+    /// Dep-list and spill entries reserved for the handed-off tasks, per ring: each reserved its
+    /// worst case (every producer pending) before it was handed off.
+    reserved_deps: [u64; RING_COUNT],
+    reserved_spill: [u64; RING_COUNT],
+    /// The graph's records of handed-off tasks, being booked (kept for its buffer).
+    booking: Vec<Handed>,
     /// Producer lists of published tasks, for the next submits (recycled).
     spare_lists: Vec<Vec<(TaskId, bool)>>,
     /// Payloads publications gave back, for the next tasks to reuse.
@@ -231,7 +242,11 @@ impl OrchCore {
             heap_bases,
             settings,
             spin: AdaptiveSpin::default(),
-            pending: std::collections::VecDeque::with_capacity(PUBLISH_BATCH),
+            pending: std::collections::VecDeque::with_capacity(HANDOFF_LIMIT as usize),
+            handed: 0,
+            reserved_deps: [0; RING_COUNT],
+            reserved_spill: [0; RING_COUNT],
+            booking: Vec::new(),
             spare_lists: Vec::new(),
             spare_payloads: Vec::new(),
             published: 0,
@@ -384,8 +399,9 @@ impl OrchCore {
             Ok(value) => return Ok(value),
             Err(blocked) => blocked,
         });
-        if !self.pending.is_empty() {
-            // What this waits for may need them: retirements, or producers that must run.
+        if self.handed > 0 || !self.pending.is_empty() {
+            // What this waits for may need them booked (the pools) or published (producers
+            // that must run).
             self.flush()?;
             first = None;
         }
@@ -550,7 +566,15 @@ impl OrchCore {
         );
         let outputs = self.bind_tensors(id, ring, offset, &req.tensors, &mut payload);
         // 12. Wire and publish.
-        self.publish(id, payload, producers, false)?;
+        self.publish(
+            NewTask {
+                id,
+                payload,
+                producers,
+                completed: false,
+            },
+            true,
+        )?;
         if let Some(start) = submit_start {
             self.trace_orch(
                 format!("submit {id} {}", payload_names(&req.kernels)),
@@ -675,7 +699,15 @@ impl OrchCore {
             false,
         );
         let outputs = self.bind_tensors(id, ring, offset, &tensors, &mut payload);
-        self.publish(id, payload, Vec::new(), true)?;
+        self.publish(
+            NewTask {
+                id,
+                payload,
+                producers: Vec::new(),
+                completed: true,
+            },
+            true,
+        )?;
         Ok((id, outputs))
     }
 
@@ -690,9 +722,10 @@ impl OrchCore {
     fn check_admission(&self) -> OrchResult<usize> {
         let ring = pto_types::ring_config::ring_for_depth(self.depth());
         let window = u64::from(self.rings[ring].window());
-        // Queued tasks belong to the innermost scope too (`flush`).
-        let in_scope =
-            (self.scopes.last().expect("root scope").tasks.len() + self.pending.len()) as u64;
+        // Handed-off tasks belong to the innermost scope too (`flush`).
+        let in_scope = (self.scopes.last().expect("root scope").tasks.len() + self.pending.len())
+            as u64
+            + self.handed;
         if in_scope < window - 1 {
             return Ok(ring);
         }
@@ -902,35 +935,108 @@ impl OrchCore {
         outputs
     }
 
-    /// Step 12, after any queued tasks ([`OrchCore::flush`]): reserve dep-list and spill
-    /// entries for the producers that are still live, then wire and publish under the graph
-    /// lock. The count is redone on every wait iteration because producers keep completing
-    /// (difference #4 of §3.9).
-    fn publish(
-        &mut self,
-        id: TaskId,
-        payload: Arc<TaskPayload>,
-        producers: Vec<(TaskId, bool)>,
-        completed: bool,
-    ) -> OrchResult<()> {
-        self.flush()?;
-        self.publish_one(NewTask {
-            id,
-            payload,
-            producers,
-            completed,
-        })
+    /// Step 12: wire and publish `new` under the graph lock, after the tasks handed off before
+    /// it. With `may_hand_off`, when another thread holds the lock, the task is handed to that
+    /// thread instead (rule HO1 of `pto_types::wait::Handoff`), which publishes it when it
+    /// unlocks ([`super::run::GraphGuard`]), and this thread goes on. Only a task whose
+    /// worst-case dep-list and spill entries fit beside those already reserved is handed off,
+    /// at most [`HANDOFF_LIMIT`] at a time; any other waits for the lock and the pools here
+    /// ([`OrchCore::publish_one`]), so a full pool still blocks (or fails) the submit that
+    /// meets it.
+    fn publish(&mut self, new: NewTask, may_hand_off: bool) -> OrchResult<()> {
+        if !(may_hand_off && self.can_hand_off(&new)) {
+            self.flush()?;
+            return self.publish_one(new);
+        }
+        let run = Arc::clone(&self.run);
+        let (mut graph, own) = match run.try_lock_graph() {
+            Some(graph) => (graph, Some(new)),
+            None => {
+                self.reserve(&new);
+                match run.inbox.offer(new, || run.try_lock_graph()) {
+                    Some(graph) => (graph, None),
+                    None => return Ok(()),
+                }
+            }
+        };
+        let mut fx = Effects::default();
+        // HO3: what was handed off before `new` goes first.
+        graph.take_handed(&mut fx);
+        self.book_handed(&mut graph);
+        let refused = own.and_then(|new| {
+            let id = new.id;
+            match self.publish_locked(&mut graph, new, &mut fx) {
+                Ok(()) => {
+                    self.after_publish(id);
+                    None
+                }
+                Err((new, _)) => Some(new),
+            }
+        });
+        fx.wake = graph.signal(&run);
+        drop(graph);
+        self.after_lock(&fx);
+        match refused {
+            // Cannot happen (the worst case fitted), but a refusal only means waiting.
+            Some(new) => self.publish_one(new),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `new` may be handed off: few enough are, and its worst case fits the pools
+    /// beside the entries reserved for them.
+    fn can_hand_off(&self, new: &NewTask) -> bool {
+        let ring = usize::from(new.id.ring());
+        let (deps, spill) = worst_case(&new.producers);
+        self.handed < HANDOFF_LIMIT
+            && self.dep_pools[ring].available() >= self.reserved_deps[ring] + deps
+            && self.spill_pools[ring].available() >= self.reserved_spill[ring] + spill
+    }
+
+    fn reserve(&mut self, new: &NewTask) {
+        let ring = usize::from(new.id.ring());
+        let (deps, spill) = worst_case(&new.producers);
+        self.handed += 1;
+        self.reserved_deps[ring] += deps;
+        self.reserved_spill[ring] += spill;
+    }
+
+    /// Under the graph lock: books, in id order, the handed-off tasks the graph published (or
+    /// dropped, on a failed run) since the last booking: their exact dep-list and spill
+    /// entries in place of the reservation, and the orchestrator's books
+    /// ([`OrchCore::after_publish`]). Before any publication of this thread, which must come
+    /// after them in the pools as in the graph.
+    fn book_handed(&mut self, graph: &mut Graph) {
+        if graph.handed.is_empty() {
+            return;
+        }
+        std::mem::swap(&mut self.booking, &mut graph.handed);
+        let mut booking = std::mem::take(&mut self.booking);
+        for handed in booking.drain(..) {
+            let ring = usize::from(handed.id.ring());
+            let (deps, spill) = worst_case(&handed.recycled.producers);
+            self.handed -= 1;
+            self.reserved_deps[ring] -= deps;
+            self.reserved_spill[ring] -= spill;
+            if handed.published {
+                self.take_entries(ring, handed.edges, handed.pending);
+                self.after_publish(handed.id);
+            }
+            self.recycle(handed.recycled);
+        }
+        self.booking = booking;
     }
 
     /// Publishes a replayed task, with the tasks queued before it, when the graph lock is free;
-    /// queues it while an executor holds the lock (up to [`PUBLISH_BATCH`] tasks, then it
+    /// queues it while an executor holds the lock (up to [`HANDOFF_LIMIT`] tasks, then it
     /// waits for the lock). The replay goes on with its next task instead of waiting for the
-    /// executor's hold to end, and publishes the queue with its next task, before any wait,
-    /// at its scope boundaries and before it returns ([`OrchCore::flush`]). Only a replay
-    /// queues: it does not return to user code with tasks queued, so no orchestration can
-    /// block waiting for a task it submitted that no executor can see. An inferred submit
-    /// returns to user code and publishes before it does.
+    /// executor's hold to end, and publishes the queue with its next task that finds the lock
+    /// free, before any wait and at its scope boundaries ([`OrchCore::flush`]); when it
+    /// returns, it hands what is left to the lock's holder ([`OrchCore::hand_off_queue`]).
+    /// Unlike a hand-off, the queue keeps the publication work on this thread, which matters
+    /// when executors are the bottleneck (a replayed chain).
     pub(crate) fn enqueue(&mut self, task: NewTask) -> OrchResult<()> {
+        debug_assert_eq!(self.handed, 0, "a replay starts with nothing handed off");
         debug_assert!(
             self.pending
                 .front()
@@ -938,16 +1044,45 @@ impl OrchCore {
             "a scope boundary flushes the queue"
         );
         self.pending.push_back(task);
-        let wait = self.pending.len() >= PUBLISH_BATCH;
+        let wait = self.pending.len() >= HANDOFF_LIMIT as usize;
         self.publish_pending(wait)
     }
 
-    /// Publishes the queued tasks ([`OrchCore::enqueue`]), waiting for the lock. Called before
-    /// anything that needs them in the graph: a wait (what it waits for may need them to run),
-    /// a scope boundary (they belong to the innermost scope), a publication, a tensor access,
-    /// the write-after-read check, the end of a replay.
+    /// At the end of a replay: publishes the queue if the lock is free, else hands it off
+    /// ([`OrchCore::publish`]), so the replay returns without waiting for the lock.
+    pub(crate) fn hand_off_queue(&mut self) -> OrchResult<()> {
+        self.publish_pending(false)?;
+        for task in std::mem::take(&mut self.pending) {
+            self.publish(task, true)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes every queued and handed-off task and books it, waiting for the graph lock.
+    /// Called before anything that needs them in the graph or in the books: a wait (what it
+    /// waits for may need them to run), a scope boundary (they belong to the innermost scope),
+    /// a publication that cannot be handed off, a tensor access, the write-after-read check, a
+    /// replay.
     pub(crate) fn flush(&mut self) -> OrchResult<()> {
-        self.publish_pending(true)
+        // Never both: a replay starts with a flush and ends with its queue handed off.
+        self.publish_pending(true)?;
+        if self.handed == 0 {
+            return Ok(());
+        }
+        let run = Arc::clone(&self.run);
+        let mut fx = Effects::default();
+        let mut graph = run.lock_graph();
+        graph.take_handed(&mut fx);
+        self.book_handed(&mut graph);
+        fx.wake = graph.signal(&run);
+        drop(graph);
+        self.after_lock(&fx);
+        debug_assert_eq!(
+            self.handed, 0,
+            "the graph took and published every handed-off task"
+        );
+        // On a failed run the graph dropped them: the caller fails too.
+        self.check_fatal()
     }
 
     /// Publishes the queued tasks in id order, with the lock (`wait`) or only if it is free:
@@ -1025,23 +1160,12 @@ impl OrchCore {
     /// entries and publishes it; or gives the task back with why the pools refused it.
     fn publish_locked(
         &mut self,
-        graph: &mut super::graph::Graph,
+        graph: &mut Graph,
         new: NewTask,
         fx: &mut Effects,
     ) -> Result<(), (NewTask, Blocked)> {
         let ring = usize::from(new.id.ring());
-        let mut edges = 0u64;
-        let mut pending = 0u64;
-        for &(p, _) in &new.producers {
-            match graph.producer_state(p) {
-                ProducerState::Gone => {}
-                ProducerState::Completed => edges += 1,
-                ProducerState::Pending => {
-                    edges += 1;
-                    pending += 1;
-                }
-            }
-        }
+        let (edges, pending) = graph.live_edges(&new.producers);
         let spill = edges.saturating_sub(INLINE_FANIN);
         let nodes_ok = self.dep_pools[ring].available() >= pending;
         let spill_ok = self.spill_pools[ring].available() >= spill;
@@ -1063,6 +1187,16 @@ impl OrchCore {
             };
             return Err((new, blocked));
         }
+        self.take_entries(ring, edges, pending);
+        let recycled = graph.publish(new, &self.run, fx);
+        self.recycle(recycled);
+        Ok(())
+    }
+
+    /// Takes a published task's entries: a dep-list entry per pending producer, spill entries
+    /// for the edges past the inline ones, and its edges in the demand ledger.
+    fn take_entries(&mut self, ring: usize, edges: u64, pending: u64) {
+        let spill = edges.saturating_sub(INLINE_FANIN);
         if pending > 0 {
             self.dep_pools[ring]
                 .try_alloc_n(pending)
@@ -1073,22 +1207,24 @@ impl OrchCore {
                 .try_alloc_n(spill)
                 .expect("checked available");
         }
-        let recycled = graph.publish(new, &self.run, fx);
-        // One spare per task a replay may have prepared but not published.
-        if self.spare_lists.len() < PUBLISH_BATCH {
-            self.spare_lists.push(recycled.producers);
-        }
-        if let Some(payload) = recycled.payload
-            && self.spare_payloads.len() < PUBLISH_BATCH
-        {
-            self.spare_payloads.push(payload);
-        }
         if edges > 0 {
             self.dep_demand[ring]
                 .try_alloc_n(edges)
                 .expect("the demand ledger is unbounded");
         }
-        Ok(())
+    }
+
+    /// Keeps what a publication gave back for the next submits: one spare per task that may
+    /// be handed off at once.
+    fn recycle(&mut self, recycled: super::graph::Recycled) {
+        if self.spare_lists.len() < HANDOFF_LIMIT as usize {
+            self.spare_lists.push(recycled.producers);
+        }
+        if let Some(payload) = recycled.payload
+            && self.spare_payloads.len() < HANDOFF_LIMIT as usize
+        {
+            self.spare_payloads.push(payload);
+        }
     }
 
     /// The orchestrator's books after task `id` was published.
@@ -1349,6 +1485,13 @@ fn short_path(file: &str) -> &str {
 }
 
 /// Sorts, merges duplicates (RETAIN wins) and drops self-edges.
+/// The dep-list and spill entries a task with `producers` takes at most: every producer
+/// pending at publication.
+fn worst_case(producers: &[(TaskId, bool)]) -> (u64, u64) {
+    let deps = producers.len() as u64;
+    (deps, deps.saturating_sub(INLINE_FANIN))
+}
+
 fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
     producers.retain(|&(p, _)| p != me);
     producers.sort_unstable_by_key(|&(p, _)| p);

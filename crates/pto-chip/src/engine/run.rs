@@ -6,18 +6,20 @@
 //! latched, `cancelled` is set: orchestration calls return `Err(Fatal)`, executors take nothing
 //! new and kernels see `ctx.cancelled()`.
 
+use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use pto_types::wait::{EventCount, SpinWindow};
+use pto_types::wait::{EventCount, Handoff, SpinWindow};
 use pto_types::{ErrorCode, RING_COUNT};
 
 use crate::diag::trace::TraceBuffer;
 use crate::error::{ChipError, Detector};
 
-use super::graph::Graph;
+use super::ChipShared;
+use super::graph::{Effects, Graph, NewTask};
 
 /// Spins of [`RunShared::lock_graph`] before it blocks on the mutex. 512 rounds of a load and a
 /// `spin_loop()` take ~5-20 µs (the hint's latency varies by CPU): many graph-lock holds (each a
@@ -34,8 +36,15 @@ pub(crate) const TOTAL_UNKNOWN: u64 = u64::MAX;
 pub(crate) struct RunShared {
     /// Unique per chip; completions carry it so a late completion never reaches another run.
     pub(crate) id: u64,
-    /// Slots, fanout lists, ready queues, core occupancy (see [`Graph`]).
-    pub(crate) graph: Mutex<Graph>,
+    /// Slots, fanout lists, ready queues, core occupancy (see [`Graph`]). Locked only through
+    /// [`RunShared::lock_graph`] and [`RunShared::try_lock_graph`], whose guard serves the
+    /// inbox when it unlocks.
+    graph: Mutex<Graph>,
+    /// Tasks the orchestrator handed off instead of waiting while another thread held the
+    /// graph lock; every holder publishes them after it unlocks ([`GraphGuard`]).
+    pub(crate) inbox: CachePadded<Handoff<NewTask>>,
+    /// Whom to wake for tasks published from the inbox.
+    chip: Weak<ChipShared>,
     /// Per-ring watermark (oldest task not CONSUMED), published after every advance (Release)
     /// for the orchestrator's refresh (Acquire).
     pub(crate) last_alive: CachePadded<[AtomicU64; RING_COUNT]>,
@@ -74,10 +83,12 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
-    pub(crate) fn new(id: u64, graph: Graph, trace_level: u8) -> RunShared {
+    pub(crate) fn new(id: u64, graph: Graph, trace_level: u8, chip: Weak<ChipShared>) -> RunShared {
         RunShared {
             id,
             graph: Mutex::new(graph),
+            inbox: CachePadded::new(Handoff::new()),
+            chip,
             last_alive: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
             progress: CachePadded::new(AtomicU64::new(0)),
             ring_progress: CachePadded::new(EventCount::new()),
@@ -98,29 +109,52 @@ impl RunShared {
         }
     }
 
+    /// The graph lock if it is free now.
+    pub(crate) fn try_lock_graph(&self) -> Option<GraphGuard<'_>> {
+        if self.graph.is_locked() {
+            None
+        } else {
+            self.graph
+                .try_lock()
+                .map(|guard| GraphGuard::new(self, guard))
+        }
+    }
+
+    /// [`RunShared::lock_graph`] for an executor, which looks for work as soon as it unlocks:
+    /// tasks it publishes from the inbox then wake a parked executor only when they would with
+    /// this one running a block ([`Graph::signal`]).
+    pub(crate) fn lock_graph_then_search(&self) -> GraphGuard<'_> {
+        let mut guard = self.lock_graph();
+        guard.searcher = true;
+        guard
+    }
+
     /// Locks the graph, spinning (loads, no `yield_now`) for [`GRAPH_LOCK_SPINS`] rounds first:
     /// the holds are a fraction of a µs, while parking_lot's own slow path yields the time slice
     /// and then parks — both far more expensive on a small host than a short wait
     /// (`docs/decisions/chip-engine.md`).
-    /// The graph lock if it is free now.
-    pub(crate) fn try_lock_graph(&self) -> Option<parking_lot::MutexGuard<'_, Graph>> {
-        if self.graph.is_locked() {
-            None
-        } else {
-            self.graph.try_lock()
-        }
-    }
-
-    pub(crate) fn lock_graph(&self) -> parking_lot::MutexGuard<'_, Graph> {
+    pub(crate) fn lock_graph(&self) -> GraphGuard<'_> {
         let mut window = SpinWindow::counted(GRAPH_LOCK_SPINS);
         loop {
-            if !self.graph.is_locked()
-                && let Some(guard) = self.graph.try_lock()
-            {
+            if let Some(guard) = self.try_lock_graph() {
                 return guard;
             }
             if !window.step().is_spinning() {
-                return self.graph.lock();
+                return GraphGuard::new(self, self.graph.lock());
+            }
+        }
+    }
+
+    /// Rule HO2, after every unlock of the graph: publishes what the orchestrator handed off
+    /// meanwhile, and wakes whom those tasks concern.
+    fn serve_inbox(&self, searcher: bool) {
+        while let Some(mut graph) = self.inbox.after_unlock(|| self.graph.try_lock()) {
+            let mut fx = Effects::default();
+            graph.publish_handed(self, &mut fx);
+            fx.wake = graph.signal_searching(self, searcher);
+            drop(graph);
+            if let Some(chip) = self.chip.upgrade() {
+                super::core::after_effects(&chip, self, &fx);
             }
         }
     }
@@ -273,5 +307,124 @@ impl Watch {
         run.latch_sched(e);
         self.since = None;
         None
+    }
+}
+
+/// The graph lock, held. Unlocking it (the drop) publishes the tasks the orchestrator handed
+/// off while it was held (rule HO2), so a handed-off task never waits for a lock nobody holds.
+pub(crate) struct GraphGuard<'a> {
+    run: &'a RunShared,
+    guard: Option<parking_lot::MutexGuard<'a, Graph>>,
+    /// The holder looks for work right after it unlocks ([`RunShared::lock_graph_then_search`]).
+    searcher: bool,
+}
+
+impl<'a> GraphGuard<'a> {
+    fn new(run: &'a RunShared, guard: parking_lot::MutexGuard<'a, Graph>) -> GraphGuard<'a> {
+        GraphGuard {
+            run,
+            guard: Some(guard),
+            searcher: false,
+        }
+    }
+
+    /// Publishes the tasks handed off so far (rule HO3) in this hold, so that this holder can
+    /// take them at once.
+    pub(crate) fn take_handed(&mut self, fx: &mut Effects) {
+        let run = self.run;
+        if run.inbox.is_waiting() {
+            Graph::publish_handed(self, run, fx);
+        }
+    }
+}
+
+impl std::ops::Deref for GraphGuard<'_> {
+    type Target = Graph;
+
+    fn deref(&self) -> &Graph {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for GraphGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Graph {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for GraphGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.run.serve_inbox(self.searcher);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::{Shape, TaskPayload};
+    use crate::task_id::TaskId;
+
+    fn task(local: u64) -> NewTask {
+        NewTask {
+            id: TaskId::new(0, local),
+            payload: Arc::new(TaskPayload {
+                shape: Shape::Aiv,
+                kernels: [None; 3],
+                tensors: Default::default(),
+                scalars: Default::default(),
+                block_num: 1,
+                sync_start: false,
+            }),
+            producers: Vec::new(),
+            completed: false,
+        }
+    }
+
+    fn run() -> RunShared {
+        RunShared::new(0, Graph::new([16; RING_COUNT], 1), 0, Weak::new())
+    }
+
+    /// HO2 through the guard: whoever held the lock publishes, when it unlocks, what was
+    /// handed off meanwhile, in order, with nobody else touching the lock.
+    #[test]
+    fn tasks_handed_off_while_the_lock_is_held_are_published_when_it_is_released() {
+        let run = run();
+        let held = run.lock_graph();
+        for local in 0..3 {
+            let got = run.inbox.offer(task(local), || run.try_lock_graph());
+            assert!(got.is_none(), "the lock is held");
+        }
+        assert_eq!(held.published, 0);
+        drop(held);
+        let graph = run.try_lock_graph().expect("free again");
+        assert_eq!(graph.published, 3);
+        let handed: Vec<(u64, bool)> = graph
+            .handed
+            .iter()
+            .map(|h| (h.id.local(), h.published))
+            .collect();
+        assert_eq!(handed, [(0, true), (1, true), (2, true)]);
+    }
+
+    /// On a failed run the holder drops what was handed off, and records it as dropped for the
+    /// orchestrator's books.
+    #[test]
+    fn tasks_handed_off_to_a_failed_run_are_dropped_unpublished() {
+        let run = run();
+        let held = run.lock_graph();
+        assert!(run.inbox.offer(task(0), || run.try_lock_graph()).is_none());
+        run.latch_sched(ChipError::new(
+            ErrorCode::KernelPanic,
+            Detector::Immediate,
+            "a test failure",
+        ));
+        drop(held);
+        let graph = run.try_lock_graph().expect("free again");
+        assert_eq!(graph.published, 0);
+        assert_eq!(graph.handed.len(), 1);
+        assert!(!graph.handed[0].published);
     }
 }

@@ -10,7 +10,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
-use super::{EventCount, SpinPolicy, WaitOutcome, Waiter, WorkSignal, wait_until};
+use super::{EventCount, Handoff, SpinPolicy, WaitOutcome, Waiter, WorkSignal, wait_until};
 
 /// Bound the search like crossbeam's and tokio's loom CI: two preemptions per execution,
 /// unless `LOOM_MAX_PREEMPTIONS` says otherwise.
@@ -396,5 +396,85 @@ fn loom_orchestrator_stepping_away_never_strands_work() {
         finisher.join().unwrap();
         worker.join().unwrap();
         assert_eq!(*items.lock().unwrap(), 0);
+    });
+}
+
+/// The lock of the handoff models: what its holders take items into, in order.
+type Taken = loom::sync::Mutex<Vec<u32>>;
+
+/// Under the lock: takes the queued items (HO3) into the lock's list.
+fn take_items(handoff: &Handoff<u32>, taken: &mut Vec<u32>) {
+    let mut items = std::collections::VecDeque::new();
+    handoff.take(&mut items);
+    taken.extend(items);
+}
+
+/// Unlocks, then HO2 until no item waits or the lock is busy.
+fn unlock_and_serve(
+    handoff: &Handoff<u32>,
+    lock: &Taken,
+    guard: loom::sync::MutexGuard<'_, Vec<u32>>,
+) {
+    drop(guard);
+    while let Some(mut guard) = handoff.after_unlock(|| lock.try_lock().ok()) {
+        take_items(handoff, &mut guard);
+        drop(guard);
+    }
+}
+
+/// An offerer that hands off `count` items (HO1), taking the queue itself when it gets the lock.
+fn offerer(handoff: Arc<Handoff<u32>>, lock: Arc<Taken>, count: u32) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for item in 1..=count {
+            if let Some(mut guard) = handoff.offer(item, || lock.try_lock().ok()) {
+                take_items(&handoff, &mut guard);
+                unlock_and_serve(&handoff, &lock, guard);
+            }
+        }
+    })
+}
+
+/// A holder (an executor): `holds` lock holds, each taking early when items wait, as the
+/// chip's executors do, then unlocking by HO2.
+fn holder(handoff: Arc<Handoff<u32>>, lock: Arc<Taken>, holds: u32) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for _ in 0..holds {
+            let mut guard = lock.lock().unwrap();
+            if handoff.is_waiting() {
+                take_items(&handoff, &mut guard);
+            }
+            unlock_and_serve(&handoff, &lock, guard);
+        }
+    })
+}
+
+/// HO1-HO3 with one holder: once both threads are done, every item was taken, in order (a
+/// stranded item would be left in the queue with nobody holding the lock).
+#[test]
+fn loom_handoff_strands_no_item_with_one_holder() {
+    model(|| {
+        let handoff = Arc::new(Handoff::new());
+        let lock = Arc::new(Taken::new(Vec::new()));
+        let offering = offerer(handoff.clone(), lock.clone(), 2);
+        let holding = holder(handoff.clone(), lock.clone(), 2);
+        offering.join().unwrap();
+        holding.join().unwrap();
+        assert_eq!(*lock.lock().unwrap(), vec![1, 2]);
+    });
+}
+
+/// The same with two holders: a holder whose HO2 try fails leaves the items to the other.
+#[test]
+fn loom_handoff_strands_no_item_with_two_holders() {
+    model(|| {
+        let handoff = Arc::new(Handoff::new());
+        let lock = Arc::new(Taken::new(Vec::new()));
+        let offering = offerer(handoff.clone(), lock.clone(), 1);
+        let first = holder(handoff.clone(), lock.clone(), 1);
+        let second = holder(handoff.clone(), lock.clone(), 1);
+        offering.join().unwrap();
+        first.join().unwrap();
+        second.join().unwrap();
+        assert_eq!(*lock.lock().unwrap(), vec![1]);
     });
 }

@@ -19,6 +19,8 @@
 //!   on something other than an [`EventCount`] or that read the clock less often.
 //! - [`WorkSignal`] and [`Search`]: the wake-up protocol of workers that search for work and
 //!   park when they find none (a chip's executors), built on an [`EventCount`].
+//! - [`Handoff`]: items a thread leaves for the holder of a busy lock instead of waiting for it
+//!   (a chip's orchestrator publishing while an executor holds the graph lock).
 //!
 //! A park has a timeout only when the caller passes a deadline, so an idle runtime has every
 //! thread parked and costs ~0 % CPU. The protocol, its states and named steps, the lost-wake-up
@@ -26,12 +28,12 @@
 //! imports its atomics and lock through a `cfg(loom)` shim (habit 13) and is model-checked by
 //! the loom tests in `loom_tests.rs`.
 //!
-//! This module needs no `unsafe`: it is built from one `AtomicU64`, a `Mutex<()>` and a
-//! `Condvar`. The cross-process waits of NODE_RUNTIME.md §3.4 and §4.6 (futex words in shared
+//! This module needs no `unsafe`: it is built from atomics, mutexes and a `Condvar`. The cross-process waits of NODE_RUNTIME.md §3.4 and §4.6 (futex words in shared
 //! memory) live in `pto-node` and follow the same steps; the README gives their two-word
 //! variant of the steps and of the proof.
 
 mod event_count;
+mod handoff;
 mod spin;
 mod sync;
 mod work_signal;
@@ -44,6 +46,7 @@ mod tests;
 use std::fmt;
 
 pub use event_count::{EventCount, Key, MAX_WAITERS};
+pub use handoff::Handoff;
 pub use spin::{
     DEFAULT_SPIN, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, WaitOutcome, Waiter, wait_until,
 };

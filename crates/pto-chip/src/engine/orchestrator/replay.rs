@@ -132,10 +132,9 @@ impl OrchCore {
         for _ in 0..open {
             self.end_scope();
         }
-        // Nothing stays queued once the replay returns (`OrchCore::enqueue`).
-        let flushed = self.flush();
+        let handed = self.hand_off_queue();
         result?;
-        flushed?;
+        handed?;
         Ok(inner
             .outputs
             .iter()
@@ -271,16 +270,17 @@ impl OrchCore {
         if let Some(trace) = &self.run.trace {
             trace.lock().graph_task(id, st.graph.name.clone());
         }
+        let task = NewTask {
+            id,
+            payload,
+            producers,
+            completed: t.alloc,
+        };
         if st.index.is_some() {
             // Verification reads producer states: every earlier task must be in the graph.
-            self.publish(id, payload, producers, t.alloc)?;
+            self.publish(task, false)?;
         } else {
-            self.enqueue(NewTask {
-                id,
-                payload,
-                producers,
-                completed: t.alloc,
-            })?;
+            self.enqueue(task)?;
         }
         if let Some(start) = submit_start {
             let names = payload_names(&t.kernels);
