@@ -151,7 +151,12 @@ impl Batch {
         let mut fx = Effects::default();
         let pass_start = run.trace.as_ref().map(|_| Instant::now());
         {
-            let mut graph = run.lock_graph_then_search();
+            // Without `want` this executor rests after the hold instead of searching.
+            let mut graph = if want > 0 {
+                run.lock_graph_then_search()
+            } else {
+                run.lock_graph()
+            };
             for c in &self.done {
                 finish_block(&mut graph, chip, run, c, &mut fx);
             }

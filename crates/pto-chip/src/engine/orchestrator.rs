@@ -963,6 +963,12 @@ impl OrchCore {
         // HO3: what was handed off before `new` goes first.
         graph.take_handed(&mut fx);
         self.book_handed(&mut graph);
+        if self.run.is_cancelled() {
+            // The holder may have dropped tasks before `new`: publishing it would leave a gap
+            // in the ids. A failed run takes no more tasks anyway.
+            drop(graph);
+            return Err(self.drop_handed());
+        }
         let refused = own.and_then(|new| {
             let id = new.id;
             match self.publish_locked(&mut graph, new, &mut fx) {
@@ -1077,12 +1083,24 @@ impl OrchCore {
         fx.wake = graph.signal(&run);
         drop(graph);
         self.after_lock(&fx);
+        if self.run.is_cancelled() {
+            // The graph dropped them (or lost them to a panic under the lock): fail too.
+            return Err(self.drop_handed());
+        }
         debug_assert_eq!(
             self.handed, 0,
             "the graph took and published every handed-off task"
         );
-        // On a failed run the graph dropped them: the caller fails too.
-        self.check_fatal()
+        Ok(())
+    }
+
+    /// On a failed run: forgets the handed-off tasks not booked (the graph drops them, or a
+    /// panic under the lock lost them) and their reservations.
+    fn drop_handed(&mut self) -> Fatal {
+        self.handed = 0;
+        self.reserved_deps = [0; RING_COUNT];
+        self.reserved_spill = [0; RING_COUNT];
+        Fatal(())
     }
 
     /// Publishes the queued tasks in id order, with the lock (`wait`) or only if it is free:

@@ -355,7 +355,12 @@ impl std::ops::DerefMut for GraphGuard<'_> {
 impl Drop for GraphGuard<'_> {
     fn drop(&mut self) {
         drop(self.guard.take());
-        self.run.serve_inbox(self.searcher);
+        // Not while unwinding from a panic under the lock: the graph may be half-updated, and
+        // a second panic would abort. The run fails, and the orchestrator's next flush drops
+        // what was handed off.
+        if !std::thread::panicking() {
+            self.run.serve_inbox(self.searcher);
+        }
     }
 }
 

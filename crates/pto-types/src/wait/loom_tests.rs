@@ -22,6 +22,14 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
+/// [`model`] with at least three preemptions: the handoff models need three to reach a direct
+/// add that overtakes an item still queued (a few seconds each).
+fn model_3(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(0).max(3));
+    builder.check(f);
+}
+
 /// Raw protocol: W1 prepare, W2 re-check, W3–W5 wait; the producer publishes, then N1–N2.
 #[test]
 fn loom_wait_prepare_recheck_wait_never_loses_the_notify() {
@@ -399,51 +407,102 @@ fn loom_orchestrator_stepping_away_never_strands_work() {
     });
 }
 
-/// The lock of the handoff models: what its holders take items into, in order.
-type Taken = loom::sync::Mutex<Vec<u32>>;
-
-/// Under the lock: takes the queued items (HO3) into the lock's list.
-fn take_items(handoff: &Handoff<u32>, taken: &mut Vec<u32>) {
-    let mut items = std::collections::VecDeque::new();
-    handoff.take(&mut items);
-    taken.extend(items);
+/// The lock of the handoff models, built like parking_lot's raw mutex (a compare-exchange to
+/// take it, a release store to give it back) out of loom atomics: loom's own `Mutex::try_lock`
+/// is not a point its search preempts around, so with it the models never saw a busy lock.
+/// `taken` is what holders take items into, in order; only a holder touches it.
+struct ModelLock {
+    locked: AtomicBool,
+    taken: loom::sync::Mutex<Vec<u32>>,
 }
 
-/// Unlocks, then HO2 until no item waits or the lock is busy.
-fn unlock_and_serve(
-    handoff: &Handoff<u32>,
-    lock: &Taken,
-    guard: loom::sync::MutexGuard<'_, Vec<u32>>,
-) {
-    drop(guard);
-    while let Some(mut guard) = handoff.after_unlock(|| lock.try_lock().ok()) {
-        take_items(handoff, &mut guard);
-        drop(guard);
+struct Held<'a>(&'a ModelLock);
+
+impl ModelLock {
+    fn new() -> ModelLock {
+        ModelLock {
+            locked: AtomicBool::new(false),
+            taken: loom::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn try_lock(&self) -> Option<Held<'_>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Held(self))
     }
 }
 
-/// An offerer that hands off `count` items (HO1), taking the queue itself when it gets the lock.
-fn offerer(handoff: Arc<Handoff<u32>>, lock: Arc<Taken>, count: u32) -> thread::JoinHandle<()> {
+impl Held<'_> {
+    fn push(&self, item: u32) {
+        self.0.taken.lock().unwrap().push(item);
+    }
+
+    /// Under the lock: takes the queued items (HO3).
+    fn take_items(&self, handoff: &Handoff<u32>) {
+        let mut items = std::collections::VecDeque::new();
+        handoff.take(&mut items);
+        self.0.taken.lock().unwrap().extend(items);
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Unlocks, then HO2 until no item waits or the lock is busy.
+fn unlock_and_serve(handoff: &Handoff<u32>, lock: &ModelLock, held: Held<'_>) {
+    drop(held);
+    while let Some(held) = handoff.after_unlock(|| lock.try_lock()) {
+        held.take_items(handoff);
+    }
+}
+
+/// An offerer of `count` items, as the chip's orchestrator publishes: it tries the lock first
+/// and, holding it, takes what it handed off before (HO3) and then adds its item itself; only
+/// when the lock is busy does it hand the item off (HO1), taking the queue if its try then
+/// gets the lock. So the order check below also covers a direct add overtaking an item still
+/// queued.
+fn offerer(handoff: Arc<Handoff<u32>>, lock: Arc<ModelLock>, count: u32) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         for item in 1..=count {
-            if let Some(mut guard) = handoff.offer(item, || lock.try_lock().ok()) {
-                take_items(&handoff, &mut guard);
-                unlock_and_serve(&handoff, &lock, guard);
-            }
+            let held = match lock.try_lock() {
+                Some(held) => {
+                    if handoff.is_waiting() {
+                        held.take_items(&handoff);
+                    }
+                    held.push(item);
+                    held
+                }
+                None => match handoff.offer(item, || lock.try_lock()) {
+                    Some(held) => {
+                        held.take_items(&handoff);
+                        held
+                    }
+                    None => continue,
+                },
+            };
+            unlock_and_serve(&handoff, &lock, held);
         }
     })
 }
 
-/// A holder (an executor): `holds` lock holds, each taking early when items wait, as the
-/// chip's executors do, then unlocking by HO2.
-fn holder(handoff: Arc<Handoff<u32>>, lock: Arc<Taken>, holds: u32) -> thread::JoinHandle<()> {
+/// A holder (an executor): `holds` tries of the lock (a spinning lock would make loom's search
+/// explode; what matters is that it holds the lock at times), each hold taking early when
+/// items wait, as the chip's executors do, then unlocking by HO2.
+fn holder(handoff: Arc<Handoff<u32>>, lock: Arc<ModelLock>, holds: u32) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         for _ in 0..holds {
-            let mut guard = lock.lock().unwrap();
+            let Some(held) = lock.try_lock() else {
+                continue;
+            };
             if handoff.is_waiting() {
-                take_items(&handoff, &mut guard);
+                held.take_items(&handoff);
             }
-            unlock_and_serve(&handoff, &lock, guard);
+            unlock_and_serve(&handoff, &lock, held);
         }
     })
 }
@@ -452,29 +511,29 @@ fn holder(handoff: Arc<Handoff<u32>>, lock: Arc<Taken>, holds: u32) -> thread::J
 /// stranded item would be left in the queue with nobody holding the lock).
 #[test]
 fn loom_handoff_strands_no_item_with_one_holder() {
-    model(|| {
+    model_3(|| {
         let handoff = Arc::new(Handoff::new());
-        let lock = Arc::new(Taken::new(Vec::new()));
+        let lock = Arc::new(ModelLock::new());
         let offering = offerer(handoff.clone(), lock.clone(), 2);
         let holding = holder(handoff.clone(), lock.clone(), 2);
         offering.join().unwrap();
         holding.join().unwrap();
-        assert_eq!(*lock.lock().unwrap(), vec![1, 2]);
+        assert_eq!(*lock.taken.lock().unwrap(), vec![1, 2]);
     });
 }
 
 /// The same with two holders: a holder whose HO2 try fails leaves the items to the other.
 #[test]
 fn loom_handoff_strands_no_item_with_two_holders() {
-    model(|| {
+    model_3(|| {
         let handoff = Arc::new(Handoff::new());
-        let lock = Arc::new(Taken::new(Vec::new()));
+        let lock = Arc::new(ModelLock::new());
         let offering = offerer(handoff.clone(), lock.clone(), 1);
         let first = holder(handoff.clone(), lock.clone(), 1);
         let second = holder(handoff.clone(), lock.clone(), 1);
         offering.join().unwrap();
         first.join().unwrap();
         second.join().unwrap();
-        assert_eq!(*lock.lock().unwrap(), vec![1]);
+        assert_eq!(*lock.taken.lock().unwrap(), vec![1]);
     });
 }
