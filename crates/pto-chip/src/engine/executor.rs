@@ -151,12 +151,10 @@ impl Batch {
         let mut fx = Effects::default();
         let pass_start = run.trace.as_ref().map(|_| Instant::now());
         {
-            // Without `want` this executor rests after the hold instead of searching.
-            let mut graph = if want > 0 {
-                run.lock_graph_then_search()
-            } else {
-                run.lock_graph()
-            };
+            // Without `want` this executor rests after the hold, but only because another is
+            // active (`ChipShared::try_leave`), which comes back for work: a wake for what this
+            // hold publishes from the inbox would only bring a third thread onto two CPUs.
+            let mut graph = run.lock_graph_then_search();
             for c in &self.done {
                 finish_block(&mut graph, chip, run, c, &mut fx);
             }
