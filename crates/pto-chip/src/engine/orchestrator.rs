@@ -499,7 +499,7 @@ impl OrchCore {
                 None => "the ring cannot free anything".to_string(),
             },
             _ => {
-                let census = self.run.lock_graph().stall_census();
+                let census = self.run.lock_graph_as_offerer().stall_census();
                 format!(
                     "no progress for {} ms ({census})",
                     self.settings.alloc_backstop.as_millis()
@@ -949,11 +949,11 @@ impl OrchCore {
             return self.publish_one(new);
         }
         let run = Arc::clone(&self.run);
-        let (mut graph, own) = match run.try_lock_graph() {
+        let (mut graph, own) = match run.try_lock_graph_as_offerer() {
             Some(graph) => (graph, Some(new)),
             None => {
                 self.reserve(&new);
-                match run.inbox.offer(new, || run.try_lock_graph()) {
+                match run.inbox.offer(new, || run.try_lock_graph_as_offerer()) {
                     Some(graph) => (graph, None),
                     None => return Ok(()),
                 }
@@ -1077,7 +1077,7 @@ impl OrchCore {
         }
         let run = Arc::clone(&self.run);
         let mut fx = Effects::default();
-        let mut graph = run.lock_graph();
+        let mut graph = run.lock_graph_as_offerer();
         graph.take_handed(&mut fx);
         self.book_handed(&mut graph);
         fx.wake = graph.signal(&run);
@@ -1119,9 +1119,9 @@ impl OrchCore {
         self.refresh_all();
         let run = Arc::clone(&self.run);
         let graph = if wait {
-            Some(run.lock_graph())
+            Some(run.lock_graph_as_offerer())
         } else {
-            run.try_lock_graph()
+            run.try_lock_graph_as_offerer()
         };
         let Some(mut graph) = graph else {
             return Ok(());
@@ -1156,7 +1156,7 @@ impl OrchCore {
         let mut task = Some(new);
         let mut fx = Effects::default();
         self.wait_for(ring, Some(id), |core| {
-            let mut graph = run.lock_graph();
+            let mut graph = run.lock_graph_as_offerer();
             let new = task.take().expect("published once");
             match core.publish_locked(&mut graph, new, &mut fx) {
                 Ok(()) => {
@@ -1328,7 +1328,7 @@ impl OrchCore {
         let mut helper = Helper::new(&run, &chip);
         loop {
             let pending = {
-                let graph = run.lock_graph();
+                let graph = run.lock_graph_as_offerer();
                 producers
                     .iter()
                     .copied()
@@ -1447,7 +1447,8 @@ impl OrchCore {
         }
         let run = Arc::clone(&self.run);
         let mut fx = Effects::default();
-        run.lock_graph().end_scope(&frame.tasks, &run, &mut fx);
+        run.lock_graph_as_offerer()
+            .end_scope(&frame.tasks, &run, &mut fx);
         self.after_lock(&fx);
     }
 

@@ -120,6 +120,25 @@ impl RunShared {
         }
     }
 
+    /// [`RunShared::lock_graph`] for the orchestrator thread, the inbox's only offerer: its
+    /// unlocks skip HO2. An offer fails only while another thread holds the lock, so that
+    /// thread's unlock serves it; the orchestrator cannot offer while it holds the lock itself.
+    /// Skipping saves a read-modify-write per orchestrator unlock on the line that executors'
+    /// unlocks touch too.
+    pub(crate) fn lock_graph_as_offerer(&self) -> GraphGuard<'_> {
+        let mut guard = self.lock_graph();
+        guard.offerer = true;
+        guard
+    }
+
+    /// [`RunShared::try_lock_graph`] for the orchestrator thread (see
+    /// [`RunShared::lock_graph_as_offerer`]).
+    pub(crate) fn try_lock_graph_as_offerer(&self) -> Option<GraphGuard<'_>> {
+        let mut guard = self.try_lock_graph()?;
+        guard.offerer = true;
+        Some(guard)
+    }
+
     /// [`RunShared::lock_graph`] for an executor, which looks for work as soon as it unlocks:
     /// tasks it publishes from the inbox then wake a parked executor only when they would with
     /// this one running a block ([`Graph::signal`]).
@@ -317,6 +336,8 @@ pub(crate) struct GraphGuard<'a> {
     guard: Option<parking_lot::MutexGuard<'a, Graph>>,
     /// The holder looks for work right after it unlocks ([`RunShared::lock_graph_then_search`]).
     searcher: bool,
+    /// The holder is the inbox's only offerer ([`RunShared::lock_graph_as_offerer`]).
+    offerer: bool,
 }
 
 impl<'a> GraphGuard<'a> {
@@ -325,6 +346,7 @@ impl<'a> GraphGuard<'a> {
             run,
             guard: Some(guard),
             searcher: false,
+            offerer: false,
         }
     }
 
@@ -358,7 +380,7 @@ impl Drop for GraphGuard<'_> {
         // Not while unwinding from a panic under the lock: the graph may be half-updated, and
         // a second panic would abort. The run fails, and the orchestrator's next flush drops
         // what was handed off.
-        if !std::thread::panicking() {
+        if !self.offerer && !std::thread::panicking() {
             self.run.serve_inbox(self.searcher);
         }
     }

@@ -8,7 +8,8 @@
 //!   only then tries the lock ([`Handoff::offer`]); if it gets the lock it takes the queue.
 //! - **HO2** every holder, after it unlocks, reads `waiting` with a read-modify-write; if it is
 //!   raised it tries the lock again and takes the queue ([`Handoff::after_unlock`]), and so on
-//!   until `waiting` is down or the lock is busy (then its holder does the same).
+//!   until `waiting` is down or the lock is busy (then its holder does the same). With a single
+//!   offerer, its own unlocks may skip HO2: no offer can have failed against its holds.
 //! - **HO3** a taker lowers `waiting` (a read-modify-write) before it empties the queue
 //!   ([`Handoff::take`]), so an item queued after the take raises it again.
 //!

@@ -485,7 +485,9 @@ fn offerer(handoff: Arc<Handoff<u32>>, lock: Arc<ModelLock>, count: u32) -> thre
                     None => continue,
                 },
             };
-            unlock_and_serve(&handoff, &lock, held);
+            // The only offerer skips HO2 after its own holds, as the chip's orchestrator does:
+            // no offer can have failed against them.
+            drop(held);
         }
     })
 }

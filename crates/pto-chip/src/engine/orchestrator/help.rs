@@ -85,7 +85,11 @@ impl<'a> Helper<'a> {
                     return false;
                 }
                 self.seen = Some(self.chip.work.epoch());
-                match self.run.lock_graph().take_helpable(self.run, self.chip) {
+                match self
+                    .run
+                    .lock_graph_as_offerer()
+                    .take_helpable(self.run, self.chip)
+                {
                     Some(a) => a,
                     None => return false,
                 }
@@ -95,7 +99,7 @@ impl<'a> Helper<'a> {
         drop(a);
         let mut fx = Effects::default();
         {
-            let mut graph = self.run.lock_graph();
+            let mut graph = self.run.lock_graph_as_offerer();
             finish_block(&mut graph, self.chip, self.run, &c, &mut fx);
             self.next = graph.take_helpable(self.run, self.chip);
             fx.quiescent = self.run.running.load(Ordering::SeqCst) == 0;
@@ -129,7 +133,7 @@ impl<'a> Helper<'a> {
     /// Gives back the block not started and signals what is dispatchable.
     fn hand_back(&mut self) {
         let wake = {
-            let mut graph = self.run.lock_graph();
+            let mut graph = self.run.lock_graph_as_offerer();
             if let Some(a) = self.next.take() {
                 graph.give_back(a, self.run);
             }

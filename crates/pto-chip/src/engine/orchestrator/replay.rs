@@ -436,6 +436,6 @@ impl OrchCore {
     /// `p` has completed (or retired): an edge to it orders nothing.
     fn completed(&self, p: TaskId) -> bool {
         p.local() < self.observed[usize::from(p.ring())]
-            || self.run.lock_graph().producer_state(p) != ProducerState::Pending
+            || self.run.lock_graph_as_offerer().producer_state(p) != ProducerState::Pending
     }
 }

@@ -86,7 +86,7 @@ impl OrchCore {
         // Under the lock: the readers still running that nothing orders before `id`, and the
         // first one described.
         let (hazards, first) = {
-            let graph = self.run.lock_graph();
+            let graph = self.run.lock_graph_as_offerer();
             let targets: Vec<TaskId> = producers.iter().map(|&(p, _)| p).collect();
             let hazards: Vec<(TaskId, usize)> = candidates
                 .iter()
