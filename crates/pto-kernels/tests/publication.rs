@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{chip, f32_tensor, run_plain, with_timeout};
 use pto_chip::kernel::{CoreType, KernelCtx, KernelRef};
-use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchFn, OrchResult, RootScope};
 use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipWorker, RunContext};
 use pto_types::{CallConfig, TaskArgs};
@@ -291,33 +291,27 @@ fn submits_eight<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()>
     Ok(())
 }
 
-#[test]
-fn a_run_that_fails_while_tasks_are_handed_off_drops_them_and_the_chip_goes_on() {
-    with_timeout(120, || {
+/// Five times on one chip: `failing` fails with KERNEL_PANIC, then `recovering` runs its
+/// `GRAPH_TASKS` tasks (counted by `ran`) to the end.
+fn fails_then_the_chip_goes_on(failing: OrchFn, recovering: OrchFn, ran: &'static AtomicU64) {
+    with_timeout(120, move || {
         let chip: ChipWorker = chip(2, &[]);
         for _ in 0..5 {
-            let e = run_plain(&chip, submits_failing_tasks).expect_err("a kernel panics");
+            let e = run_plain(&chip, failing).expect_err("a kernel panics");
             assert!(e.to_string().contains("KERNEL_PANIC"), "{e}");
-            let before = RAN_AFTER_SUBMITS.load(Ordering::SeqCst);
-            run_plain(&chip, submits_eight).expect("the next run on the same chip succeeds");
-            assert_eq!(
-                RAN_AFTER_SUBMITS.load(Ordering::SeqCst),
-                before + GRAPH_TASKS
-            );
+            let before = ran.load(Ordering::SeqCst);
+            run_plain(&chip, recovering).expect("the next run on the same chip succeeds");
+            assert_eq!(ran.load(Ordering::SeqCst), before + GRAPH_TASKS);
         }
     });
 }
 
 #[test]
+fn a_run_that_fails_while_tasks_are_handed_off_drops_them_and_the_chip_goes_on() {
+    fails_then_the_chip_goes_on(submits_failing_tasks, submits_eight, &RAN_AFTER_SUBMITS);
+}
+
+#[test]
 fn a_run_that_fails_during_a_replay_drops_the_queued_tasks_and_the_chip_goes_on() {
-    with_timeout(120, || {
-        let chip: ChipWorker = chip(2, &[]);
-        for _ in 0..5 {
-            let e = run_plain(&chip, replays_a_failing_graph).expect_err("a kernel panics");
-            assert!(e.to_string().contains("KERNEL_PANIC"), "{e}");
-            let before = RAN_AFTER.load(Ordering::SeqCst);
-            run_plain(&chip, replays_eight).expect("the next run on the same chip succeeds");
-            assert_eq!(RAN_AFTER.load(Ordering::SeqCst), before + GRAPH_TASKS);
-        }
-    });
+    fails_then_the_chip_goes_on(replays_a_failing_graph, replays_eight, &RAN_AFTER);
 }

@@ -122,17 +122,13 @@ impl Batch {
         }
         // Traces show each block's own start; otherwise a block starts where the last ended.
         let chain = run.trace_level == 0;
-        let mut last_end = first_end;
+        let mut last_end = first_end.filter(|_| chain);
         while short {
             let Some(a) = self.singles.pop_front() else {
                 break;
             };
-            let started = match last_end {
-                Some(end) if chain => end,
-                _ => Instant::now(),
-            };
-            let (c, ended) = run_block_from(run, &a, started);
-            last_end = Some(ended);
+            let (c, ended) = run_block_from(run, &a, last_end.unwrap_or_else(Instant::now));
+            last_end = chain.then_some(ended);
             short = c.ran_ns < SHORT_KERNEL_NS;
             self.done.push(c);
         }

@@ -353,30 +353,23 @@ impl Graph {
         let cancelled = run.is_cancelled();
         while let Some(task) = inbox.pop_front() {
             let id = task.id;
-            let handed = if cancelled {
+            let (edges, pending, recycled) = if cancelled {
                 let recycled = Recycled {
                     producers: task.producers,
                     payload: None,
                 };
-                Handed {
-                    id,
-                    edges: 0,
-                    pending: 0,
-                    published: false,
-                    recycled,
-                }
+                (0, 0, recycled)
             } else {
                 let (edges, pending) = self.live_edges(&task.producers);
-                let recycled = self.publish(task, run, fx);
-                Handed {
-                    id,
-                    edges,
-                    pending,
-                    published: true,
-                    recycled,
-                }
+                (edges, pending, self.publish(task, run, fx))
             };
-            self.handed.push(handed);
+            self.handed.push(Handed {
+                id,
+                edges,
+                pending,
+                published: !cancelled,
+                recycled,
+            });
         }
         self.inbox = inbox;
     }

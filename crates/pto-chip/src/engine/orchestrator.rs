@@ -34,7 +34,7 @@ use crate::tensormap::{Role, TensorMap, Visit};
 use super::graph::{Effects, Graph, Handed, NewTask, Signal};
 use super::heap::RunMemory;
 use super::infer;
-use super::run::{RunShared, Watch};
+use super::run::{GraphGuard, RunShared, Watch};
 use super::{ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
 use help::Helper;
 
@@ -960,15 +960,9 @@ impl OrchCore {
             }
         };
         let mut fx = Effects::default();
-        // HO3: what was handed off before `new` goes first.
-        graph.take_handed(&mut fx);
-        self.book_handed(&mut graph);
-        if self.run.is_cancelled() {
-            // The holder may have dropped tasks before `new`: publishing it would leave a gap
-            // in the ids. A failed run takes no more tasks anyway.
-            drop(graph);
-            return Err(self.drop_handed());
-        }
+        // What was handed off before `new` goes first. On a failed run the holder may have
+        // dropped some: publishing `new` would leave a gap in the ids.
+        self.take_and_book(&mut graph, &mut fx)?;
         let refused = own.and_then(|new| {
             let id = new.id;
             match self.publish_locked(&mut graph, new, &mut fx) {
@@ -1078,19 +1072,27 @@ impl OrchCore {
         let run = Arc::clone(&self.run);
         let mut fx = Effects::default();
         let mut graph = run.lock_graph_as_offerer();
-        graph.take_handed(&mut fx);
-        self.book_handed(&mut graph);
+        let booked = self.take_and_book(&mut graph, &mut fx);
         fx.wake = graph.signal(&run);
         drop(graph);
         self.after_lock(&fx);
-        if self.run.is_cancelled() {
-            // The graph dropped them (or lost them to a panic under the lock): fail too.
-            return Err(self.drop_handed());
-        }
+        booked?;
         debug_assert_eq!(
             self.handed, 0,
             "the graph took and published every handed-off task"
         );
+        Ok(())
+    }
+
+    /// Under the graph lock: publishes what is still in the inbox (HO3) and books every
+    /// handed-off task the graph published. On a failed run the graph dropped them (or lost
+    /// them to a panic under the lock), and so does this thread: `Err`.
+    fn take_and_book(&mut self, graph: &mut GraphGuard<'_>, fx: &mut Effects) -> OrchResult<()> {
+        graph.take_handed(fx);
+        self.book_handed(graph);
+        if self.run.is_cancelled() {
+            return Err(self.drop_handed());
+        }
         Ok(())
     }
 

@@ -509,33 +509,34 @@ fn holder(handoff: Arc<Handoff<u32>>, lock: Arc<ModelLock>, holds: u32) -> threa
     })
 }
 
-/// HO1-HO3 with one holder: once both threads are done, every item was taken, in order (a
-/// stranded item would be left in the queue with nobody holding the lock).
-#[test]
-fn loom_handoff_strands_no_item_with_one_holder() {
-    model_3(|| {
+/// One offerer of `items` items beside one holder per entry of `holds` (its number of tries):
+/// once every thread is done, every item was taken, in order (a stranded item would be left
+/// in the queue with nobody holding the lock).
+fn check_handoff(items: u32, holds: &'static [u32]) {
+    model_3(move || {
         let handoff = Arc::new(Handoff::new());
         let lock = Arc::new(ModelLock::new());
-        let offering = offerer(handoff.clone(), lock.clone(), 2);
-        let holding = holder(handoff.clone(), lock.clone(), 2);
+        let offering = offerer(handoff.clone(), lock.clone(), items);
+        let holding: Vec<_> = holds
+            .iter()
+            .map(|&n| holder(handoff.clone(), lock.clone(), n))
+            .collect();
         offering.join().unwrap();
-        holding.join().unwrap();
-        assert_eq!(*lock.taken.lock().unwrap(), vec![1, 2]);
+        for h in holding {
+            h.join().unwrap();
+        }
+        assert_eq!(*lock.taken.lock().unwrap(), (1..=items).collect::<Vec<_>>());
     });
+}
+
+/// HO1-HO3 with one holder.
+#[test]
+fn loom_handoff_strands_no_item_with_one_holder() {
+    check_handoff(2, &[2]);
 }
 
 /// The same with two holders: a holder whose HO2 try fails leaves the items to the other.
 #[test]
 fn loom_handoff_strands_no_item_with_two_holders() {
-    model_3(|| {
-        let handoff = Arc::new(Handoff::new());
-        let lock = Arc::new(ModelLock::new());
-        let offering = offerer(handoff.clone(), lock.clone(), 1);
-        let first = holder(handoff.clone(), lock.clone(), 1);
-        let second = holder(handoff.clone(), lock.clone(), 1);
-        offering.join().unwrap();
-        first.join().unwrap();
-        second.join().unwrap();
-        assert_eq!(*lock.taken.lock().unwrap(), vec![1]);
-    });
+    check_handoff(1, &[1, 1]);
 }
