@@ -6,6 +6,8 @@ use pto_bench::idle::{print_thread_costs, thread_scheds};
 use pto_node::{Callable, EndpointMode};
 
 fn main() -> anyhow::Result<()> {
+    // Child-process mode starts this executable again as each chip's and sub worker's child.
+    pto_node::child_main();
     let args: Vec<String> = std::env::args().collect();
     let chip = args.get(1).is_none_or(|a| a == "chip");
     let runs: usize = args.get(2).map_or(Ok(2000), |a| a.parse())?;

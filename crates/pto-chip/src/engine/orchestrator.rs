@@ -359,15 +359,15 @@ impl OrchCore {
         }
     }
 
-    /// The watermark worth waking for: a quarter of the live tasks of `ring`, at most 16, at
-    /// least one — so that a back-pressured orchestrator submits in bursts instead of waking for
-    /// every retired task — but never past the first task of a scope that is still open, which
-    /// cannot retire while this thread waits (then only a run with nothing left to run would
-    /// wake it).
+    /// The watermark worth waking for: a quarter of the live tasks of `ring`, at most
+    /// [`WAKE_BATCH_MAX`], at least one — so that a back-pressured orchestrator submits in
+    /// bursts instead of waking for every retired task — but never past the first task of a
+    /// scope that is still open, which cannot retire while this thread waits (then only a run
+    /// with nothing left to run would wake it).
     fn wake_target(&self, ring: usize) -> u64 {
         let head = self.observed[ring];
         let next = self.rings[ring].next_id();
-        let want = head + ((next - head) / 4).clamp(1, 16);
+        let want = head + ((next - head) / 4).clamp(1, WAKE_BATCH_MAX);
         let mask = u64::from(self.rings[ring].window()) - 1;
         (head..want.min(next))
             .find(|&id| self.marks[ring][(id & mask) as usize].scope_open)
@@ -1525,6 +1525,13 @@ fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
         }
     });
 }
+
+/// Most retirements a back-pressured orchestrator lets pass before it is woken
+/// ([`OrchCore::wake_target`]). Each wake is a futex wake and a context switch onto a CPU
+/// that runs a kernel; at 100 µs stencil kernels a cap of 16 cost the orchestrator 1.7-2.0 µs
+/// of CPU per task, 64 costs 1.4-1.5 (BENCHMARKS.md, stop 42). Three quarters of the live
+/// tasks are still queued when it wakes, so the executors do not run dry meanwhile.
+const WAKE_BATCH_MAX: u64 = 64;
 
 /// Spin-or-park for the orchestrator's waits, chosen from the last wait: a wait that outlasted
 /// the spin window (a slow kernel holds the ring) makes the next one park at once, so that the
