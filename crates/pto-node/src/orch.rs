@@ -105,7 +105,7 @@ impl<'run> Orchestrator<'run> {
 
     /// Entries in this run's TensorMap now (diagnostics and tests).
     pub fn tensormap_entries(&self) -> usize {
-        self.shared.engine.state.lock().tensormap_len(self.run_id)
+        self.shared.engine.lock_state().tensormap_len(self.run_id)
     }
 
     /// Current scope depth (0 = the run's outer scope).
@@ -376,7 +376,7 @@ impl<'run> Orchestrator<'run> {
                 ScopeItem::Slab(b) => slabs.push(b),
             }
         }
-        self.shared.engine.state.lock().release_scope(&tasks);
+        self.shared.engine.lock_state().release_scope(&tasks);
         for b in slabs {
             b.release_scope();
         }
@@ -498,7 +498,7 @@ impl<'run> Orchestrator<'run> {
     }
 
     fn push(&mut self, task: NewTask) -> Result<NodeTaskId, SubmitError> {
-        let (id, slot) = self.shared.engine.state.lock().submit(self.run_id, task)?;
+        let (id, slot) = self.shared.engine.lock_state().submit(self.run_id, task)?;
         self.frames
             .last_mut()
             .expect("the outer scope")

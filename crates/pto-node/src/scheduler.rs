@@ -319,8 +319,7 @@ impl Scheduler {
                 message: format!("EndpointFailure: dispatch to {name} failed: {e}"),
             };
             self.engine
-                .state
-                .lock()
+                .lock_state()
                 .complete(d.lane, failed(slot, member, f));
             return;
         }
@@ -456,7 +455,7 @@ impl Held {
         let mut progress = !polled.is_empty();
         let engine = Arc::clone(&sched.engine);
         let (dispatches, stop) = {
-            let mut st = engine.state.lock();
+            let mut st = engine.lock_state();
             sched.apply(&mut st, state, polled);
             progress |= sched.start_kills_and_controls(&mut st, state);
             let n = sched.chips.len();

@@ -113,19 +113,18 @@ impl WorkerShared {
         }
         let name = self
             .engine
-            .state
-            .lock()
+            .lock_state()
             .lane_name_of(lane)
             .unwrap_or_default();
         if let Some(run_id) = in_run {
             // Earlier runs always complete (§3), so this wait has a progress guarantee.
             let _ = wait_until(&self.engine.runs_changed, self.waiter_spin(), None, || {
-                self.engine.state.lock().is_head(run_id).then_some(())
+                self.engine.lock_state().is_head(run_id).then_some(())
             });
         }
         let reply = Arc::new(ControlSlot::default());
         {
-            let mut st = self.engine.state.lock();
+            let mut st = self.engine.lock_state();
             let runs = st.unfinished_runs();
             let own = usize::from(in_run.is_some_and(|r| st.is_head(r)));
             if runs > own {
@@ -149,7 +148,7 @@ impl WorkerShared {
                 "no reply to a control command within control_timeout ({:?})",
                 self.options.control_timeout
             );
-            self.engine.state.lock().kills.push((lane, why));
+            self.engine.lock_state().kills.push((lane, why));
             self.engine.doorbell.notify_one();
             ControlError::Timeout {
                 worker: name.clone(),
@@ -199,7 +198,7 @@ impl WorkerShared {
     }
 
     pub(crate) fn next_level_workers(&self) -> usize {
-        self.engine.state.lock().next_level_lanes()
+        self.engine.lock_state().next_level_lanes()
     }
 
     /// Makes a buffer of another Worker (an L4 parent's segment, mapped by this process) one of
@@ -327,12 +326,12 @@ impl Worker {
     /// The name failures and reports give chip `i`: `chip[0]` in-process, `chip_child[0]
     /// pid=4242` for a child process (after `init`).
     pub fn chip_name(&self, i: usize) -> Option<String> {
-        self.shared.engine.state.lock().lane_name_of(Lane::Chip(i))
+        self.shared.engine.lock_state().lane_name_of(Lane::Chip(i))
     }
 
     /// The name of sub worker `i` (`sub[0]`, `sub_child[0] pid=4243`).
     pub fn sub_name(&self, i: usize) -> Option<String> {
-        self.shared.engine.state.lock().lane_name_of(Lane::Sub(i))
+        self.shared.engine.lock_state().lane_name_of(Lane::Sub(i))
     }
 
     /// The pids of this Worker's child processes (child-process mode), whether or not they are
@@ -398,7 +397,7 @@ impl Worker {
         let index = self.shared.options.remote_workers.len() + children.len();
         children.push(child);
         let name = format!("node[{index}]");
-        self.shared.engine.state.lock().add_next_level_lane(name);
+        self.shared.engine.lock_state().add_next_level_lane(name);
         Ok(index)
     }
 
@@ -681,8 +680,7 @@ impl Worker {
         };
         self.shared
             .engine
-            .state
-            .lock()
+            .lock_state()
             .set_lane_names(chip_names, sub_names);
         self.shared
             .segments
@@ -851,10 +849,10 @@ impl Worker {
             &engine.runs_changed,
             self.shared.waiter_spin(),
             None,
-            || (engine.state.lock().unfinished_runs() < max).then_some(()),
+            || (engine.lock_state().unfinished_runs() < max).then_some(()),
         );
         self.check_ready()?;
-        let fence = engine.state.lock().open_run();
+        let fence = engine.lock_state().open_run();
         let run_id = fence.run_id;
         let mut orch = Orchestrator::new(&self.shared, run_id, &config);
         let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut orch, &args, &config)));
@@ -868,7 +866,7 @@ impl Worker {
         // with its full report: the orchestration's error is a consequence, not the cause.
         let mut failure = failure;
         if let Some(e) = &failure {
-            let mut state = engine.state.lock();
+            let mut state = engine.lock_state();
             let failed_first = state.run_has_failed(run_id);
             state.cancel_run(run_id, &format!("orchestration failed: {e}"), e.code());
             drop(state);
@@ -878,7 +876,7 @@ impl Worker {
             }
         }
         orch.end_all_scopes();
-        engine.state.lock().close_submission(run_id);
+        engine.lock_state().close_submission(run_id);
         drop(building);
         drop(build);
         let handle = RunHandle {
@@ -981,14 +979,14 @@ impl Worker {
     /// Live slots, unfinished runs and heap-ring use now.
     pub fn stats(&self) -> WorkerStats {
         let (live_tasks, unfinished_runs) = {
-            let st = self.shared.engine.state.lock();
+            let st = self.shared.engine.lock_state();
             (st.live_tasks(), st.unfinished_runs())
         };
         WorkerStats {
             live_tasks,
             unfinished_runs,
             heap_in_use: self.shared.heap.get().map_or([0; 4], |h| h.in_use()),
-            lanes: self.shared.engine.state.lock().lane_stats(),
+            lanes: self.shared.engine.lock_state().lane_stats(),
         }
     }
 
@@ -1012,13 +1010,12 @@ impl Worker {
             &engine.runs_changed,
             self.shared.waiter_spin(),
             Some(deadline),
-            || (engine.state.lock().unfinished_runs() == 0).then_some(()),
+            || (engine.lock_state().unfinished_runs() == 0).then_some(()),
         );
         let abandoned_runs = match drained {
             Ok(()) => 0,
             Err(_) => engine
-                .state
-                .lock()
+                .lock_state()
                 .abandon_runs(&format!(
                     "EndpointFailure: the Worker closed after waiting close_timeout ({:?}) for the task",
                     self.shared.options.close_timeout
@@ -1027,7 +1024,7 @@ impl Worker {
         if let Some(rt) = &*self.shared.children.lock() {
             rt.shutdown_all();
         }
-        engine.state.lock().stop = true;
+        engine.lock_state().stop = true;
         engine.doorbell.notify_one();
         let (detached_threads, killed_children) = match self.shared.scheduler.lock().take() {
             Some(handle) => handle.join().unwrap_or((0, 0)),
@@ -1097,8 +1094,7 @@ impl RunHandle {
             return;
         }
         self.engine
-            .state
-            .lock()
+            .lock_state()
             .cancel_by_caller(self.fence.run_id, reason);
         self.engine.doorbell.notify_one();
     }

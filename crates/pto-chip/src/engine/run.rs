@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use pto_types::wait::{EventCount, Handoff, SpinWindow};
+use pto_types::wait::{EventCount, Handoff, spin_then};
 use pto_types::{ErrorCode, RING_COUNT};
 
 use crate::diag::trace::TraceBuffer;
@@ -153,15 +153,11 @@ impl RunShared {
     /// and then parks — both far more expensive on a small host than a short wait
     /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn lock_graph(&self) -> GraphGuard<'_> {
-        let mut window = SpinWindow::counted(GRAPH_LOCK_SPINS);
-        loop {
-            if let Some(guard) = self.try_lock_graph() {
-                return guard;
-            }
-            if !window.step().is_spinning() {
-                return GraphGuard::new(self, self.graph.lock());
-            }
-        }
+        spin_then(
+            GRAPH_LOCK_SPINS,
+            || self.try_lock_graph(),
+            || GraphGuard::new(self, self.graph.lock()),
+        )
     }
 
     /// Rule HO2, after every unlock of the graph: publishes what the orchestrator handed off

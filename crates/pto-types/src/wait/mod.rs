@@ -48,7 +48,8 @@ use std::fmt;
 pub use event_count::{EventCount, Key, MAX_WAITERS};
 pub use handoff::Handoff;
 pub use spin::{
-    DEFAULT_SPIN, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, WaitOutcome, Waiter, wait_until,
+    DEFAULT_SPIN, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, WaitOutcome, Waiter, spin_then,
+    wait_until,
 };
 pub use work_signal::{Search, WorkSignal};
 

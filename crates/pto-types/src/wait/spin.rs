@@ -428,3 +428,27 @@ pub fn wait_until<T>(
         }
     }
 }
+
+/// Takes something usually held for a few µs at most — a lock — by trying `try_take` for up
+/// to `steps` pure `spin_loop()` rounds (no clock, no `yield_now()`), then `block`, which may
+/// park. On a small host a parking lock costs a futex round trip and a context switch (tens of
+/// µs on the reference VM) each time its holder is busy for a moment; spinning first turns
+/// most of those waits into a few hundred ns. `try_take` should look before it writes (a load
+/// of the lock word, then a try-lock), so that spinning waiters do not pull the holder's cache
+/// line back and forth.
+#[inline]
+pub fn spin_then<T>(
+    steps: u32,
+    mut try_take: impl FnMut() -> Option<T>,
+    block: impl FnOnce() -> T,
+) -> T {
+    let mut window = SpinWindow::counted(steps);
+    loop {
+        if let Some(taken) = try_take() {
+            return taken;
+        }
+        if !window.step().is_spinning() {
+            return block();
+        }
+    }
+}

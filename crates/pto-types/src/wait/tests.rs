@@ -15,7 +15,7 @@ use pto_testkit::with_timeout;
 
 use super::{
     DEFAULT_SPIN, EventCount, PURE_SPIN, SpinPolicy, SpinStep, SpinWindow, TimedOut, WaitOutcome,
-    Waiter, WorkSignal, wait_until,
+    Waiter, WorkSignal, spin_then, wait_until,
 };
 
 /// Watchdog for every test: the budget of one test body.
@@ -724,4 +724,41 @@ fn wait_work_signal_a_finder_leaving_work_wakes_a_parked_peer() {
         peer.join().unwrap();
         assert_eq!(signal.searching(), 0);
     });
+}
+
+/// `spin_then` returns what the try yields as soon as it yields it, without blocking.
+#[test]
+fn spin_then_takes_what_a_try_finds_within_the_window() {
+    let mut tries = 0;
+    let got = spin_then(
+        64,
+        || {
+            tries += 1;
+            (tries == 5).then_some("tried")
+        },
+        || "blocked",
+    );
+    assert_eq!((got, tries), ("tried", 5));
+}
+
+/// Once its rounds are spent, `spin_then` blocks: once, after exactly `steps` failed rounds
+/// beyond the first try.
+#[test]
+fn spin_then_blocks_once_the_rounds_are_spent() {
+    let mut tries = 0u32;
+    let mut blocked = 0;
+    let got = spin_then(
+        16,
+        || {
+            tries += 1;
+            None::<&str>
+        },
+        || {
+            blocked += 1;
+            "blocked"
+        },
+    );
+    assert_eq!(got, "blocked");
+    assert_eq!(blocked, 1);
+    assert!((16..=17).contains(&tries), "{tries} tries for 16 rounds");
 }
