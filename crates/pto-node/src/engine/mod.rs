@@ -969,8 +969,9 @@ impl EngineState {
             let run_id = slot.run_id;
             let task = slot.task_id();
             let label = slot.label.clone();
-            let consumers = slot.consumers.clone();
-            let producers = slot.producers.clone();
+            // A terminal slot's edges are never read again (wiring only appends to them).
+            let consumers = std::mem::take(&mut slot.consumers);
+            let producers = std::mem::take(&mut slot.producers);
             let report = self.task_report(id);
             if let Some(run) = self.run_mut(run_id) {
                 if let Some(f) = &failure {
@@ -1007,7 +1008,20 @@ impl EngineState {
         self.complete_runs();
     }
 
-    fn task_report(&self, id: SlotId) -> Option<TaskReport> {
+    /// The report of task `id`, which just became terminal: its members' chip reports and
+    /// inner reports move into it (nothing reads them from the slot afterwards).
+    fn task_report(&mut self, id: SlotId) -> Option<TaskReport> {
+        let mut members = std::mem::take(&mut self.slot_mut(id)?.members);
+        let member_reports = members
+            .iter_mut()
+            .map(|m| MemberReport {
+                worker: m.lane.map(|l| self.lane_name(l)).unwrap_or_default(),
+                exec_time: m.exec_time,
+                chip: m.chip.take().map(|c| *c),
+                inner: m.inner.take(),
+            })
+            .collect();
+        self.slot_mut(id)?.members = members;
         let s = self.slot(id)?;
         let run = self.runs.iter().find(|r| r.id == s.run_id)?;
         let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(run.started));
@@ -1021,16 +1035,7 @@ impl EngineState {
                 Some(f) => TaskOutcome::Failed(f.clone()),
             },
             producers: s.producer_ids.clone(),
-            members: s
-                .members
-                .iter()
-                .map(|m| MemberReport {
-                    worker: m.lane.map(|l| self.lane_name(l)).unwrap_or_default(),
-                    exec_time: m.exec_time,
-                    chip: m.chip.as_deref().cloned(),
-                    inner: m.inner.clone(),
-                })
-                .collect(),
+            members: member_reports,
             submitted: s.submitted.saturating_duration_since(run.started),
             ready: since(s.ready),
             dispatched: since(s.dispatched),
