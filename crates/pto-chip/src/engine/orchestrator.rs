@@ -1530,7 +1530,10 @@ fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
 /// ([`OrchCore::wake_target`]). Each wake is a futex wake and a context switch onto a CPU
 /// that runs a kernel; at 100 µs stencil kernels a cap of 16 cost the orchestrator 1.7-2.0 µs
 /// of CPU per task, 64 costs 1.4-1.5 (BENCHMARKS.md, stop 42). Three quarters of the live
-/// tasks are still queued when it wakes, so the executors do not run dry meanwhile.
+/// tasks are still queued when it wakes, so the executors do not run dry meanwhile — unless
+/// those tasks form one chain: a window full of a serial chain then holds back the
+/// independent work submitted after it for up to 64 retirements (16 before) while other
+/// cores idle: the price of fewer wakes, paid only with 68 or more live tasks.
 const WAKE_BATCH_MAX: u64 = 64;
 
 /// Spin-or-park for the orchestrator's waits, chosen from the last wait: a wait that outlasted
