@@ -4,11 +4,19 @@ stack and ends the session)."""
 
 import faulthandler
 import importlib.util
+import signal
 import sys
 
 import pytest
 
 import pto
+
+# The Ctrl-C tests press Ctrl-C as a terminal does. Python installs its SIGINT handler only when
+# it starts with SIGINT at its default; a background job of a non-interactive shell starts with
+# it ignored, and then no Ctrl-C reaches Python at all. Restore the handler a terminal's Python
+# has, so the tests measure pto, not how the suite was launched.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 MODES = ["in-process", "child-process"]
 

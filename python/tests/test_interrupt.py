@@ -11,8 +11,13 @@ import time
 import pytest
 
 SCRIPT = textwrap.dedent("""
-    import os, sys, time
+    import os, signal, sys, time
     import pto
+
+    # As in conftest.py: a Python started with SIGINT ignored (the suite launched as a
+    # background job) never sees Ctrl-C; a terminal's Python does.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def slow(args):
         time.sleep(0.5)
