@@ -741,8 +741,7 @@ fn spin_then_takes_what_a_try_finds_within_the_window() {
     assert_eq!((got, tries), ("tried", 5));
 }
 
-/// Once its rounds are spent, `spin_then` blocks: once, after exactly `steps` failed rounds
-/// beyond the first try.
+/// Once its rounds are spent, `spin_then` blocks, once, after about `steps` failed tries.
 #[test]
 fn spin_then_blocks_once_the_rounds_are_spent() {
     let mut tries = 0u32;
