@@ -123,7 +123,7 @@ impl ReadyLanes {
     pub fn new(window: u32, clusters: u32) -> ReadyLanes {
         let chip = ChipShared::new(
             clusters,
-            1,
+            (1, false),
             SpinPolicy::PARK_IMMEDIATELY,
             std::time::Duration::from_secs(10),
         );

@@ -155,10 +155,10 @@ impl ChipWorker {
         }
         let effective = spec.effective(&snapshot.chip);
         let spin = SpinPolicy::new(effective.spin).with_pure_spin(effective.spin);
-        let executors = executor_count(effective.cores());
+        let (executors, orchestrator_is_worker) = executor_count(effective.cores());
         let shared = Arc::new(ChipShared::new(
             effective.clusters,
-            executors,
+            (executors, orchestrator_is_worker),
             spin,
             effective.scheduler_timeout,
         ));
@@ -215,6 +215,22 @@ impl ChipWorker {
     /// The environment snapshot taken at start-up.
     pub fn env(&self) -> &EnvSnapshot {
         &self.env
+    }
+
+    /// Executor threads the chip started: its simulated cores, but never more than the host
+    /// has CPUs, and one fewer when the orchestrator is a worker
+    /// ([`ChipWorker::orchestrator_is_worker`]).
+    pub fn executor_threads(&self) -> usize {
+        self.shared.executors
+    }
+
+    /// Whether the thread that calls `run` is one of the chip's workers: the chip has at least
+    /// as many simulated cores as the host has CPUs (two or more), so it started one executor
+    /// fewer, and the orchestrator, while it waits for ring space or the end of the run, runs
+    /// kernels seen to return (long ones too) and hands what it may not run to a stand-in
+    /// thread (`docs/decisions/chip-engine.md`, "Threads").
+    pub fn orchestrator_is_worker(&self) -> bool {
+        self.shared.orchestrator_is_worker
     }
 
     /// Device memory accounted now (cached arenas and allocations).
@@ -555,7 +571,7 @@ impl ChipWorker {
             };
             let text = trace
                 .lock()
-                .render(&trace_run, self.shared.executors, &edges);
+                .render(&trace_run, self.shared.scheduler_lanes(), &edges);
             write("swimlane", "chip_swimlane.json", text);
         }
         files
@@ -612,7 +628,13 @@ impl Drop for ChipWorker {
             .gangs
             .iter()
             .filter_map(|g| g.thread.lock().take());
-        let threads: Vec<JoinHandle<()>> = self.threads.drain(..).chain(gangs).collect();
+        let stand_in = self.shared.stand_in.thread.lock().take();
+        let threads: Vec<JoinHandle<()>> = self
+            .threads
+            .drain(..)
+            .chain(gangs)
+            .chain(stand_in)
+            .collect();
         if poisoned {
             // A thread stuck in a kernel cannot be joined; leave the threads detached.
             return;
@@ -763,9 +785,41 @@ fn run_orchestration(
     }
 }
 
-/// Executor threads of a chip with `cores` simulated cores: never more than the host can run
-/// at once, since a kernel is CPU work on this simulator (`docs/decisions/chip-engine.md`).
-fn executor_count(cores: u32) -> usize {
+/// Executor threads of a chip with `cores` simulated cores, and whether the orchestrator's
+/// thread is its last worker ([`ChipShared::orchestrator_is_worker`]): never more threads that
+/// run kernels than the host can run at once, since a kernel is CPU work on this simulator.
+/// When the cores outnumber the host's CPUs, one executor fewer: the orchestrator's thread
+/// needs a CPU too, and while it waits it runs kernels (`docs/decisions/chip-engine.md`,
+/// "Threads").
+fn executor_count(cores: u32) -> (usize, bool) {
     let host = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    (cores as usize).min(host).max(1)
+    executors_on(cores as usize, host)
+}
+
+/// [`executor_count`] on a host of `host` CPUs.
+fn executors_on(cores: usize, host: usize) -> (usize, bool) {
+    if host >= 2 && cores >= host {
+        (host - 1, true)
+    } else {
+        (cores.min(host).max(1), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::executors_on;
+
+    #[test]
+    fn the_orchestrator_is_the_last_worker_when_the_cores_outnumber_the_cpus() {
+        // (cores, host CPUs) → (executors, orchestrator is a worker)
+        assert_eq!(executors_on(72, 2), (1, true));
+        assert_eq!(executors_on(3, 2), (1, true));
+        assert_eq!(executors_on(3, 3), (2, true));
+        assert_eq!(executors_on(72, 64), (63, true));
+        // A CPU for every core and one for the orchestrator: as many executors as cores.
+        assert_eq!(executors_on(3, 4), (3, false));
+        assert_eq!(executors_on(1, 2), (1, false));
+        // One CPU: one executor, and no worker to spare.
+        assert_eq!(executors_on(72, 1), (1, false));
+    }
 }

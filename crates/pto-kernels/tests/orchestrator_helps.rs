@@ -1,11 +1,12 @@
 //! The waiting orchestrator runs helpable work itself (`engine/orchestrator/help.rs`): quick
-//! one-block tasks do run on its thread, a kernel never seen to return quickly never does,
-//! and a helped kernel that hangs is still caught by the watchdog.
+//! one-block tasks do run on its thread, a kernel never seen to return never does (long ones
+//! only when the orchestrator is one of the chip's workers), work it may not run goes to its
+//! stand-in, and a helped kernel that hangs is still caught by the watchdog.
 
 mod common;
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -151,13 +152,174 @@ fn the_waiting_orchestrator_runs_quick_tasks_but_never_a_kernel_first() {
 }
 
 #[test]
-fn a_kernel_that_runs_long_never_runs_on_the_orchestrator() {
+fn a_long_kernel_runs_on_the_orchestrator_only_when_it_is_a_worker_and_never_first() {
     with_timeout(120, || {
         let chip = small_window_chip();
         SLOW_CALLS.orchestrated_here();
-        run_plain(&chip, many_slow).expect("runs");
-        assert_eq!(SLOW_CALLS.all.load(Ordering::SeqCst), TASKS);
-        assert_eq!(SLOW_CALLS.on_orchestrator.load(Ordering::SeqCst), 0);
+        for _ in 0..3 {
+            run_plain(&chip, many_slow).expect("runs");
+        }
+        assert_eq!(SLOW_CALLS.all.load(Ordering::SeqCst), 3 * TASKS);
+        assert!(
+            !SLOW_CALLS.first_on_orchestrator.load(Ordering::SeqCst),
+            "a kernel never seen to return ran first on the orchestrator"
+        );
+        let helped = SLOW_CALLS.on_orchestrator.load(Ordering::SeqCst);
+        if chip.orchestrator_is_worker() {
+            // One executor fewer: the orchestrator, blocked on a 16-slot window, is the other
+            // worker, for long kernels too.
+            assert!(
+                helped > 0,
+                "the orchestrator ran no 60 us task of {}",
+                3 * TASKS
+            );
+        } else {
+            assert_eq!(
+                helped, 0,
+                "a long kernel ran on the orchestrator beside enough executors"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_chip_with_more_cores_than_the_host_has_cpus_starts_one_executor_fewer() {
+    with_timeout(60, || {
+        let host = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chip = chip(24, &[]); // 72 simulated cores
+        assert_eq!(chip.orchestrator_is_worker(), host >= 2);
+        assert_eq!(
+            chip.executor_threads(),
+            if host >= 2 { host - 1 } else { 1 }
+        );
+    });
+}
+
+/// The two kernels of one run of [`first_runs`], registered afresh for it (none has returned
+/// before, so the orchestrator may not run them itself), and whether the first has started.
+static FIRST_RUNS: Mutex<Option<(KernelRef, KernelRef, Arc<AtomicBool>)>> = Mutex::new(None);
+
+/// Submits the first kernel, waits in its own code until an executor started it, then submits
+/// the second and ends: waiting for the run's end, the orchestrator finds the second ready and
+/// every executor busy.
+fn first_runs<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (first, second, started) = FIRST_RUNS.lock().unwrap().clone().expect("installed");
+    s.submit_aiv(first, KernelArgs::new())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.submit_aiv(second, KernelArgs::new())?;
+    Ok(())
+}
+
+/// Registers a pair for [`first_runs`]; `second` runs as the second kernel.
+fn install_first_runs(
+    chip: &ChipWorker,
+    first: impl Fn(&mut KernelCtx<'_>) + Send + Sync + 'static,
+    second: impl Fn(&mut KernelCtx<'_>) + Send + Sync + 'static,
+) -> Arc<AtomicBool> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let started = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&started);
+    let first = chip
+        .register_kernel_closure(&format!("test.help.first{n}"), CoreType::Aiv, move |ctx| {
+            flag.store(true, Ordering::SeqCst);
+            first(ctx);
+        })
+        .unwrap();
+    let second = chip
+        .register_kernel_closure(&format!("test.help.second{n}"), CoreType::Aiv, second)
+        .unwrap();
+    *FIRST_RUNS.lock().unwrap() = Some((first, second, Arc::clone(&started)));
+    started
+}
+
+fn on_stand_in() -> bool {
+    std::thread::current().name() == Some("pto-standin")
+}
+
+#[test]
+fn two_first_runs_run_at_once_on_a_host_with_two_cpus() {
+    with_timeout(60, || {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return; // one CPU: one executor, and nothing else may run a first run
+        }
+        let chip = chip(1, &[]);
+        // Each kernel waits (at most 10 s) until both have started.
+        let met = Arc::new(AtomicU64::new(0));
+        let stand_in = Arc::new(AtomicBool::new(false));
+        let meet = |met: Arc<AtomicU64>, stand_in: Arc<AtomicBool>| {
+            move |_: &mut KernelCtx<'_>| {
+                stand_in.fetch_or(on_stand_in(), Ordering::SeqCst);
+                met.fetch_add(1, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while met.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        };
+        let started = install_first_runs(
+            &chip,
+            meet(Arc::clone(&met), Arc::clone(&stand_in)),
+            meet(Arc::clone(&met), Arc::clone(&stand_in)),
+        );
+        let t0 = Instant::now();
+        run_plain(&chip, first_runs).expect("runs");
+        assert!(started.load(Ordering::SeqCst));
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the two first runs did not overlap: {:?}",
+            t0.elapsed()
+        );
+        // With one executor, the second can only have run beside the first on the stand-in.
+        assert_eq!(
+            stand_in.load(Ordering::SeqCst),
+            chip.orchestrator_is_worker() && chip.executor_threads() == 1
+        );
+    });
+}
+
+#[test]
+fn a_first_run_that_hangs_on_the_stand_in_is_caught_by_the_watchdog_and_the_chip_recovers() {
+    with_timeout(120, || {
+        pto_kernels::link();
+        let spec = ChipSpec {
+            clusters: 1,
+            scheduler_timeout: Some(Duration::from_millis(300)),
+            ..ChipSpec::default()
+        };
+        let chip = ChipWorker::new(spec, EnvSource::empty()).unwrap();
+        if !(chip.orchestrator_is_worker() && chip.executor_threads() == 1) {
+            return; // a host with more CPUs than this chip has cores: no stand-in
+        }
+        let on = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&on);
+        install_first_runs(
+            &chip,
+            |_| std::thread::sleep(Duration::from_millis(100)),
+            move |ctx| {
+                if on_stand_in() {
+                    flag.store(true, Ordering::SeqCst);
+                    while !ctx.cancelled() {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            },
+        );
+        let started = Instant::now();
+        let e = match run_plain(&chip, first_runs) {
+            Err(ChipRunError::Run(e)) => e,
+            other => panic!("expected the watchdog's error, got {other:?}"),
+        };
+        assert!(
+            on.load(Ordering::SeqCst),
+            "the second kernel did not run on the stand-in"
+        );
+        assert_eq!(e.code, ErrorCode::SchedulerTimeout, "{e}");
+        assert!(started.elapsed() < Duration::from_secs(30));
+        run_plain(&chip, many_noops).expect("a normal run after the failure");
     });
 }
 

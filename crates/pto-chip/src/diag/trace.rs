@@ -183,7 +183,30 @@ pub(crate) struct BlockSpan {
     pub(crate) finish_us: f64,
 }
 
-/// A span on an AICPU lane: the orchestrator (`scheduler = None`) or executor `s`.
+/// The chip's threads that make scheduling passes, each on a lane of its own: executors
+/// `0..executors`, then the orchestrator's passes while it helps (index `executors`), then,
+/// when the orchestrator is a worker, its stand-in (`executors + 1`;
+/// `engine/orchestrator/help.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SchedulerLanes {
+    pub(crate) executors: usize,
+    pub(crate) stand_in: bool,
+}
+
+impl SchedulerLanes {
+    /// The scheduler index of the orchestrator's passes while it helps.
+    pub(crate) fn helping(self) -> usize {
+        self.executors
+    }
+
+    /// The scheduler index of the stand-in's passes.
+    pub(crate) fn stand_in(self) -> usize {
+        self.executors + 1
+    }
+}
+
+/// A span on an AICPU lane: the orchestrator (`scheduler = None`) or scheduler `s`
+/// ([`SchedulerLanes`]).
 #[derive(Clone, Debug)]
 pub(crate) struct AicpuSpan {
     pub(crate) scheduler: Option<usize>,
@@ -232,10 +255,10 @@ impl TraceBuffer {
     pub(crate) fn render(
         &self,
         run: &TraceRun<'_>,
-        schedulers: usize,
+        lanes: SchedulerLanes,
         edges: &[(TaskId, TaskId)],
     ) -> String {
-        let mut events = lane_names(run.clusters, schedulers);
+        let mut events = lane_names(run.clusters, lanes);
         events.extend(
             self.blocks
                 .iter()
@@ -336,7 +359,7 @@ fn core_lane(core: u32) -> u64 {
 }
 
 /// The names of both processes and of every lane, and the cores' sort order.
-fn lane_names(clusters: u32, schedulers: usize) -> Vec<TraceEvent> {
+fn lane_names(clusters: u32, lanes: SchedulerLanes) -> Vec<TraceEvent> {
     let meta = |pid, tid, name: &str, args| TraceEvent::Metadata {
         pid,
         tid,
@@ -369,9 +392,15 @@ fn lane_names(clusters: u32, schedulers: usize) -> Vec<TraceEvent> {
         events.push(meta(1, lane, "thread_sort_index", sort_index));
     }
     events.push(meta(2, Some(1), "thread_name", named("orchestrator")));
-    for s in 0..schedulers {
-        let name = named(&format!("executor {s}"));
-        events.push(meta(2, Some(10 + s as u64), "thread_name", name));
+    let mut schedulers: Vec<(usize, String)> = (0..lanes.executors)
+        .map(|s| (s, format!("executor {s}")))
+        .collect();
+    schedulers.push((lanes.helping(), "orchestrator, helping".to_string()));
+    if lanes.stand_in {
+        schedulers.push((lanes.stand_in(), "stand-in".to_string()));
+    }
+    for (s, name) in schedulers {
+        events.push(meta(2, Some(10 + s as u64), "thread_name", named(&name)));
     }
     events
 }
@@ -418,6 +447,11 @@ fn aicpu_event(s: &AicpuSpan, level: u8) -> Option<TraceEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ONE_EXECUTOR: SchedulerLanes = SchedulerLanes {
+        executors: 1,
+        stand_in: false,
+    };
 
     /// Events of a level-4 trace of a failed run as the writer wrote them before the records
     /// were typed (one event of each kind kept).
@@ -496,8 +530,8 @@ mod tests {
             error: None,
         };
         let edges = [(TaskId::new(0, 0), TaskId::new(1, 0))];
-        let text = buffer().render(&run, 1, &edges);
-        let lanes = r#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"chip cores"}},{"ph":"M","pid":2,"name":"process_name","args":{"name":"chip AICPU"}},{"ph":"M","pid":1,"tid":1000,"name":"thread_name","args":{"name":"AIC0"}},{"ph":"M","pid":1,"tid":1000,"name":"thread_sort_index","args":{"sort_index":0}},{"ph":"M","pid":1,"tid":1001,"name":"thread_name","args":{"name":"AIV1"}},{"ph":"M","pid":1,"tid":1001,"name":"thread_sort_index","args":{"sort_index":1}},{"ph":"M","pid":1,"tid":1002,"name":"thread_name","args":{"name":"AIV2"}},{"ph":"M","pid":1,"tid":1002,"name":"thread_sort_index","args":{"sort_index":2}},{"ph":"M","pid":2,"tid":1,"name":"thread_name","args":{"name":"orchestrator"}},{"ph":"M","pid":2,"tid":10,"name":"thread_name","args":{"name":"executor 0"}}"#;
+        let text = buffer().render(&run, ONE_EXECUTOR, &edges);
+        let lanes = r#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"chip cores"}},{"ph":"M","pid":2,"name":"process_name","args":{"name":"chip AICPU"}},{"ph":"M","pid":1,"tid":1000,"name":"thread_name","args":{"name":"AIC0"}},{"ph":"M","pid":1,"tid":1000,"name":"thread_sort_index","args":{"sort_index":0}},{"ph":"M","pid":1,"tid":1001,"name":"thread_name","args":{"name":"AIV1"}},{"ph":"M","pid":1,"tid":1001,"name":"thread_sort_index","args":{"sort_index":1}},{"ph":"M","pid":1,"tid":1002,"name":"thread_name","args":{"name":"AIV2"}},{"ph":"M","pid":1,"tid":1002,"name":"thread_sort_index","args":{"sort_index":2}},{"ph":"M","pid":2,"tid":1,"name":"thread_name","args":{"name":"orchestrator"}},{"ph":"M","pid":2,"tid":10,"name":"thread_name","args":{"name":"executor 0"}},{"ph":"M","pid":2,"tid":11,"name":"thread_name","args":{"name":"orchestrator, helping"}}"#;
         let blocks = r#"{"ph":"X","pid":1,"tid":1001,"ts":2.0,"dur":4.0,"name":"vector.add","cat":"kernel","args":{"task":"r0:0","block":"0/1","sub_block":0}},{"ph":"X","pid":1,"tid":1001,"ts":9.0,"dur":4.0,"name":"vector.add","cat":"kernel","args":{"task":"r1:0","block":"0/1","sub_block":0}}"#;
         let other = format!(
             r#"{{"schema":"pto.swimlane","version":1,"level":1,"chip":3,"label":null,"clusters":1,"aicpu_thread_num":1,"ring_sizing":"{sizing}","error":null,"dropped":0}}"#
@@ -524,23 +558,26 @@ mod tests {
             sizing: &sizing,
             error: None,
         };
-        let events =
-            |run: &TraceRun<'_>| read(&buffer().render(run, 1, &edges)).unwrap().trace_events;
+        let events = |run: &TraceRun<'_>| {
+            read(&buffer().render(run, ONE_EXECUTOR, &edges))
+                .unwrap()
+                .trace_events
+        };
         let level_2 = events(&run);
-        assert_eq!(level_2.len(), 10 + 2 + 2);
+        assert_eq!(level_2.len(), 11 + 2 + 2);
         let TraceEvent::Complete {
             args: Some(args), ..
-        } = &level_2[10]
+        } = &level_2[11]
         else {
-            panic!("{:?}", level_2[10]);
+            panic!("{:?}", level_2[11]);
         };
         assert_eq!((args.dispatch_us, args.finish_us), (Some(1.5), Some(6.5)));
         assert!(matches!(
-            &level_2[12],
+            &level_2[13],
             TraceEvent::FlowStart { tid: 1001, ts, id: 0, .. } if *ts == 6.0
         ));
         assert!(matches!(
-            &level_2[13],
+            &level_2[14],
             TraceEvent::FlowEnd { ts, id: 0, .. } if *ts == 9.0
         ));
         run.level = 3;

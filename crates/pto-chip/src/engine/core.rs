@@ -13,7 +13,7 @@ use std::time::Instant;
 use pto_types::ErrorCode;
 use pto_types::wait::Waiter;
 
-use crate::diag::trace::BlockSpan;
+use crate::diag::trace::{AicpuSpan, BlockSpan};
 use crate::error::{ChipError, Detector};
 use crate::kernel::{CoreId, KernelCtx};
 
@@ -212,6 +212,93 @@ fn gang_main(chip: Arc<ChipShared>, core: u32) {
             return;
         }
         let _ = waiter.wait(None);
+    }
+}
+
+/// Hands `work` to the orchestrator's stand-in (`orchestrator/help.rs`, H5), starting its
+/// thread the first time; the caller set [`StandIn::busy`](super::StandIn). A thread that
+/// cannot be started fails the run (INTERNAL_ERROR) and the work is finished unrun.
+pub(crate) fn hand_to_stand_in(chip: &Arc<ChipShared>, run: &Arc<RunShared>, work: Work) {
+    if let Err(e) = ensure_stand_in(chip) {
+        fail_unstarted(chip, run, work, &e);
+        return;
+    }
+    *chip.stand_in.mailbox.lock() = Some((Arc::clone(run), work));
+    chip.stand_in.ec.notify_one();
+}
+
+fn ensure_stand_in(chip: &Arc<ChipShared>) -> std::io::Result<()> {
+    let mut slot = chip.stand_in.thread.lock();
+    if slot.is_none() {
+        let shared = Arc::clone(chip);
+        *slot = Some(
+            std::thread::Builder::new()
+                .name("pto-standin".to_string())
+                .spawn(move || stand_in_main(shared))?,
+        );
+    }
+    Ok(())
+}
+
+/// The stand-in could not be started: fails the run and finishes `work` unrun.
+fn fail_unstarted(chip: &ChipShared, run: &RunShared, work: Work, e: &std::io::Error) {
+    run.latch_sched(ChipError::new(
+        ErrorCode::InternalError,
+        Detector::Immediate,
+        format!("cannot start the orchestrator's stand-in thread: {e}"),
+    ));
+    let parts = match work {
+        Work::Single(a) => vec![a],
+        Work::Gang(parts) => parts,
+    };
+    for a in &parts {
+        finish_alone(chip, run, &Completion::unrun(a));
+    }
+    chip.stand_in.busy.store(false, Ordering::Release);
+}
+
+/// The body of the stand-in thread: runs what arrives in its mailbox (a gang's other parts on
+/// their gang threads, as an executor would) and finishes it; never takes other work. It
+/// parks at once when its mailbox is empty: work reaches it only by a hand-off, and a spin
+/// would take a CPU from the two threads already running kernels.
+fn stand_in_main(chip: Arc<ChipShared>) {
+    let cell = &chip.stand_in;
+    let mut waiter = Waiter::new(&cell.ec, pto_types::wait::SpinPolicy::PARK_IMMEDIATELY);
+    loop {
+        let handed = cell.mailbox.lock().take();
+        if let Some((run, work)) = handed {
+            let a = scatter_gang(&chip, &run, work);
+            let c = run_block(&run, &a);
+            drop(a);
+            let pass_start = run.trace.as_ref().map(|_| Instant::now());
+            finish_alone(&chip, &run, &c);
+            trace_pass(
+                &run,
+                chip.scheduler_lanes().stand_in(),
+                pass_start,
+                "complete",
+            );
+            cell.busy.store(false, Ordering::Release);
+            waiter.reset();
+            continue;
+        }
+        if chip.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = waiter.wait(None);
+    }
+}
+
+/// Records a scheduling pass under the graph lock by scheduler `index` (trace level 3;
+/// [`SchedulerLanes`](crate::diag::trace::SchedulerLanes)).
+pub(crate) fn trace_pass(run: &RunShared, index: usize, start: Option<Instant>, name: &str) {
+    if let (Some(trace), Some(start)) = (&run.trace, start) {
+        trace.lock().span(AicpuSpan {
+            scheduler: Some(index),
+            name: name.to_string(),
+            start_us: run.micros(start),
+            end_us: run.micros(Instant::now()),
+        });
     }
 }
 

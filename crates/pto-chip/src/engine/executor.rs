@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use pto_types::ErrorCode;
 use pto_types::wait::{Search, SpinWindow};
 
-use crate::diag::trace::AicpuSpan;
 use crate::error::{ChipError, Detector};
 
-use super::core::{after_finish, finish_block, panic_message, run_block_from, scatter_gang};
+use super::core::{
+    after_finish, finish_block, panic_message, run_block_from, scatter_gang, trace_pass,
+};
 use super::graph::{Effects, Signal};
 use super::graph::{LONG_KERNEL_NS, SHORT_KERNEL_NS};
 use super::run::{RunShared, Watch};
@@ -179,18 +180,6 @@ impl Batch {
         after_finish(chip, run, &self.done, &fx);
         self.done.clear();
         took
-    }
-}
-
-/// Records an executor's pass under the graph lock (trace level 3).
-fn trace_pass(run: &RunShared, index: usize, start: Option<Instant>, name: &str) {
-    if let (Some(trace), Some(start)) = (&run.trace, start) {
-        trace.lock().span(AicpuSpan {
-            scheduler: Some(index),
-            name: name.to_string(),
-            start_us: run.micros(start),
-            end_us: run.micros(Instant::now()),
-        });
     }
 }
 

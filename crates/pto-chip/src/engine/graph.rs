@@ -704,13 +704,19 @@ impl Graph {
     }
 
     /// [`Graph::take_one_block`] for the waiting orchestrator: only helpable work
-    /// ([`Graph::helpable`]).
+    /// ([`Graph::helpable`]), or with `any_returned` any one-block AIC or AIV task whose
+    /// kernels have all returned before (`orchestrator/help.rs`, H1).
     pub(crate) fn take_helpable(
         &mut self,
         run: &Arc<RunShared>,
         chip: &ChipShared,
+        any_returned: bool,
     ) -> Option<Assignment> {
-        self.take_one_block_if(run, chip, is_quick)
+        if any_returned {
+            self.take_one_block_if(run, chip, has_returned)
+        } else {
+            self.take_one_block_if(run, chip, is_quick)
+        }
     }
 
     /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task
@@ -939,4 +945,8 @@ fn cluster_cores(clusters: u32, k: u32, mask: u8) -> Vec<(u32, usize, u32)> {
 /// Whether every kernel of a task returned quickly the last time it ran ([`Graph::helpable`]).
 fn is_quick(payload: &TaskPayload) -> bool {
     payload.kernels.iter().flatten().all(|k| k.was_quick())
+}
+
+fn has_returned(payload: &TaskPayload) -> bool {
+    payload.kernels.iter().flatten().all(|k| k.has_returned())
 }

@@ -56,6 +56,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use pto_types::wait::{EventCount, SpinPolicy, WorkSignal};
 
+use crate::diag::trace::SchedulerLanes;
 use crate::kernel::{BoundTensor, KernelRef};
 use crate::task_id::TaskId;
 
@@ -236,12 +237,30 @@ pub(crate) struct GangCell {
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// The orchestrator's stand-in (`orchestrator/help.rs`, H5): a thread, started the first
+/// time it is needed, that runs the work a waiting orchestrator hands it because it may not
+/// run that work itself (a kernel never seen to return, a gang).
+#[derive(Default)]
+pub(crate) struct StandIn {
+    pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Work)>>,
+    pub(crate) ec: EventCount,
+    /// Work was handed to it and is not finished yet: it takes one unit at a time.
+    pub(crate) busy: AtomicBool,
+    /// The thread, once started.
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+}
+
 /// State shared by a chip's threads for the chip's lifetime.
 pub(crate) struct ChipShared {
     pub(crate) clusters: u32,
     pub(crate) cores: Vec<CoreInfo>,
     /// Executor threads of this chip.
     pub(crate) executors: usize,
+    /// The chip has at least as many simulated cores as the host has CPUs and started one
+    /// executor fewer than the host has CPUs: the orchestrator's thread is the last worker. A
+    /// waiting orchestrator then runs long kernels too, and hands what it may not run to its
+    /// stand-in (`orchestrator/help.rs`, H1 and H5).
+    pub(crate) orchestrator_is_worker: bool,
     /// The work epoch, the searching executors and where they park (see the module doc).
     pub(crate) work: CachePadded<WorkSignal>,
     /// Executors between taking work and running out of it.
@@ -251,6 +270,7 @@ pub(crate) struct ChipShared {
     pub(crate) run: Mutex<Option<Arc<RunShared>>>,
     pub(crate) run_seq: CachePadded<AtomicU64>,
     pub(crate) gangs: Vec<GangCell>,
+    pub(crate) stand_in: StandIn,
     pub(crate) shutdown: AtomicBool,
     /// Spin window of every waiting thread of the chip: pure spinning (no `yield_now`, which
     /// can hand a whole time slice to another thread on a small host; see `pto_types::wait`'s
@@ -265,7 +285,7 @@ pub(crate) struct ChipShared {
 impl ChipShared {
     pub(crate) fn new(
         clusters: u32,
-        executors: usize,
+        (executors, orchestrator_is_worker): (usize, bool),
         spin: SpinPolicy,
         watchdog: std::time::Duration,
     ) -> ChipShared {
@@ -283,11 +303,13 @@ impl ChipShared {
             clusters,
             cores,
             executors,
+            orchestrator_is_worker,
             work: CachePadded::new(WorkSignal::new()),
             active: CachePadded::new(AtomicU32::new(0)),
             run: Mutex::new(None),
             run_seq: CachePadded::new(AtomicU64::new(0)),
             gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),
+            stand_in: StandIn::default(),
             shutdown: AtomicBool::new(false),
             spin,
             watchdog,
@@ -315,6 +337,14 @@ impl ChipShared {
             .is_ok()
     }
 
+    /// The trace lanes of the chip's threads that make scheduling passes.
+    pub(crate) fn scheduler_lanes(&self) -> SchedulerLanes {
+        SchedulerLanes {
+            executors: self.executors,
+            stand_in: self.orchestrator_is_worker,
+        }
+    }
+
     /// Stops every thread of the chip (they exit at their next check).
     pub(crate) fn stop(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
@@ -323,5 +353,6 @@ impl ChipShared {
         for g in &self.gangs {
             g.ec.notify_all();
         }
+        self.stand_in.ec.notify_all();
     }
 }

@@ -436,6 +436,12 @@ impl OrchCore {
                 None
             };
             self.check_fatal()?;
+            // Deterministic first (CHIP_RUNTIME.md §5.2): a request the ring can never hold now
+            // fails before this thread helps, so the verdict does not depend on how many
+            // producers the help happens to finish first.
+            if let Some(detector) = detector {
+                return Err(self.fail(self.capacity_error(ring, task, blocked, detector)));
+            }
             if helper.help_or_step_away(&mut waiter) {
                 continue;
             }
@@ -445,11 +451,9 @@ impl OrchCore {
                 last_progress = progress;
                 quiet_since = now;
             }
-            let detector = detector.or_else(|| {
-                (now - quiet_since >= self.settings.alloc_backstop).then_some(Detector::Backstop)
-            });
-            if let Some(detector) = detector {
-                return Err(self.fail(self.capacity_error(ring, task, blocked, detector)));
+            if now - quiet_since >= self.settings.alloc_backstop {
+                let backstop = Detector::Backstop;
+                return Err(self.fail(self.capacity_error(ring, task, blocked, backstop)));
             }
             let backstop = quiet_since + self.settings.alloc_backstop;
             let deadline = match watch.check(&run, self.settings.watchdog) {
@@ -1327,7 +1331,7 @@ impl OrchCore {
         let mut waiter = Waiter::new(&run.ring_progress, self.settings.spin);
         let mut watch = Watch::default();
         let chip = Arc::clone(&self.chip);
-        let mut helper = Helper::new(&run, &chip);
+        let mut helper = Helper::quick_only(&run, &chip);
         loop {
             let pending = {
                 let graph = run.lock_graph_as_offerer();

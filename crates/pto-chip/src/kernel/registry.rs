@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock};
 
 use pto_types::args::is_valid_name;
@@ -41,11 +41,19 @@ pub struct KernelDef {
     name: &'static str,
     core: CoreType,
     imp: KernelImpl,
-    /// Whether its last run in this process returned within a quick kernel's time
-    /// ([`KernelRef::record_run`]). A waiting orchestrator runs only such kernels itself
-    /// (`engine/orchestrator/help.rs`): one never seen to return never runs there.
-    quick: AtomicBool,
+    /// How its last run in this process returned ([`KernelRef::record_run`]): `NOT_RETURNED`,
+    /// `RETURNED_LONG` or `RETURNED_QUICK`. A waiting orchestrator runs only kernels seen to
+    /// return itself (`engine/orchestrator/help.rs`, H1): one never seen to return never runs
+    /// there.
+    last_run: AtomicU8,
 }
+
+/// [`KernelDef::last_run`]: no run of the kernel has returned in this process yet.
+const NOT_RETURNED: u8 = 0;
+/// [`KernelDef::last_run`]: the last run returned, but not quickly.
+const RETURNED_LONG: u8 = 1;
+/// [`KernelDef::last_run`]: the last run returned quickly.
+const RETURNED_QUICK: u8 = 2;
 
 /// `is_valid_name` as a `const fn`, so the macro rejects bad names at compile time.
 const fn is_valid_name_const(name: &str) -> bool {
@@ -79,7 +87,7 @@ impl KernelDef {
             name,
             core,
             imp: KernelImpl::Fn(f),
-            quick: AtomicBool::new(false),
+            last_run: AtomicU8::new(NOT_RETURNED),
         }
     }
 
@@ -139,15 +147,24 @@ impl KernelRef {
     /// Written only when it changes, so that executors running one kernel do not bounce its
     /// cache line on every block.
     pub(crate) fn record_run(&self, ns: u64, quick_ns: u64) {
-        let quick = ns < quick_ns;
-        if self.0.quick.load(Ordering::Relaxed) != quick {
-            self.0.quick.store(quick, Ordering::Relaxed);
+        let state = if ns < quick_ns {
+            RETURNED_QUICK
+        } else {
+            RETURNED_LONG
+        };
+        if self.0.last_run.load(Ordering::Relaxed) != state {
+            self.0.last_run.store(state, Ordering::Relaxed);
         }
     }
 
     /// Whether the kernel's last run returned quickly ([`KernelRef::record_run`]).
     pub(crate) fn was_quick(&self) -> bool {
-        self.0.quick.load(Ordering::Relaxed)
+        self.0.last_run.load(Ordering::Relaxed) == RETURNED_QUICK
+    }
+
+    /// Whether a run of the kernel has returned in this process ([`KernelRef::record_run`]).
+    pub(crate) fn has_returned(&self) -> bool {
+        self.0.last_run.load(Ordering::Relaxed) != NOT_RETURNED
     }
 }
 
@@ -334,7 +351,7 @@ fn register_boxed(
         name,
         core,
         imp: KernelImpl::Closure(f),
-        quick: AtomicBool::new(false),
+        last_run: AtomicU8::new(NOT_RETURNED),
     }));
     let k = KernelRef(def);
     dynamic.insert(name, k);
@@ -475,7 +492,7 @@ mod tests {
             name: "bad name",
             core: CoreType::Aiv,
             imp: KernelImpl::Fn(kernel_noop),
-            quick: AtomicBool::new(false),
+            last_run: AtomicU8::new(NOT_RETURNED),
         };
         let index = build_index([&A1, &B, &A2, &BAD, &A3, &B]);
         assert_eq!(

@@ -1,46 +1,67 @@
 //! The orchestrator as a part-time executor: while it waits (for ring space, for a tensor's
 //! producer, for the end of the run) it takes ready work, runs it and finishes it, instead of
 //! parking while a third thread runs it (`docs/decisions/chip-engine.md`, "The orchestrator
-//! helps"). On a two-CPU host the orchestrator and two executors are three runnable threads at
-//! few-µs kernels, and every wake of one preempts another; with the orchestrator helping, one
-//! executor steps back and two threads share the two CPUs.
+//! helps"). On a two-CPU host the orchestrator and two executors were three runnable threads
+//! at few-µs kernels, and every wake of one preempted another. Now a chip whose cores
+//! outnumber the host's CPUs starts one executor fewer and counts the orchestrator as its
+//! last worker ([`ChipShared::orchestrator_is_worker`]); on other hosts the orchestrator helps
+//! with quick work only and one executor steps back while it does.
 //!
 //! Rules:
-//! - H1. Only *helpable* work ([`Graph::helpable`]): a one-block AIC or AIV task (no gang, no
-//!   MIX, no sync-start cohort) whose kernel's last run in this process returned within
-//!   `LONG_KERNEL_NS`. A kernel never seen to return, or one that runs long, never runs on this
-//!   thread, so the waits around it keep their watchdog and a hung first run fails the run as
-//!   before.
+//! - H1. Only *helpable* work: a one-block AIC or AIV task (no gang, no MIX, no sync-start
+//!   cohort) whose kernels have returned before in this process. In a wait that only the
+//!   chip's progress ends (ring space, dep-pool and TensorMap entries, the end of the run) and
+//!   when the orchestrator is a worker, any such task ([`Helper::new`]); otherwise only one
+//!   whose kernel's last run returned within `LONG_KERNEL_NS` ([`Graph::helpable`],
+//!   [`Helper::quick_only`]: a tensor wait, which the orchestration is waiting on, and every
+//!   wait on a host with a CPU per executor). A kernel never seen to return never runs on
+//!   this thread, so the waits around it keep their watchdog and a hung first run fails the
+//!   run as before.
 //! - H2. While the orchestrator is not parked, the run says so
-//!   ([`RunShared::orchestrator_helps`], set when the run starts): a signal for helpable work
-//!   then wakes no parked executor when a block is running (its thread comes back for more,
-//!   and so does this one when it next waits), and an executor that ran helpable work steps
-//!   back when another executor is active (`executor::serve`). One executor and the
+//!   ([`RunShared::orchestrator_helps`], set when the run starts): a signal for quick helpable
+//!   work then wakes no parked executor when a block is running (its thread comes back for
+//!   more, and so does this one when it next waits), and an executor that ran helpable work
+//!   steps back when another executor is active (`executor::serve`). One executor and the
 //!   orchestrator then share such work.
 //! - H3. Before it parks, the orchestrator clears the flag, then, under the graph lock, gives
 //!   back the block it took but did not start and signals whatever is dispatchable by the rule
 //!   that holds without the flag. A finisher that saw the flag set read it under the lock
 //!   before that look, so the look sees its work; one that comes after sees the flag clear.
 //!   No work is left with nobody coming back for it. After the park the flag is set again.
-//! - H4. Helping counts as progress: a wait that ran a block goes round again without parking
-//!   and without its watchdog check (a block finished).
+//! - H4. Helping counts as progress: a wait that ran a block, or handed one to the stand-in,
+//!   goes round again without parking and without its watchdog check. A wait that can prove
+//!   the ring can never hold its request (Impossible, Structural) fails before it helps, so
+//!   the verdict does not depend on what the help happens to finish first.
+//! - H5. The stand-in. When the orchestrator is a worker and finds nothing helpable, it takes
+//!   the next unit of any kind (`Graph::take`: a first run, a gang) and hands it to the
+//!   chip's stand-in thread ([`StandIn`]), which runs it (a gang's other parts on their gang
+//!   threads) and finishes it as an executor would. One unit at a time, and the orchestrator
+//!   helps with nothing while one runs: the stand-in uses the CPU the waiting orchestrator
+//!   leaves, so the threads running kernels stay as many as the host's CPUs. A unit handed
+//!   over is taken under the graph lock like any other, so the wake rules and H3 are
+//!   untouched; a stand-in whose kernel hangs is caught like an executor (the waits' and the
+//!   parked executors' watchdogs, then the chip's poisoning). Two first runs thus still run
+//!   at once on a two-CPU host.
 //!
+//! [`ChipShared::orchestrator_is_worker`]: super::super::ChipShared::orchestrator_is_worker
+//! [`StandIn`]: super::super::StandIn
 //! [`Graph::helpable`]: super::super::graph::Graph::helpable
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use pto_types::wait::Waiter;
 
-use super::super::core::{after_finish, finish_block, run_block};
+use super::super::core::{after_finish, finish_block, hand_to_stand_in, run_block, trace_pass};
 use super::super::graph::{Effects, Signal};
-use super::super::run::RunShared;
+use super::super::run::{GraphGuard, RunShared};
 use super::super::{Assignment, ChipShared};
 
 /// One wait's helping state. Dropping it gives back the block taken but not started.
 pub(crate) struct Helper<'a> {
     run: &'a Arc<RunShared>,
-    chip: &'a ChipShared,
+    chip: &'a Arc<ChipShared>,
     /// Taken in the hold that finished the last block, not started yet.
     next: Option<Assignment>,
     /// The chip's work epoch before the last look that found nothing: until it moves there is
@@ -48,17 +69,31 @@ pub(crate) struct Helper<'a> {
     seen: Option<u64>,
     /// [`Helper::before_park`] cleared the run's flag.
     off: bool,
+    /// It may take any work whose kernels have returned before, long ones too (H1).
+    any_returned: bool,
 }
 
 impl<'a> Helper<'a> {
-    pub(crate) fn new(run: &'a Arc<RunShared>, chip: &'a ChipShared) -> Helper<'a> {
+    /// A helper for a wait that only the chip's progress ends (ring space, the end of the
+    /// run): when the orchestrator is one of the chip's workers
+    /// ([`ChipShared::orchestrator_is_worker`]) it runs long kernels too (H1).
+    pub(crate) fn new(run: &'a Arc<RunShared>, chip: &'a Arc<ChipShared>) -> Helper<'a> {
         Helper {
             run,
             chip,
             next: None,
             seen: None,
             off: false,
+            any_returned: chip.orchestrator_is_worker,
         }
+    }
+
+    /// A helper that runs quick work only, for a wait whose end the orchestration is waiting
+    /// for (a tensor's producer): a long kernel would hold it up (H1).
+    pub(crate) fn quick_only(run: &'a Arc<RunShared>, chip: &'a Arc<ChipShared>) -> Helper<'a> {
+        let mut helper = Helper::new(run, chip);
+        helper.any_returned = false;
+        helper
     }
 
     /// The step of a wait loop before it waits: runs a helpable block (the loop made
@@ -81,31 +116,75 @@ impl<'a> Helper<'a> {
         let a = match self.next.take() {
             Some(a) => a,
             None => {
-                if !self.news() {
+                // H5: while the stand-in runs, it has the CPU this thread would help on.
+                if !self.news() || self.chip.stand_in.busy.load(Ordering::Acquire) {
                     return false;
                 }
                 self.seen = Some(self.chip.work.epoch());
-                match self
-                    .run
-                    .lock_graph_as_offerer()
-                    .take_helpable(self.run, self.chip)
-                {
-                    Some(a) => a,
-                    None => return false,
+                let pass_start = self.pass_start();
+                let mut graph = self.run.lock_graph_as_offerer();
+                match graph.take_helpable(self.run, self.chip, self.any_returned) {
+                    Some(a) => {
+                        drop(graph);
+                        self.trace_pass(pass_start, "take");
+                        a
+                    }
+                    None => return self.delegate(graph, pass_start),
                 }
             }
         };
         let c = run_block(self.run, &a);
         drop(a);
         let mut fx = Effects::default();
+        let pass_start = self.pass_start();
         {
             let mut graph = self.run.lock_graph_as_offerer();
             finish_block(&mut graph, self.chip, self.run, &c, &mut fx);
-            self.next = graph.take_helpable(self.run, self.chip);
+            self.next = graph.take_helpable(self.run, self.chip, self.any_returned);
             fx.quiescent = self.run.running.load(Ordering::SeqCst) == 0;
             fx.wake = graph.signal(self.run);
         }
+        let name = if self.next.is_some() {
+            "complete+take"
+        } else {
+            "complete"
+        };
+        self.trace_pass(pass_start, name);
         after_finish(self.chip, self.run, std::slice::from_ref(&c), &fx);
+        true
+    }
+
+    /// When a pass under the graph lock starts, if the run is traced.
+    fn pass_start(&self) -> Option<Instant> {
+        self.run.trace.as_ref().map(|_| Instant::now())
+    }
+
+    /// Records a pass on the orchestrator's helping lane (trace level 3).
+    fn trace_pass(&self, start: Option<Instant>, name: &str) {
+        let lane = self.chip.scheduler_lanes().helping();
+        trace_pass(self.run, lane, start, name);
+    }
+
+    /// H5: when the orchestrator is a worker, hands the next unit it may not run itself to
+    /// the stand-in (if that is idle), so that the unit runs on the CPU this thread leaves
+    /// while it waits. Returns whether it handed one.
+    fn delegate(&mut self, mut graph: GraphGuard<'_>, pass_start: Option<Instant>) -> bool {
+        let chip = self.chip;
+        let stand_in = &chip.stand_in;
+        if !chip.orchestrator_is_worker || stand_in.busy.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let Some(work) = graph.take(self.run, chip) else {
+            stand_in.busy.store(false, Ordering::Release);
+            return false;
+        };
+        let wake = graph.signal(self.run);
+        drop(graph);
+        self.trace_pass(pass_start, "hand to stand-in");
+        hand_to_stand_in(chip, self.run, work);
+        if wake != Signal::Nothing {
+            chip.signal_work(wake == Signal::Wake);
+        }
         true
     }
 
