@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use common::{chip, run_plain, with_timeout};
 use pto_chip::kernel::{CoreType, KernelCtx, KernelRef};
-use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope};
+use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, RootScope, TensorCreateInfo};
 use pto_chip::{ChipRunError, ChipSpec, ChipWorker};
-use pto_types::ErrorCode;
 use pto_types::ring_config::env::EnvSource;
+use pto_types::{DType, ErrorCode};
 
 /// Tasks per run (a multiple of 8): far more than the 16-slot window, so the orchestrator
 /// waits often.
@@ -278,6 +278,86 @@ fn two_first_runs_run_at_once_on_a_host_with_two_cpus() {
             stand_in.load(Ordering::SeqCst),
             chip.orchestrator_is_worker() && chip.executor_threads() == 1
         );
+    });
+}
+
+/// [`behind_a_stand_in`]'s kernels: the executor's first block, the stand-in's long first run,
+/// a quick kernel, whether the first has started.
+type Behind = (KernelRef, KernelRef, KernelRef, Arc<AtomicBool>);
+static BEHIND: Mutex<Option<Behind>> = Mutex::new(None);
+
+/// The first kernel (an executor takes it, and it writes a tensor), then the long first run
+/// and a quick task, then a read of the first kernel's tensor: waiting for it, the
+/// orchestrator hands the long first run to the stand-in, and after the read the executor
+/// has run the quick task, has nothing left and parks. Then one more quick task: one ready
+/// block, which the wake rule would leave to a thread that comes back for more.
+fn behind_a_stand_in<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (first, long, quick, started) = BEHIND.lock().unwrap().clone().expect("installed");
+    let ci = TensorCreateInfo::new(&[1], DType::F32);
+    let out = s.submit_aiv(first, KernelArgs::new().output(ci))?.tensor(0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.submit_aiv(long, KernelArgs::new())?;
+    // Run by the executor after the first: the last kernel to finish is then a quick one, so
+    // the wake rule would leave a lone quick block to a thread that comes back.
+    s.submit_aiv(quick, KernelArgs::new())?;
+    let _: f32 = s.get_tensor_data(out, &[0])?;
+    // Let the executor find nothing and park.
+    std::thread::sleep(Duration::from_millis(20));
+    s.submit_aiv(quick, KernelArgs::new())?;
+    Ok(())
+}
+
+fn only_quick<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (_, _, quick, _) = BEHIND.lock().unwrap().clone().expect("installed");
+    s.submit_aiv(quick, KernelArgs::new())?;
+    Ok(())
+}
+
+#[test]
+fn quick_work_never_waits_for_the_stand_in_to_come_back() {
+    with_timeout(60, || {
+        let chip = chip(1, &[]);
+        let started = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&started);
+        let first = chip
+            .register_kernel_closure("test.help.behind.first", CoreType::Aiv, move |_| {
+                flag.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+            })
+            .unwrap();
+        let long_ran_on = Arc::new(Mutex::new(None));
+        let on = Arc::clone(&long_ran_on);
+        let long = chip
+            .register_kernel_closure("test.help.behind.long", CoreType::Aiv, move |_| {
+                *on.lock().unwrap() = std::thread::current().name().map(str::to_string);
+                std::thread::sleep(Duration::from_secs(2));
+            })
+            .unwrap();
+        let last_quick = Arc::new(Mutex::new(None));
+        let last = Arc::clone(&last_quick);
+        let quick = chip
+            .register_kernel_closure("test.help.behind.quick", CoreType::Aiv, move |_| {
+                *last.lock().unwrap() = Some(Instant::now());
+            })
+            .unwrap();
+        *BEHIND.lock().unwrap() = Some((first, long, quick, started));
+        run_plain(&chip, only_quick).expect("the quick kernel returns once");
+        let t0 = Instant::now();
+        run_plain(&chip, behind_a_stand_in).expect("runs");
+        let quick_done = last_quick.lock().unwrap().expect("quick tasks ran") - t0;
+        // The quick task needs the executor (the orchestrator helps with nothing while the
+        // stand-in runs), which must be woken for it rather than the task left for the
+        // stand-in, which never comes back for more.
+        assert!(
+            quick_done < Duration::from_secs(1),
+            "the quick task finished {quick_done:?} in, behind the 2 s kernel"
+        );
+        if chip.orchestrator_is_worker() && chip.executor_threads() == 1 {
+            assert_eq!(long_ran_on.lock().unwrap().as_deref(), Some("pto-standin"));
+        }
     });
 }
 

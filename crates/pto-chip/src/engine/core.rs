@@ -215,15 +215,21 @@ fn gang_main(chip: Arc<ChipShared>, core: u32) {
     }
 }
 
-/// Hands `work` to the orchestrator's stand-in (`orchestrator/help.rs`, H5), starting its
-/// thread the first time; the caller set [`StandIn::busy`](super::StandIn). A thread that
-/// cannot be started fails the run (INTERNAL_ERROR) and the work is finished unrun.
-pub(crate) fn hand_to_stand_in(chip: &Arc<ChipShared>, run: &Arc<RunShared>, work: Work) {
+/// Hands block `a` to the orchestrator's stand-in (`orchestrator/help.rs`, H5), starting its
+/// thread the first time; the caller set [`StandIn::busy`](super::StandIn) and, under the
+/// graph lock that took `a`, `stand_in_running`. A thread that cannot be started fails the
+/// run (INTERNAL_ERROR) and the block is finished unrun.
+pub(crate) fn hand_to_stand_in(chip: &Arc<ChipShared>, run: &Arc<RunShared>, a: Assignment) {
     if let Err(e) = ensure_stand_in(chip) {
-        fail_unstarted(chip, run, work, &e);
+        run.latch_sched(ChipError::new(
+            ErrorCode::InternalError,
+            Detector::Immediate,
+            format!("cannot start the orchestrator's stand-in thread: {e}"),
+        ));
+        finish_stood_in(chip, run, &Completion::unrun(&a));
         return;
     }
-    *chip.stand_in.mailbox.lock() = Some((Arc::clone(run), work));
+    *chip.stand_in.mailbox.lock() = Some((Arc::clone(run), a));
     chip.stand_in.ec.notify_one();
 }
 
@@ -240,45 +246,25 @@ fn ensure_stand_in(chip: &Arc<ChipShared>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The stand-in could not be started: fails the run and finishes `work` unrun.
-fn fail_unstarted(chip: &ChipShared, run: &RunShared, work: Work, e: &std::io::Error) {
-    run.latch_sched(ChipError::new(
-        ErrorCode::InternalError,
-        Detector::Immediate,
-        format!("cannot start the orchestrator's stand-in thread: {e}"),
-    ));
-    let parts = match work {
-        Work::Single(a) => vec![a],
-        Work::Gang(parts) => parts,
-    };
-    for a in &parts {
-        finish_alone(chip, run, &Completion::unrun(a));
-    }
-    chip.stand_in.busy.store(false, Ordering::Release);
-}
-
-/// The body of the stand-in thread: runs what arrives in its mailbox (a gang's other parts on
-/// their gang threads, as an executor would) and finishes it; never takes other work. It
-/// parks at once when its mailbox is empty: work reaches it only by a hand-off, and a spin
-/// would take a CPU from the two threads already running kernels.
+/// The body of the stand-in thread: runs the block that arrives in its mailbox and finishes
+/// it; never takes other work. It parks at once when its mailbox is empty: work reaches it
+/// only by a hand-off, and a spin would take a CPU from the threads running kernels.
 fn stand_in_main(chip: Arc<ChipShared>) {
     let cell = &chip.stand_in;
     let mut waiter = Waiter::new(&cell.ec, pto_types::wait::SpinPolicy::PARK_IMMEDIATELY);
     loop {
         let handed = cell.mailbox.lock().take();
-        if let Some((run, work)) = handed {
-            let a = scatter_gang(&chip, &run, work);
+        if let Some((run, a)) = handed {
             let c = run_block(&run, &a);
             drop(a);
             let pass_start = run.trace.as_ref().map(|_| Instant::now());
-            finish_alone(&chip, &run, &c);
+            finish_stood_in(&chip, &run, &c);
             trace_pass(
                 &run,
                 chip.scheduler_lanes().stand_in(),
                 pass_start,
                 "complete",
             );
-            cell.busy.store(false, Ordering::Release);
             waiter.reset();
             continue;
         }
@@ -287,6 +273,20 @@ fn stand_in_main(chip: Arc<ChipShared>) {
         }
         let _ = waiter.wait(None);
     }
+}
+
+/// [`finish_alone`] for the stand-in's block: in the same hold, the block stops counting as
+/// the stand-in's, so the hold's signal sees the stand-in gone; then the stand-in is free.
+fn finish_stood_in(chip: &ChipShared, run: &RunShared, c: &Completion) {
+    let mut fx = Effects::default();
+    {
+        let mut graph = run.lock_graph();
+        finish_block(&mut graph, chip, run, c, &mut fx);
+        run.stand_in_running.store(0, Ordering::Release);
+        fx.wake = graph.signal(run);
+    }
+    chip.stand_in.busy.store(false, Ordering::Release);
+    after_finish(chip, run, std::slice::from_ref(c), &fx);
 }
 
 /// Records a scheduling pass under the graph lock by scheduler `index` (trace level 3;

@@ -638,7 +638,11 @@ impl Graph {
         let Some(lane) = self.pick() else {
             return Signal::Nothing;
         };
-        let running = run.running.load(Ordering::Acquire) + u64::from(searcher);
+        let coming_back = run
+            .running
+            .load(Ordering::Acquire)
+            .saturating_sub(run.stand_in_running.load(Ordering::Acquire));
+        let running = coming_back + u64::from(searcher);
         let kernel_ns = run.last_kernel_ns.load(Ordering::Relaxed);
         if running > 0
             && kernel_ns < LONG_KERNEL_NS
@@ -690,6 +694,23 @@ impl Graph {
             parts.pop().map(Work::Single)
         } else {
             Some(Work::Gang(parts))
+        }
+    }
+
+    /// Takes one block of the next AIC or AIV task (of any block count), for the
+    /// orchestrator's stand-in (`orchestrator/help.rs`, H5); nothing when the next unit is a
+    /// gang (a sync-start cohort, a MIX block), which needs a thread that comes back.
+    pub(crate) fn take_block(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+    ) -> Option<Assignment> {
+        if !matches!(self.pick()?, Lane::Aic | Lane::Aiv) {
+            return None;
+        }
+        match self.take(run, chip)? {
+            Work::Single(a) => Some(a),
+            Work::Gang(_) => unreachable!("an AIC or AIV lane hands out one block at a time"),
         }
     }
 

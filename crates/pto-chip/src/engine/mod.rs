@@ -238,13 +238,13 @@ pub(crate) struct GangCell {
 }
 
 /// The orchestrator's stand-in (`orchestrator/help.rs`, H5): a thread, started the first
-/// time it is needed, that runs the work a waiting orchestrator hands it because it may not
-/// run that work itself (a kernel never seen to return, a gang).
+/// time it is needed, that runs the block a waiting orchestrator hands it because it may not
+/// run that block itself (a kernel never seen to return).
 #[derive(Default)]
 pub(crate) struct StandIn {
-    pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Work)>>,
+    pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Assignment)>>,
     pub(crate) ec: EventCount,
-    /// Work was handed to it and is not finished yet: it takes one unit at a time.
+    /// A block was handed to it and is not finished yet: it takes one at a time.
     pub(crate) busy: AtomicBool,
     /// The thread, once started.
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,

@@ -66,6 +66,10 @@ pub(crate) struct RunShared {
     pub(crate) last_kernel_ns: CachePadded<AtomicU64>,
     /// Blocks currently running on cores.
     pub(crate) running: CachePadded<AtomicU64>,
+    /// Of `running`, the block the orchestrator's stand-in runs (0 or 1; changed under the
+    /// graph lock): its thread never comes back for more work, so the wake rule does not count
+    /// it as a thread that will ([`super::graph::Graph::signal`], `orchestrator/help.rs` H5).
+    pub(crate) stand_in_running: AtomicU64,
     /// The orchestrator is not parked: it comes back for helpable work before it parks
     /// (`orchestrator/help.rs`, H2). Set from the start of the run.
     orchestrator_helps: CachePadded<AtomicBool>,
@@ -98,6 +102,7 @@ impl RunShared {
             total_tasks: CachePadded::new(AtomicU64::new(TOTAL_UNKNOWN)),
             last_kernel_ns: CachePadded::new(AtomicU64::new(0)),
             running: CachePadded::new(AtomicU64::new(0)),
+            stand_in_running: AtomicU64::new(0),
             orchestrator_helps: CachePadded::new(AtomicBool::new(true)),
             done: CachePadded::new(EventCount::new()),
             cancelled: CachePadded::new(AtomicBool::new(false)),

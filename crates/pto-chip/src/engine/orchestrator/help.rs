@@ -33,18 +33,23 @@
 //!   the ring can never hold its request (Impossible, Structural) fails before it helps, so
 //!   the verdict does not depend on what the help happens to finish first.
 //! - H5. The stand-in. When the orchestrator is a worker and finds nothing helpable, it takes
-//!   the next unit of any kind (`Graph::take`: a first run, a gang) and hands it to the
-//!   chip's stand-in thread ([`StandIn`]), which runs it (a gang's other parts on their gang
-//!   threads) and finishes it as an executor would. One unit at a time, and the orchestrator
-//!   helps with nothing while one runs: the stand-in uses the CPU the waiting orchestrator
-//!   leaves, so the threads running kernels stay as many as the host's CPUs. A unit handed
-//!   over is taken under the graph lock like any other, so the wake rules and H3 are
-//!   untouched; a stand-in whose kernel hangs is caught like an executor (the waits' and the
-//!   parked executors' watchdogs, then the chip's poisoning). Two first runs thus still run
-//!   at once on a two-CPU host.
+//!   one block of the next AIC or AIV task whatever its kernel ([`Graph::take_block`]: a
+//!   first run, a block of a multi-block task; never a gang) and hands it to the chip's
+//!   stand-in thread ([`StandIn`]), which runs it and finishes it as an executor would. One
+//!   block at a time, and the orchestrator helps with nothing while one runs: the stand-in
+//!   uses the CPU the waiting orchestrator leaves, so the threads running kernels stay as
+//!   many as the host's CPUs. The stand-in never comes back for more work, so its block is
+//!   counted apart (`RunShared::stand_in_running`, set and cleared under the graph lock in
+//!   the holds that take and finish it) and the wake rule does not leave work to it: with
+//!   the orchestrator not helping, work it could have helped with is left only to a running
+//!   executor, which comes back, or wakes one. A block handed over is taken under the graph
+//!   lock like any other, so H3 is untouched; a stand-in whose kernel hangs is caught like an
+//!   executor (the waits' and the parked executors' watchdogs, then the chip's poisoning).
+//!   Two first runs thus still run at once on a two-CPU host.
 //!
 //! [`ChipShared::orchestrator_is_worker`]: super::super::ChipShared::orchestrator_is_worker
 //! [`StandIn`]: super::super::StandIn
+//! [`Graph::take_block`]: super::super::graph::Graph::take_block
 //! [`Graph::helpable`]: super::super::graph::Graph::helpable
 
 use std::sync::Arc;
@@ -165,8 +170,8 @@ impl<'a> Helper<'a> {
         trace_pass(self.run, lane, start, name);
     }
 
-    /// H5: when the orchestrator is a worker, hands the next unit it may not run itself to
-    /// the stand-in (if that is idle), so that the unit runs on the CPU this thread leaves
+    /// H5: when the orchestrator is a worker, hands the next block it may not run itself to
+    /// the stand-in (if that is idle), so that the block runs on the CPU this thread leaves
     /// while it waits. Returns whether it handed one.
     fn delegate(&mut self, mut graph: GraphGuard<'_>, pass_start: Option<Instant>) -> bool {
         let chip = self.chip;
@@ -174,14 +179,15 @@ impl<'a> Helper<'a> {
         if !chip.orchestrator_is_worker || stand_in.busy.swap(true, Ordering::AcqRel) {
             return false;
         }
-        let Some(work) = graph.take(self.run, chip) else {
+        let Some(a) = graph.take_block(self.run, chip) else {
             stand_in.busy.store(false, Ordering::Release);
             return false;
         };
+        self.run.stand_in_running.store(1, Ordering::Release);
         let wake = graph.signal(self.run);
         drop(graph);
         self.trace_pass(pass_start, "hand to stand-in");
-        hand_to_stand_in(chip, self.run, work);
+        hand_to_stand_in(chip, self.run, a);
         if wake != Signal::Nothing {
             chip.signal_work(wake == Signal::Wake);
         }
