@@ -187,11 +187,51 @@ fn a_chip_with_more_cores_than_the_host_has_cpus_starts_one_executor_fewer() {
     with_timeout(60, || {
         let host = std::thread::available_parallelism().map_or(1, |n| n.get());
         let chip = chip(24, &[]); // 72 simulated cores
-        assert_eq!(chip.orchestrator_is_worker(), host >= 2);
-        assert_eq!(
-            chip.executor_threads(),
-            if host >= 2 { host - 1 } else { 1 }
-        );
+        let worker = (2..=72).contains(&host);
+        assert_eq!(chip.orchestrator_is_worker(), worker);
+        let executors = if worker { host - 1 } else { 72.min(host) };
+        assert_eq!(chip.executor_threads(), executors);
+    });
+}
+
+static FAN_CALLS: Calls = Calls::new();
+fn fan_part(_ctx: &mut KernelCtx<'_>) {
+    FAN_CALLS.note();
+    std::thread::sleep(Duration::from_millis(30));
+}
+pto_chip::register_kernel!(FAN = "test.help.fan", CoreType::Aiv, fan_part);
+
+/// One 30 ms task, then 8 more that read what it wrote: they become ready only when it
+/// finishes, long after the orchestrator, with nothing to run, parked at the end of the run.
+fn fan_out<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    let ci = TensorCreateInfo::new(&[1], DType::F32);
+    let root = s.submit_aiv(FAN, KernelArgs::new().output(ci))?.tensor(0);
+    for _ in 0..8 {
+        s.submit_aiv(FAN, KernelArgs::new().input(root).output(ci))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_parked_last_worker_is_called_back_for_a_fan_out() {
+    with_timeout(60, || {
+        let chip = chip(1, &[]);
+        FAN_CALLS.orchestrated_here();
+        // The first run lets the kernel return once, so the orchestrator may run it.
+        run_plain(&chip, fan_out).expect("runs");
+        let before = FAN_CALLS.on_orchestrator.load(Ordering::SeqCst);
+        run_plain(&chip, fan_out).expect("runs");
+        let helped = FAN_CALLS.on_orchestrator.load(Ordering::SeqCst) - before;
+        if chip.orchestrator_is_worker() {
+            // Without the call back (H6) it sleeps until the run is over, and the 8 tasks run
+            // one after another on the executors it left.
+            assert!(helped > 0, "the orchestrator ran none of the fan-out");
+        } else {
+            assert_eq!(
+                helped, 0,
+                "a long kernel ran on the orchestrator beside enough executors"
+            );
+        }
     });
 }
 
@@ -274,10 +314,9 @@ fn two_first_runs_run_at_once_on_a_host_with_two_cpus() {
             t0.elapsed()
         );
         // With one executor, the second can only have run beside the first on the stand-in.
-        assert_eq!(
-            stand_in.load(Ordering::SeqCst),
-            chip.orchestrator_is_worker() && chip.executor_threads() == 1
-        );
+        if chip.orchestrator_is_worker() && chip.executor_threads() == 1 {
+            assert!(stand_in.load(Ordering::SeqCst), "the stand-in ran neither");
+        }
     });
 }
 
@@ -322,10 +361,17 @@ fn quick_work_never_waits_for_the_stand_in_to_come_back() {
         let chip = chip(1, &[]);
         let started = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&started);
+        let long_started = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&long_started);
+        // Keeps the one executor busy until the long kernel has started (at most 10 s), so
+        // that one can only go to the stand-in.
         let first = chip
             .register_kernel_closure("test.help.behind.first", CoreType::Aiv, move |_| {
                 flag.store(true, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(50));
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !seen.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             })
             .unwrap();
         let long_ran_on = Arc::new(Mutex::new(None));
@@ -333,6 +379,7 @@ fn quick_work_never_waits_for_the_stand_in_to_come_back() {
         let long = chip
             .register_kernel_closure("test.help.behind.long", CoreType::Aiv, move |_| {
                 *on.lock().unwrap() = std::thread::current().name().map(str::to_string);
+                long_started.store(true, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_secs(2));
             })
             .unwrap();
@@ -376,10 +423,21 @@ fn a_first_run_that_hangs_on_the_stand_in_is_caught_by_the_watchdog_and_the_chip
         }
         let on = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&on);
+        let second_started = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&second_started);
         install_first_runs(
             &chip,
-            |_| std::thread::sleep(Duration::from_millis(100)),
+            // Keeps the one executor busy until the second has started (at most 10 s), so
+            // the second can only go to the stand-in, however slowly the orchestrator gets to
+            // its wait.
+            move |_| {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !seen.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
             move |ctx| {
+                second_started.store(true, Ordering::SeqCst);
                 if on_stand_in() {
                     flag.store(true, Ordering::SeqCst);
                     while !ctx.cancelled() {

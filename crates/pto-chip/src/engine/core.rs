@@ -144,6 +144,11 @@ pub(crate) fn after_finish(chip: &ChipShared, run: &RunShared, done: &[Completio
 pub(crate) fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
     if fx.wake != Signal::Nothing {
         chip.signal_work(fx.wake == Signal::Wake);
+        if fx.wake == Signal::Wake && calls_back_the_last_worker(chip, run) {
+            // It parks on the run's events, not on the work signal (H6).
+            run.ring_progress.notify_one();
+            run.done.notify_all();
+        }
     }
     if (fx.watermark_moved || fx.completed_tasks > 0) && run.wants_ring_wake(fx.quiescent) {
         run.ring_progress.notify_one();
@@ -151,6 +156,14 @@ pub(crate) fn after_effects(chip: &ChipShared, run: &RunShared, fx: &Effects) {
     if run.is_finished() {
         run.done.notify_all();
     }
+}
+
+/// `orchestrator/help.rs` H6: work worth waking a CPU for calls back an orchestrator that is
+/// the chip's last worker and parked (its flag clear), unless its stand-in has its CPU.
+fn calls_back_the_last_worker(chip: &ChipShared, run: &RunShared) -> bool {
+    chip.orchestrator_is_worker
+        && !run.orchestrator_helps()
+        && !chip.stand_in.busy.load(Ordering::Acquire)
 }
 
 /// Hands the parts of a gang but the first to the gang threads of their cores (starting them

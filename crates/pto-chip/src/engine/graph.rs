@@ -617,7 +617,9 @@ impl Graph {
     }
 
     /// Whether a thread could take work now, and whether a parked executor should be woken
-    /// for it: when no block runs (nobody else would come back for it), when kernels are long
+    /// for it: when no block runs whose thread comes back for more (nobody else would come
+    /// back for it; the stand-in's block does not count, `orchestrator/help.rs` H5), when
+    /// kernels are long
     /// or not measured yet (no kernel of the run has finished: the one running may be long, and
     /// the work would wait for all of it), or when at least two blocks wait behind kernels that
     /// are not very short — except helpable work while the orchestrator is not parked and

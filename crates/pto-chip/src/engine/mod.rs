@@ -6,9 +6,11 @@
 //!   orchestration function and owns every ring allocator, the TensorMap and the scope stack
 //!   ([`orchestrator::OrchCore`]); nothing else touches them. It also runs the no-progress
 //!   watchdog (code 100) whenever it waits ([`run::Watch`]), and while it waits it runs
-//!   *helpable* work itself (quick one-block tasks, [`orchestrator::help`]), so that on a
-//!   small host it and one executor share the CPUs instead of three threads contending;
-//! - **executors** (`min(simulated cores, host parallelism)` threads per chip) take a ready
+//!   *helpable* work itself (one-block tasks: quick ones, or any seen to return when it is
+//!   the chip's last worker; [`orchestrator::help`]), so that on a small host the threads
+//!   running kernels are as many as the CPUs instead of one more;
+//! - **executors** (`min(simulated cores, host parallelism)` threads per chip, one fewer when
+//!   the cores outnumber the CPUs and the orchestrator is the last worker) take a ready
 //!   block, claim a *logical* core for it, run the kernel, complete it — releasing its consumers
 //!   into the ready lanes — and take the next block themselves, in one hold of the graph lock
 //!   per block ([`executor`]). Simulated cores are not threads: a core is a slot in the graph's
@@ -18,7 +20,11 @@
 //! - **gang threads**, one per logical core and started the first time that core needs one, run
 //!   the extra parts of work that must run *at the same time*: the blocks of a
 //!   `require_sync_start` cohort and the parts of a MIX block (their kernels may wait for each
-//!   other, as on the device). They only run such parts and never take work themselves.
+//!   other, as on the device). They only run such parts and never take work themselves;
+//! - the **stand-in**, started the first time a waiting orchestrator that is the chip's last
+//!   worker finds a block it may not run itself (a kernel never seen to return): it runs that
+//!   one block, finishes it and parks, and never takes work itself ([`StandIn`],
+//!   `orchestrator/help.rs` H5).
 //!
 //! All task state shared between them — slot records, fanout lists, ready lanes, core
 //! occupancy — sits behind one parking mutex ([`graph::Graph`], locked through
@@ -239,7 +245,8 @@ pub(crate) struct GangCell {
 
 /// The orchestrator's stand-in (`orchestrator/help.rs`, H5): a thread, started the first
 /// time it is needed, that runs the block a waiting orchestrator hands it because it may not
-/// run that block itself (a kernel never seen to return).
+/// run that block itself: a kernel never seen to return, or, in a tensor wait, one that was
+/// not quick; a block of a multi-block task as well. Never a gang.
 #[derive(Default)]
 pub(crate) struct StandIn {
     pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Assignment)>>,

@@ -70,8 +70,10 @@ pub(crate) struct RunShared {
     /// graph lock): its thread never comes back for more work, so the wake rule does not count
     /// it as a thread that will ([`super::graph::Graph::signal`], `orchestrator/help.rs` H5).
     pub(crate) stand_in_running: AtomicU64,
-    /// The orchestrator is not parked: it comes back for helpable work before it parks
-    /// (`orchestrator/help.rs`, H2). Set from the start of the run.
+    /// The orchestrator is not parked: it comes back for helpable work before it parks, unless
+    /// its stand-in runs (then the look under the graph lock before it parks, H3, is what
+    /// keeps the work from being stranded; `orchestrator/help.rs`, H2 and H5). Set from the
+    /// start of the run.
     orchestrator_helps: CachePadded<AtomicBool>,
     /// Notified when the run may have finished (all tasks completed, or failed and idle).
     pub(crate) done: CachePadded<EventCount>,

@@ -45,7 +45,17 @@
 //!   executor, which comes back, or wakes one. A block handed over is taken under the graph
 //!   lock like any other, so H3 is untouched; a stand-in whose kernel hangs is caught like an
 //!   executor (the waits' and the parked executors' watchdogs, then the chip's poisoning).
-//!   Two first runs thus still run at once on a two-CPU host.
+//!   Two first runs thus still run at once on a two-CPU host. Every wait hands over, the
+//!   quick-only tensor wait too: what it hands is what it may not run.
+//! - H6. The last worker is called back. A parked orchestrator waits on the run's events
+//!   (ring progress, the run's end), not on the work signal, so when it is the chip's last
+//!   worker, a hold whose signal is a wake (work worth a CPU: `Graph::signal`) also notifies
+//!   those events while its flag is clear and the stand-in idle (`core::after_effects`).
+//!   Without it, a fan-out that became ready after the orchestrator parked at the end of the
+//!   run ran on the one executor alone (a test shows it). A finisher that read the flag still
+//!   set before the orchestrator cleared it does not call back; the look under the lock
+//!   before the park (H3) then wakes an executor for that work, and the next wake calls the
+//!   orchestrator back: a missed call back costs parallelism for a while, never progress.
 //!
 //! [`ChipShared::orchestrator_is_worker`]: super::super::ChipShared::orchestrator_is_worker
 //! [`StandIn`]: super::super::StandIn
@@ -101,9 +111,10 @@ impl<'a> Helper<'a> {
         helper
     }
 
-    /// The step of a wait loop before it waits: runs a helpable block (the loop made
-    /// progress, so the waiter's spin window starts again, H4) or, when the waiter's next step
-    /// parks, steps away (H3). Returns whether it ran a block.
+    /// The step of a wait loop before it waits: runs a helpable block or hands one to the
+    /// stand-in (the loop made progress, so the waiter's spin window starts again, H4) or,
+    /// when the waiter's next step parks, steps away (H3). Returns whether it ran or handed
+    /// one.
     pub(crate) fn help_or_step_away(&mut self, waiter: &mut Waiter<'_>) -> bool {
         if self.help() {
             waiter.reset();
@@ -116,16 +127,21 @@ impl<'a> Helper<'a> {
     }
 
     /// Runs one helpable block if one is ready (H1) and finishes it, taking the next in the
-    /// same hold of the graph lock. Returns whether it ran one.
+    /// same hold of the graph lock; with nothing helpable, hands a block to the stand-in
+    /// (H5). Returns whether it ran or handed one.
     fn help(&mut self) -> bool {
         let a = match self.next.take() {
             Some(a) => a,
             None => {
-                // H5: while the stand-in runs, it has the CPU this thread would help on.
-                if !self.news() || self.chip.stand_in.busy.load(Ordering::Acquire) {
+                if !self.news() {
                     return false;
                 }
                 self.seen = Some(self.chip.work.epoch());
+                // H5: while the stand-in runs, it has the CPU this thread would help on. Its
+                // finish moves the epoch, so this thread looks again then.
+                if self.chip.stand_in.busy.load(Ordering::Acquire) {
+                    return false;
+                }
                 let pass_start = self.pass_start();
                 let mut graph = self.run.lock_graph_as_offerer();
                 match graph.take_helpable(self.run, self.chip, self.any_returned) {
