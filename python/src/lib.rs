@@ -50,17 +50,14 @@ fn chip_callables() -> Vec<&'static str> {
     pto_chip::callable::listed_chip_callable_names()
 }
 
-/// Keeps kernel panics off stderr: the chip runtime catches them on its executor and gang
-/// threads and reports them in the task's error (`KERNEL_PANIC`, with the panic's message), so
+/// Keeps kernel panics off stderr: the chip runtime catches them on whichever thread runs the
+/// kernel and reports them in the task's error (`KERNEL_PANIC`, with the panic's message), so
 /// the default hook's print would only repeat it into the user's terminal. Other panics print
 /// as before.
 fn quiet_kernel_panics() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let in_kernel = std::thread::current()
-            .name()
-            .is_some_and(|n| n.starts_with("pto-exec") || n.starts_with("pto-gang"));
-        if !in_kernel {
+        if !pto_chip::kernel::in_kernel() {
             previous(info);
         }
     }));

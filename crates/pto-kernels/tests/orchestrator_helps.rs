@@ -499,3 +499,46 @@ fn a_helped_kernel_that_hangs_is_caught_by_the_watchdog_and_the_chip_recovers() 
         run_plain(&chip, many_noops).expect("a normal run after the failure");
     });
 }
+
+static IN_KERNEL_SEEN: AtomicU64 = AtomicU64::new(0);
+static IN_KERNEL_MISSED: AtomicU64 = AtomicU64::new(0);
+fn reports_in_kernel(ctx: &mut KernelCtx<'_>) {
+    let counter = if pto_chip::kernel::in_kernel() {
+        &IN_KERNEL_SEEN
+    } else {
+        &IN_KERNEL_MISSED
+    };
+    counter.fetch_add(1, Ordering::SeqCst);
+    if ctx.task().local() % 7 == 3 {
+        panic!("a kernel panic the chip reports");
+    }
+}
+pto_chip::register_kernel!(
+    IN_KERNEL = "test.help.in_kernel",
+    CoreType::Aiv,
+    reports_in_kernel
+);
+
+fn many_in_kernel<'r>(s: &mut RootScope<'r>, _a: &OrchArgs<'r>) -> OrchResult<()> {
+    independent(s, IN_KERNEL)
+}
+
+#[test]
+fn in_kernel_is_true_inside_every_kernel_and_false_after_one_panics() {
+    with_timeout(120, || {
+        // A hook that keeps kernel panics quiet (as the Python module's does) would consult
+        // `in_kernel` on whichever thread runs the kernel: executors, the stand-in, or the
+        // orchestrator helping on a 16-slot window.
+        let chip = small_window_chip();
+        for _ in 0..3 {
+            let e = run_plain(&chip, many_in_kernel).expect_err("some kernels panic");
+            assert!(matches!(e, ChipRunError::Run(ref e) if e.code == ErrorCode::KernelPanic));
+        }
+        assert!(IN_KERNEL_SEEN.load(Ordering::SeqCst) > 0);
+        assert_eq!(IN_KERNEL_MISSED.load(Ordering::SeqCst), 0);
+        assert!(
+            !pto_chip::kernel::in_kernel(),
+            "the orchestrator's thread after the runs"
+        );
+    });
+}

@@ -37,7 +37,7 @@ mod view;
 pub use ctx::{BoundTensor, KernelCtx};
 pub use element::{Element, Scalar};
 pub use registry::{
-    KernelDef, KernelNameError, KernelRef, find_kernel, kernel_registry_problems,
+    KernelDef, KernelNameError, KernelRef, find_kernel, in_kernel, kernel_registry_problems,
     register_kernel_closure,
 };
 pub use view::{View, ViewIter, ViewMut, block_chunk};

@@ -18,6 +18,7 @@
 //! cannot bind either reliably. A closure whose name is taken is refused with
 //! [`KernelNameError::Duplicate`].
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -135,8 +136,10 @@ impl KernelRef {
         self.0.core
     }
 
-    /// Runs the kernel for one invocation (the caller catches panics, §6.4).
+    /// Runs the kernel for one invocation (the caller catches panics, §6.4), with
+    /// [`in_kernel`] true on this thread meanwhile.
     pub(crate) fn call(&self, ctx: &mut KernelCtx<'_>) {
+        let _inside = InKernel::enter();
         match &self.0.imp {
             KernelImpl::Fn(f) => f(ctx),
             KernelImpl::Closure(f) => f(ctx),
@@ -165,6 +168,35 @@ impl KernelRef {
     /// Whether a run of the kernel has returned in this process ([`KernelRef::record_run`]).
     pub(crate) fn has_returned(&self) -> bool {
         self.0.last_run.load(Ordering::Relaxed) != NOT_RETURNED
+    }
+}
+
+thread_local! {
+    /// The calling thread is inside [`KernelRef::call`].
+    static IN_KERNEL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is running a kernel right now, on whichever thread runs it
+/// (an executor, a gang thread, the stand-in, or the orchestrator helping). The chip catches a
+/// kernel's panic and reports it in the run's error (KERNEL_PANIC, with the message), so a
+/// panic hook can use this to keep those panics off stderr and print every other one: the
+/// hook runs before the unwinding, while this is still true.
+pub fn in_kernel() -> bool {
+    IN_KERNEL.with(Cell::get)
+}
+
+/// Sets [`in_kernel`] for its lifetime; restores it when dropped, on an unwind too.
+struct InKernel(bool);
+
+impl InKernel {
+    fn enter() -> InKernel {
+        InKernel(IN_KERNEL.with(|c| c.replace(true)))
+    }
+}
+
+impl Drop for InKernel {
+    fn drop(&mut self) {
+        IN_KERNEL.with(|c| c.set(self.0));
     }
 }
 
