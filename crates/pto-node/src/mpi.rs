@@ -331,19 +331,19 @@ impl MpiRoot {
                 }
                 first
             };
-            eprintln!(
-                "pto: WORKER_LOST: {} at {} is lost: {why}",
+            say(&format!(
+                "WORKER_LOST: {} at {} is lost: {why}",
                 info.describe(),
                 info.address
-            );
+            ));
             if first {
                 let lost = Arc::clone(&lost);
                 std::thread::spawn(move || {
                     std::thread::sleep(LOST_RANK_GRACE);
                     if !lost.ended.load(Ordering::Acquire) {
-                        eprintln!(
-                            "pto: ending the MPI job: a rank was lost {LOST_RANK_GRACE:?} ago"
-                        );
+                        say(&format!(
+                            "ending the MPI job: a rank was lost {LOST_RANK_GRACE:?} ago"
+                        ));
                         SimpleCommunicator::world().abort(1);
                     }
                 });
@@ -420,7 +420,7 @@ impl WorkerBuilder {
 }
 
 fn abort(world: &SimpleCommunicator, code: i32, why: &str) -> ! {
-    eprintln!("pto: ending the MPI job: {why}");
+    say(&format!("ending the MPI job: {why}"));
     world.abort(code.max(1))
 }
 
@@ -504,6 +504,20 @@ fn host_address(host: &str) -> Result<IpAddr, String> {
                 "this host's name {host:?} resolves to no non-loopback IPv4 address; give one to listen on (--mpi-bind)"
             )
         })
+}
+
+/// Prints `pto: <line>` on stderr in one write ([`eprint_line`]).
+fn say(line: &str) {
+    eprint_line(&format!("pto: {line}"));
+}
+
+/// Prints `line` and a newline on stderr in one write. `mpirun` and every rank write to the
+/// same stream, and `eprintln!` writes a formatted line piece by piece, so their output could
+/// land inside it: a CI run saw mpirun's abort banner split "WORKER_LOST: MPI rank 1 …" in
+/// two, and two ranks announcing at once could garble both lines.
+pub fn eprint_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 #[cfg(test)]

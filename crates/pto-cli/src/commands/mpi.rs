@@ -27,7 +27,9 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     match init().map_err(|e| InputError(format!("--launcher mpi: {e}")))? {
         MpiProcess::Rank(rank) => {
             let name = crate::program_name();
-            rank.serve(&serve, |line| eprintln!("{name}: {line}"))?;
+            rank.serve(&serve, |line| {
+                pto_node::mpi::eprint_line(&format!("{name}: {line}"))
+            })?;
             Ok(Outcome::Success)
         }
         MpiProcess::Root(mut root) => {
