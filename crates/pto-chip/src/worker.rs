@@ -628,7 +628,7 @@ impl Drop for ChipWorker {
             .gangs
             .iter()
             .filter_map(|g| g.thread.lock().take());
-        let stand_in = self.shared.stand_in.thread.lock().take();
+        let stand_in = self.shared.stand_in.cell.thread.lock().take();
         let threads: Vec<JoinHandle<()>> = self
             .threads
             .drain(..)

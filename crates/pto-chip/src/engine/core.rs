@@ -19,7 +19,7 @@ use crate::kernel::{CoreId, KernelCtx};
 
 use super::graph::{Effects, LONG_KERNEL_NS, Signal};
 use super::run::RunShared;
-use super::{Assignment, ChipShared, Completion, Shape, Work};
+use super::{Assignment, ChipShared, Completion, GangCell, Shape, Work};
 
 /// Runs the kernel of `a`, a block of `run`, on the calling thread.
 pub(crate) fn run_block(run: &RunShared, a: &Assignment) -> Completion {
@@ -106,13 +106,22 @@ pub(crate) fn finish_block(
     fx.quiescent = run.running.fetch_sub(1, Ordering::AcqRel) == 1;
 }
 
-/// Finishes a block without taking more work (gang threads): one lock hold, then the wakes.
-fn finish_alone(chip: &ChipShared, run: &RunShared, c: &Completion) {
+/// Finishes a block without taking more work (gang threads, the stand-in): one lock hold,
+/// then the wakes. For the stand-in's block (`stood_in`), the block stops counting as the
+/// stand-in's in the same hold, so that hold's signal sees the stand-in gone; then the
+/// stand-in is free for the next hand-off.
+fn finish_alone(chip: &ChipShared, run: &RunShared, c: &Completion, stood_in: bool) {
     let mut fx = Effects::default();
     {
         let mut graph = run.lock_graph();
         finish_block(&mut graph, chip, run, c, &mut fx);
+        if stood_in {
+            run.stand_in_running.store(0, Ordering::Release);
+        }
         fx.wake = graph.signal(run);
+    }
+    if stood_in {
+        chip.stand_in.busy.store(false, Ordering::Release);
     }
     after_finish(chip, run, std::slice::from_ref(c), &fx);
 }
@@ -178,53 +187,93 @@ pub(crate) fn scatter_gang(chip: &Arc<ChipShared>, run: &Arc<RunShared>, work: W
     let first = parts.next().expect("a gang has parts");
     for a in parts {
         let core = a.core;
-        if let Err(e) = ensure_gang_thread(chip, core) {
+        if let Err(e) = Mailbox::Gang(core).ensure_thread(chip) {
             run.latch_sched(ChipError::new(
                 ErrorCode::InternalError,
                 Detector::Immediate,
                 format!("cannot start the thread of core {core} for a co-scheduled part: {e}"),
             ));
-            finish_alone(chip, run, &Completion::unrun(&a));
+            finish_alone(chip, run, &Completion::unrun(&a), false);
             continue;
         }
-        let cell = &chip.gangs[core as usize];
-        *cell.mailbox.lock() = Some((Arc::clone(run), a));
-        cell.ec.notify_one();
+        Mailbox::Gang(core).hand(chip, run, a);
     }
     first
 }
 
-fn ensure_gang_thread(chip: &Arc<ChipShared>, core: u32) -> std::io::Result<()> {
-    let mut slot = chip.gangs[core as usize].thread.lock();
-    if slot.is_none() {
-        let shared = Arc::clone(chip);
-        *slot = Some(
-            std::thread::Builder::new()
-                .name(format!("pto-gang{core}"))
-                .spawn(move || gang_main(shared, core))?,
-        );
-    }
-    Ok(())
+/// A thread that runs only what is handed to it: the gang thread of a logical core, or the
+/// orchestrator's stand-in. Its cell ([`GangCell`]) holds the mailbox, the event count it
+/// parks on and the thread once started.
+#[derive(Clone, Copy)]
+enum Mailbox {
+    Gang(u32),
+    StandIn,
 }
 
-/// The body of the gang thread of logical core `core`: run what arrives in its mailbox and
-/// finish it; never take other work.
-fn gang_main(chip: Arc<ChipShared>, core: u32) {
-    let cell = &chip.gangs[core as usize];
-    let mut waiter = Waiter::new(&cell.ec, chip.spin);
-    loop {
-        let assignment = cell.mailbox.lock().take();
-        if let Some((run, a)) = assignment {
-            let c = run_block(&run, &a);
-            drop(a);
-            finish_alone(&chip, &run, &c);
-            waiter.reset();
-            continue;
+impl Mailbox {
+    fn cell(self, chip: &ChipShared) -> &GangCell {
+        match self {
+            Mailbox::Gang(core) => &chip.gangs[core as usize],
+            Mailbox::StandIn => &chip.stand_in.cell,
         }
-        if chip.shutdown.load(Ordering::Acquire) {
-            return;
+    }
+
+    /// Starts the thread the first time it is needed.
+    fn ensure_thread(self, chip: &Arc<ChipShared>) -> std::io::Result<()> {
+        let mut slot = self.cell(chip).thread.lock();
+        if slot.is_none() {
+            let name = match self {
+                Mailbox::Gang(core) => format!("pto-gang{core}"),
+                Mailbox::StandIn => "pto-standin".to_string(),
+            };
+            let shared = Arc::clone(chip);
+            *slot = Some(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || self.serve(shared))?,
+            );
         }
-        let _ = waiter.wait(None);
+        Ok(())
+    }
+
+    /// Hands block `a` of `run` to the thread (started by [`Mailbox::ensure_thread`]).
+    fn hand(self, chip: &ChipShared, run: &Arc<RunShared>, a: Assignment) {
+        let cell = self.cell(chip);
+        *cell.mailbox.lock() = Some((Arc::clone(run), a));
+        cell.ec.notify_one();
+    }
+
+    /// The thread's body: run what arrives in the mailbox and finish it; never take other
+    /// work. A gang thread spins the chip's window for its cohort's next part; the stand-in
+    /// parks at once, since work reaches it only by a hand-off and a spin would take a CPU
+    /// from the threads running kernels.
+    fn serve(self, chip: Arc<ChipShared>) {
+        let cell = self.cell(&chip);
+        let spin = match self {
+            Mailbox::Gang(_) => chip.spin,
+            Mailbox::StandIn => pto_types::wait::SpinPolicy::PARK_IMMEDIATELY,
+        };
+        let mut waiter = Waiter::new(&cell.ec, spin);
+        loop {
+            let handed = cell.mailbox.lock().take();
+            if let Some((run, a)) = handed {
+                let c = run_block(&run, &a);
+                drop(a);
+                let stood_in = matches!(self, Mailbox::StandIn);
+                let pass_start = run.trace.as_ref().map(|_| Instant::now());
+                finish_alone(&chip, &run, &c, stood_in);
+                if stood_in {
+                    let lane = chip.scheduler_lanes().stand_in();
+                    trace_pass(&run, lane, pass_start, "complete");
+                }
+                waiter.reset();
+                continue;
+            }
+            if chip.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = waiter.wait(None);
+        }
     }
 }
 
@@ -233,73 +282,16 @@ fn gang_main(chip: Arc<ChipShared>, core: u32) {
 /// graph lock that took `a`, `stand_in_running`. A thread that cannot be started fails the
 /// run (INTERNAL_ERROR) and the block is finished unrun.
 pub(crate) fn hand_to_stand_in(chip: &Arc<ChipShared>, run: &Arc<RunShared>, a: Assignment) {
-    if let Err(e) = ensure_stand_in(chip) {
+    if let Err(e) = Mailbox::StandIn.ensure_thread(chip) {
         run.latch_sched(ChipError::new(
             ErrorCode::InternalError,
             Detector::Immediate,
             format!("cannot start the orchestrator's stand-in thread: {e}"),
         ));
-        finish_stood_in(chip, run, &Completion::unrun(&a));
+        finish_alone(chip, run, &Completion::unrun(&a), true);
         return;
     }
-    *chip.stand_in.mailbox.lock() = Some((Arc::clone(run), a));
-    chip.stand_in.ec.notify_one();
-}
-
-fn ensure_stand_in(chip: &Arc<ChipShared>) -> std::io::Result<()> {
-    let mut slot = chip.stand_in.thread.lock();
-    if slot.is_none() {
-        let shared = Arc::clone(chip);
-        *slot = Some(
-            std::thread::Builder::new()
-                .name("pto-standin".to_string())
-                .spawn(move || stand_in_main(shared))?,
-        );
-    }
-    Ok(())
-}
-
-/// The body of the stand-in thread: runs the block that arrives in its mailbox and finishes
-/// it; never takes other work. It parks at once when its mailbox is empty: work reaches it
-/// only by a hand-off, and a spin would take a CPU from the threads running kernels.
-fn stand_in_main(chip: Arc<ChipShared>) {
-    let cell = &chip.stand_in;
-    let mut waiter = Waiter::new(&cell.ec, pto_types::wait::SpinPolicy::PARK_IMMEDIATELY);
-    loop {
-        let handed = cell.mailbox.lock().take();
-        if let Some((run, a)) = handed {
-            let c = run_block(&run, &a);
-            drop(a);
-            let pass_start = run.trace.as_ref().map(|_| Instant::now());
-            finish_stood_in(&chip, &run, &c);
-            trace_pass(
-                &run,
-                chip.scheduler_lanes().stand_in(),
-                pass_start,
-                "complete",
-            );
-            waiter.reset();
-            continue;
-        }
-        if chip.shutdown.load(Ordering::Acquire) {
-            return;
-        }
-        let _ = waiter.wait(None);
-    }
-}
-
-/// [`finish_alone`] for the stand-in's block: in the same hold, the block stops counting as
-/// the stand-in's, so the hold's signal sees the stand-in gone; then the stand-in is free.
-fn finish_stood_in(chip: &ChipShared, run: &RunShared, c: &Completion) {
-    let mut fx = Effects::default();
-    {
-        let mut graph = run.lock_graph();
-        finish_block(&mut graph, chip, run, c, &mut fx);
-        run.stand_in_running.store(0, Ordering::Release);
-        fx.wake = graph.signal(run);
-    }
-    chip.stand_in.busy.store(false, Ordering::Release);
-    after_finish(chip, run, std::slice::from_ref(c), &fx);
+    Mailbox::StandIn.hand(chip, run, a);
 }
 
 /// Records a scheduling pass under the graph lock by scheduler `index` (trace level 3;

@@ -234,7 +234,8 @@ pub(crate) struct CoreInfo {
     pub(crate) sub_block: u32,
 }
 
-/// The gang thread of one logical core: its mailbox and the event count it parks on.
+/// The gang thread of one logical core (or the stand-in): its mailbox and the event count it
+/// parks on.
 #[derive(Default)]
 pub(crate) struct GangCell {
     pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Assignment)>>,
@@ -249,12 +250,10 @@ pub(crate) struct GangCell {
 /// not quick; a block of a multi-block task as well. Never a gang.
 #[derive(Default)]
 pub(crate) struct StandIn {
-    pub(crate) mailbox: Mutex<Option<(Arc<RunShared>, Assignment)>>,
-    pub(crate) ec: EventCount,
+    /// Its mailbox, event count and thread, as a gang thread's.
+    pub(crate) cell: GangCell,
     /// A block was handed to it and is not finished yet: it takes one at a time.
     pub(crate) busy: AtomicBool,
-    /// The thread, once started.
-    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// State shared by a chip's threads for the chip's lifetime.
@@ -360,6 +359,6 @@ impl ChipShared {
         for g in &self.gangs {
             g.ec.notify_all();
         }
-        self.stand_in.ec.notify_all();
+        self.stand_in.cell.ec.notify_all();
     }
 }
