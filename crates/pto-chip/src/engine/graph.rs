@@ -742,6 +742,21 @@ impl Graph {
         }
     }
 
+    /// [`Graph::take_helpable`] (quick work only) while more blocks are ready than `keep`
+    /// threads could take: the orchestrator that runs ahead takes surplus work only
+    /// (`orchestrator/help.rs`, H7), never the one block an executor is about to come back for.
+    pub(crate) fn take_surplus(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+        keep: u64,
+    ) -> Option<Assignment> {
+        if self.ready_blocks <= keep {
+            return None;
+        }
+        self.take_one_block_if(run, chip, is_quick)
+    }
+
     /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task
     /// whose kernel returned within [`LONG_KERNEL_NS`] the last time it ran in this process.
     /// A waiting orchestrator runs such work itself (`orchestrator/help.rs`, H1).

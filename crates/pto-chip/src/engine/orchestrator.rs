@@ -31,7 +31,7 @@ use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
 use crate::tensormap::{Role, TensorMap, Visit};
 
-use super::graph::{Effects, Graph, Handed, NewTask, Signal};
+use super::graph::{Effects, Graph, Handed, NewTask, SHORT_KERNEL_NS, Signal};
 use super::heap::RunMemory;
 use super::infer;
 use super::run::{GraphGuard, RunShared, Watch};
@@ -54,6 +54,11 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 /// Most tasks handed off to the graph lock's holder and not yet booked ([`OrchCore::publish`]);
 /// past it the orchestrator waits for the lock.
 const HANDOFF_LIMIT: u64 = 8;
+/// Live tasks per worker thread (the executors and this one) past which an orchestrator that
+/// is the chip's last worker runs surplus ready work before it submits more (`help.rs`, H7);
+/// it runs until half as many are live. On the 2-vCPU VM: 32 live tasks, two steps of the
+/// stencil_1d bench (`pto bench metg`), whose submit slowed with every step it ran ahead.
+const LOOKAHEAD_PER_WORKER: u64 = 16;
 /// Each OUTPUT is padded to this many bytes inside its task's heap buffer.
 pub(crate) const OUTPUT_ALIGN: u64 = 1024;
 
@@ -197,6 +202,11 @@ pub(crate) struct OrchCore {
     scope_spans: Vec<(f64, String)>,
     /// The write-after-read check's findings.
     war: war::WarCheckState,
+    /// Live tasks on a ring past which this thread runs surplus ready work first (H7); 0
+    /// when it is not one of the chip's workers.
+    lookahead: u64,
+    /// The work epoch and [`OrchCore::published`] at the last such look that found nothing.
+    ahead_seen: Option<(u64, u64)>,
 }
 
 /// Why a ring resource refused a request, for the wait loop.
@@ -227,6 +237,11 @@ impl OrchCore {
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
         let scope_stats = settings.scope_stats.then(Recorder::default);
         let deps = settings.dep_gen.then(DepGraph::default);
+        let lookahead = if chip.orchestrator_is_worker {
+            LOOKAHEAD_PER_WORKER * (chip.executors as u64 + 1)
+        } else {
+            0
+        };
         let mut core = OrchCore {
             run,
             chip,
@@ -255,6 +270,8 @@ impl OrchCore {
             deps,
             scope_spans: Vec::new(),
             war: war::WarCheckState::default(),
+            lookahead,
+            ahead_seen: None,
         };
         core.open_frame(root_site);
         core
@@ -718,8 +735,51 @@ impl OrchCore {
     /// Steps 3–4: scope admission, then a slot and heap bytes on the current ring.
     fn admit_and_allocate(&mut self, total_bytes: u64) -> OrchResult<(TaskId, u64)> {
         let ring = self.check_admission()?;
+        self.keep_close(ring)?;
         let alloc = self.wait_for(ring, None, |core| core.try_allocate(ring, total_bytes))?;
         Ok(self.allocated(ring, alloc, total_bytes))
+    }
+
+    /// Before step 4, when this thread is one of the chip's workers and more than
+    /// `lookahead` tasks of `ring` are live: runs surplus quick work until half as many are
+    /// (`help.rs`, H7). Not a wait: with nothing to take it submits on.
+    fn keep_close(&mut self, ring: usize) -> OrchResult<()> {
+        if self.lookahead == 0 {
+            return Ok(());
+        }
+        let live = |core: &OrchCore| core.rings[ring].next_id() - core.observed[ring];
+        self.refresh(ring);
+        if live(self) < self.lookahead {
+            return Ok(());
+        }
+        // Nothing new to take since the last look: no work moved, and too few publications
+        // since (a signal that wakes nobody leaves the epoch where it was) to make a surplus.
+        let workers = self.chip.executors as u64 + 1;
+        if let Some((epoch, published)) = self.ahead_seen
+            && epoch == self.chip.work.epoch()
+            && self.published < published + workers
+        {
+            return Ok(());
+        }
+        // Below a µs a kernel is cheaper than the lock traffic of one more thread running
+        // them: the executor keeps up better alone (`graph::SHORT_KERNEL_NS`). 0: none has
+        // returned in this run yet.
+        let kernel_ns = self.run.last_kernel_ns.load(Ordering::Relaxed);
+        if (1..SHORT_KERNEL_NS).contains(&kernel_ns) {
+            return Ok(());
+        }
+        let (run, chip) = (Arc::clone(&self.run), Arc::clone(&self.chip));
+        let mut helper = Helper::surplus(&run, &chip);
+        self.ahead_seen = None;
+        while helper.help() {
+            self.check_fatal()?;
+            self.refresh(ring);
+            if live(self) <= self.lookahead / 2 {
+                return Ok(());
+            }
+        }
+        self.ahead_seen = helper.seen().map(|epoch| (epoch, self.published));
+        Ok(())
     }
 
     /// Step 3: a scope may not hold more tasks than its ring keeps live. Returns the ring.

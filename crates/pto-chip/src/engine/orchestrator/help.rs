@@ -56,7 +56,23 @@
 //!   set before the orchestrator cleared it does not call back; the look under the lock
 //!   before the park (H3) then wakes an executor for that work, and the next wake calls the
 //!   orchestrator back: a missed call back costs parallelism for a while, never progress.
+//! - H7. The last worker keeps close. When the orchestrator is one of the chip's workers and
+//!   a ring holds more live tasks than 16 per worker thread, it runs ready work before its
+//!   next submit (`OrchCore::keep_close`), until half as many are live. Not a wait: with
+//!   nothing to take it submits on, parks never, hands nothing to the stand-in. It takes
+//!   quick work only (a helped kernel delays the next submit by at most `LONG_KERNEL_NS`),
+//!   only while more blocks are ready than the executors could take (a chain's one ready
+//!   task stays with them: [`Graph::take_surplus`]), and not while the run's kernels are
+//!   under `SHORT_KERNEL_NS` (then one executor keeps up better alone). Why: a submit costs
+//!   more the further the orchestration runs ahead. Every overlapping writer still live is a
+//!   TensorMap hit, a producer edge and a fan-out entry, and stencil_1d's reads found about 8
+//!   per cell with a 256-slot window; staying two steps ahead made a task's engine work
+//!   about 0.4 µs cheaper (`pto bench metg`, BENCHMARKS.md "Issue 25, stop 44"). Between
+//!   looks that found nothing it looks again only when the chip's work epoch moved or it
+//!   published a worker's worth of tasks since, so a submit with nothing to take costs no
+//!   lock.
 //!
+//! [`Graph::take_surplus`]: super::super::graph::Graph::take_surplus
 //! [`ChipShared::orchestrator_is_worker`]: super::super::ChipShared::orchestrator_is_worker
 //! [`StandIn`]: super::super::StandIn
 //! [`Graph::take_block`]: super::super::graph::Graph::take_block
@@ -84,8 +100,20 @@ pub(crate) struct Helper<'a> {
     seen: Option<u64>,
     /// [`Helper::before_park`] cleared the run's flag.
     off: bool,
-    /// It may take any work whose kernels have returned before, long ones too (H1).
-    any_returned: bool,
+    takes: Takes,
+}
+
+/// What a helper may take.
+#[derive(Clone, Copy)]
+enum Takes {
+    /// Any work whose kernels have returned before, long ones too (H1); hands the rest to
+    /// the stand-in (H5).
+    AnyReturned,
+    /// Quick work only (H1); hands the rest to the stand-in (H5).
+    Quick,
+    /// Quick work while more blocks are ready than this many threads could take, and nothing
+    /// for the stand-in (H7).
+    Surplus(u64),
 }
 
 impl<'a> Helper<'a> {
@@ -99,15 +127,32 @@ impl<'a> Helper<'a> {
             next: None,
             seen: None,
             off: false,
-            any_returned: chip.orchestrator_is_worker,
+            takes: if chip.orchestrator_is_worker {
+                Takes::AnyReturned
+            } else {
+                Takes::Quick
+            },
         }
+    }
+
+    /// A helper for an orchestrator that runs ahead of the chip (H7): it takes quick work
+    /// only, and only while more blocks are ready than the executors could take.
+    pub(crate) fn surplus(run: &'a Arc<RunShared>, chip: &'a Arc<ChipShared>) -> Helper<'a> {
+        let mut helper = Helper::new(run, chip);
+        helper.takes = Takes::Surplus(chip.executors as u64);
+        helper
+    }
+
+    /// The work epoch at the last look, once a look found nothing to take.
+    pub(crate) fn seen(&self) -> Option<u64> {
+        self.seen.filter(|_| self.next.is_none())
     }
 
     /// A helper that runs quick work only, for a wait whose end the orchestration is waiting
     /// for (a tensor's producer): a long kernel would hold it up (H1).
     pub(crate) fn quick_only(run: &'a Arc<RunShared>, chip: &'a Arc<ChipShared>) -> Helper<'a> {
         let mut helper = Helper::new(run, chip);
-        helper.any_returned = false;
+        helper.takes = Takes::Quick;
         helper
     }
 
@@ -129,7 +174,7 @@ impl<'a> Helper<'a> {
     /// Runs one helpable block if one is ready (H1) and finishes it, taking the next in the
     /// same hold of the graph lock; with nothing helpable, hands a block to the stand-in
     /// (H5). Returns whether it ran or handed one.
-    fn help(&mut self) -> bool {
+    pub(crate) fn help(&mut self) -> bool {
         let a = match self.next.take() {
             Some(a) => a,
             None => {
@@ -144,7 +189,7 @@ impl<'a> Helper<'a> {
                 }
                 let pass_start = self.pass_start();
                 let mut graph = self.run.lock_graph_as_offerer();
-                match graph.take_helpable(self.run, self.chip, self.any_returned) {
+                match self.take(&mut graph) {
                     Some(a) => {
                         drop(graph);
                         self.trace_pass(pass_start, "take");
@@ -161,7 +206,7 @@ impl<'a> Helper<'a> {
         {
             let mut graph = self.run.lock_graph_as_offerer();
             finish_block(&mut graph, self.chip, self.run, &c, &mut fx);
-            self.next = graph.take_helpable(self.run, self.chip, self.any_returned);
+            self.next = self.take(&mut graph);
             fx.quiescent = self.run.running.load(Ordering::SeqCst) == 0;
             fx.wake = graph.signal(self.run);
         }
@@ -173,6 +218,15 @@ impl<'a> Helper<'a> {
         self.trace_pass(pass_start, name);
         after_finish(self.chip, self.run, std::slice::from_ref(&c), &fx);
         true
+    }
+
+    /// Takes what this helper may take (H1, H7), under the graph lock.
+    fn take(&self, graph: &mut GraphGuard<'_>) -> Option<Assignment> {
+        match self.takes {
+            Takes::AnyReturned => graph.take_helpable(self.run, self.chip, true),
+            Takes::Quick => graph.take_helpable(self.run, self.chip, false),
+            Takes::Surplus(keep) => graph.take_surplus(self.run, self.chip, keep),
+        }
     }
 
     /// When a pass under the graph lock starts, if the run is traced.
@@ -192,7 +246,8 @@ impl<'a> Helper<'a> {
     fn delegate(&mut self, mut graph: GraphGuard<'_>, pass_start: Option<Instant>) -> bool {
         let chip = self.chip;
         let stand_in = &chip.stand_in;
-        if !chip.orchestrator_is_worker || stand_in.busy.swap(true, Ordering::AcqRel) {
+        let surplus = matches!(self.takes, Takes::Surplus(_));
+        if surplus || !chip.orchestrator_is_worker || stand_in.busy.swap(true, Ordering::AcqRel) {
             return false;
         }
         let Some(a) = graph.take_block(self.run, chip) else {
