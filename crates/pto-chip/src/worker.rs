@@ -228,7 +228,8 @@ impl ChipWorker {
     /// as many simulated cores as the host has CPUs (two or more), so it started one executor
     /// fewer, and the orchestrator, while it waits for ring space or the end of the run, runs
     /// kernels seen to return (long ones too) and hands what it may not run to a stand-in
-    /// thread (`docs/decisions/chip-engine.md`, "Threads").
+    /// thread; when it runs ahead of the chip it runs surplus quick work before it submits more
+    /// (`docs/decisions/chip-engine.md`, "Threads").
     pub fn orchestrator_is_worker(&self) -> bool {
         self.shared.orchestrator_is_worker
     }

@@ -636,31 +636,40 @@ fn ran_while_submitting(chip: &ChipWorker, orch: pto_chip::orch::OrchFn) -> u64 
 #[test]
 fn an_orchestrator_that_runs_ahead_runs_surplus_work_but_never_a_chains_one_ready_task() {
     with_timeout(120, || {
-        let chip = chip(24, &[]); // 72 simulated cores: a worker on any host of 2-72 CPUs
+        // More AIV cores (2 per cluster) than the host has CPUs: every executor holds one and
+        // there are cores left for the rest. A worker on any host of 2 CPUs or more.
+        let host = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chip = chip(24.max(host as u32), &[]);
         HOLDERS.store(chip.executor_threads() as u64, Ordering::SeqCst);
         AHEAD_CALLS.orchestrated_here();
-        run_plain(&chip, warm_up).expect("runs");
+        let tasks = ahead_tasks();
+        // The window (16384 by default) never fills and nothing waits for a tensor: only the
+        // lookahead rule (H7) runs work on the orchestrator before it stops submitting. It
+        // takes quick kernels only, and one run preempted past 20 µs marks the kernel long
+        // (then only the held executors may run it): a few attempts, each after a warm-up.
+        let mut helped = 0;
+        for _ in 0..3 {
+            run_plain(&chip, warm_up).expect("runs");
+            helped = ran_while_submitting(&chip, runs_ahead);
+            assert_eq!(
+                HOLDERS_STARTED.load(Ordering::SeqCst),
+                chip.executor_threads() as u64,
+                "every executor took a holder"
+            );
+            if helped > 0 {
+                break;
+            }
+        }
         assert!(
             !AHEAD_CALLS.first_on_orchestrator.load(Ordering::SeqCst),
             "a kernel never seen to return ran first on the orchestrator"
         );
-        // The window (16384 by default) never fills and nothing waits for a tensor: only
-        // the lookahead rule (H7) runs work on the orchestrator before it stops submitting.
-        let tasks = ahead_tasks();
-        let helped = ran_while_submitting(&chip, runs_ahead);
-        assert_eq!(
-            HOLDERS_STARTED.load(Ordering::SeqCst),
-            chip.executor_threads() as u64,
-            "every executor took a holder"
-        );
         if chip.orchestrator_is_worker() {
-            // On a quiet host all but the last lookahead's worth (16 per worker); but a run
-            // preempted past 20 µs marks the kernel long, and then only the held executors may
-            // run it (under a loaded test run: 35 of 192), so the count is not the claim.
+            // On a quiet host all but the last lookahead's worth (16 per worker).
             assert!(
                 helped > 0,
-                "with every executor held, the orchestrator ran {helped} of {tasks} ready \
-                 tasks while it submitted"
+                "with every executor held, the orchestrator ran none of {tasks} ready tasks \
+                 while it submitted"
             );
         } else {
             assert_eq!(
@@ -669,7 +678,7 @@ fn an_orchestrator_that_runs_ahead_runs_surplus_work_but_never_a_chains_one_read
             );
         }
         // A chain has one ready task at a time, no surplus: it is left to the executors, even
-        // held ones (the one block an executor comes back for is never taken).
+        // held ones (the one task an executor comes back for is never taken).
         for _ in 0..3 {
             assert_eq!(
                 ran_while_submitting(&chip, a_chain),

@@ -742,16 +742,18 @@ impl Graph {
         }
     }
 
-    /// [`Graph::take_helpable`] (quick work only) while more blocks are ready than `keep`
-    /// threads could take: the orchestrator that runs ahead takes surplus work only
-    /// (`orchestrator/help.rs`, H7), never the one block an executor is about to come back for.
+    /// [`Graph::take_helpable`] (quick work only) while more AIC and AIV tasks are ready than
+    /// `keep` threads could take: the orchestrator that runs ahead takes surplus work only
+    /// (`orchestrator/help.rs`, H7), never the one task an executor is about to come back
+    /// for. (Gangs are not counted: this thread could not take one anyway.)
     pub(crate) fn take_surplus(
         &mut self,
         run: &Arc<RunShared>,
         chip: &ChipShared,
         keep: u64,
     ) -> Option<Assignment> {
-        if self.ready_blocks <= keep {
+        let ready = self.lanes[Lane::Aic as usize].len() + self.lanes[Lane::Aiv as usize].len();
+        if ready as u64 <= keep {
             return None;
         }
         self.take_one_block_if(run, chip, is_quick)

@@ -205,8 +205,13 @@ pub(crate) struct OrchCore {
     /// Live tasks on a ring past which this thread runs surplus ready work first (H7); 0
     /// when it is not one of the chip's workers.
     lookahead: u64,
-    /// The work epoch and [`OrchCore::published`] at the last such look that found nothing.
+    /// At the last such look that found nothing: the work epoch less `own_signals`, and
+    /// `own_ready`.
     ahead_seen: Option<(u64, u64)>,
+    /// Work signals this thread's publications sent, and the tasks they made ready
+    /// ([`OrchCore::after_lock`]): what of the work epoch's moves is its own doing.
+    own_signals: u64,
+    own_ready: u64,
 }
 
 /// Why a ring resource refused a request, for the wait loop.
@@ -272,6 +277,8 @@ impl OrchCore {
             war: war::WarCheckState::default(),
             lookahead,
             ahead_seen: None,
+            own_signals: 0,
+            own_ready: 0,
         };
         core.open_frame(root_site);
         core
@@ -740,9 +747,9 @@ impl OrchCore {
         Ok(self.allocated(ring, alloc, total_bytes))
     }
 
-    /// Before step 4, when this thread is one of the chip's workers and more than
-    /// `lookahead` tasks of `ring` are live: runs surplus quick work until half as many are
-    /// (`help.rs`, H7). Not a wait: with nothing to take it submits on.
+    /// Before step 4, when this thread is one of the chip's workers and at least `lookahead`
+    /// tasks of `ring` are live: runs surplus quick work until half as many are, at most
+    /// `lookahead / 2` blocks (`help.rs`, H7). Not a wait: with nothing to take it submits on.
     fn keep_close(&mut self, ring: usize) -> OrchResult<()> {
         if self.lookahead == 0 {
             return Ok(());
@@ -752,33 +759,43 @@ impl OrchCore {
         if live(self) < self.lookahead {
             return Ok(());
         }
-        // Nothing new to take since the last look: no work moved, and too few publications
-        // since (a signal that wakes nobody leaves the epoch where it was) to make a surplus.
-        let workers = self.chip.executors as u64 + 1;
-        if let Some((epoch, published)) = self.ahead_seen
-            && epoch == self.chip.work.epoch()
-            && self.published < published + workers
-        {
+        // Nothing new to take since the last look found nothing: no other thread signalled
+        // work (this thread's own publications move the epoch too, and are not news unless
+        // they made a task ready).
+        let news = (
+            self.chip.work.epoch().wrapping_sub(self.own_signals),
+            self.own_ready,
+        );
+        if self.ahead_seen == Some(news) {
             return Ok(());
         }
-        // Below a µs a kernel is cheaper than the lock traffic of one more thread running
-        // them: the executor keeps up better alone (`graph::SHORT_KERNEL_NS`). 0: none has
-        // returned in this run yet.
+        // A heuristic on the run's last kernel, not the ready ones: below a µs a kernel is
+        // cheaper than the lock traffic of one more thread running them, and the executor
+        // keeps up better alone (`graph::SHORT_KERNEL_NS`). 0: none has returned yet.
         let kernel_ns = self.run.last_kernel_ns.load(Ordering::Relaxed);
         if (1..SHORT_KERNEL_NS).contains(&kernel_ns) {
             return Ok(());
         }
+        // Handed-off tasks go first: a helper holds the lock as the inbox's offerer, whose
+        // unlock does not serve the inbox (HO2), so they would wait for an executor's hold.
+        self.flush()?;
         let (run, chip) = (Arc::clone(&self.run), Arc::clone(&self.chip));
         let mut helper = Helper::surplus(&run, &chip);
         self.ahead_seen = None;
-        while helper.help() {
+        for _ in 0..self.lookahead / 2 {
+            if !helper.help() {
+                let own = self.own_signals;
+                self.ahead_seen = helper
+                    .seen()
+                    .map(|epoch| (epoch.wrapping_sub(own), self.own_ready));
+                return Ok(());
+            }
             self.check_fatal()?;
             self.refresh(ring);
             if live(self) <= self.lookahead / 2 {
-                return Ok(());
+                break;
             }
         }
-        self.ahead_seen = helper.seen().map(|epoch| (epoch, self.published));
         Ok(())
     }
 
@@ -1338,7 +1355,9 @@ impl OrchCore {
     /// Wakes the executors a publication concerns. `ring_progress` and `done` are waited on
     /// only by this thread, so changes it makes itself notify nobody.
     fn after_lock(&mut self, fx: &Effects) {
+        self.own_ready += u64::from(fx.became_ready);
         if fx.wake != Signal::Nothing {
+            self.own_signals += 1;
             self.chip.signal_work(fx.wake == Signal::Wake);
         }
     }

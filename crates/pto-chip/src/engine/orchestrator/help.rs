@@ -1,6 +1,7 @@
 //! The orchestrator as a part-time executor: while it waits (for ring space, for a tensor's
-//! producer, for the end of the run) it takes ready work, runs it and finishes it, instead of
-//! parking while a third thread runs it (`docs/decisions/chip-engine.md`, "The orchestrator
+//! producer, for the end of the run), and when it is the chip's last worker also while it runs
+//! ahead (H7), it takes ready work, runs it and finishes it, instead of parking while a third
+//! thread runs it (`docs/decisions/chip-engine.md`, "The orchestrator
 //! helps"). On a two-CPU host the orchestrator and two executors were three runnable threads
 //! at few-µs kernels, and every wake of one preempted another. Now a chip whose cores
 //! outnumber the host's CPUs starts one executor fewer and counts the orchestrator as its
@@ -20,7 +21,7 @@
 //! - H2. While the orchestrator is not parked, the run says so
 //!   ([`RunShared::orchestrator_helps`], set when the run starts): a signal for quick helpable
 //!   work then wakes no parked executor when a block is running (its thread comes back for
-//!   more, and so does this one when it next waits), and an executor that ran helpable work
+//!   more, and so does this one when it next waits or runs ahead, H7), and an executor that ran helpable work
 //!   steps back when another executor is active (`executor::serve`). One executor and the
 //!   orchestrator then share such work.
 //! - H3. Before it parks, the orchestrator clears the flag, then, under the graph lock, gives
@@ -57,20 +58,23 @@
 //!   before the park (H3) then wakes an executor for that work, and the next wake calls the
 //!   orchestrator back: a missed call back costs parallelism for a while, never progress.
 //! - H7. The last worker keeps close. When the orchestrator is one of the chip's workers and
-//!   a ring holds more live tasks than 16 per worker thread, it runs ready work before its
-//!   next submit (`OrchCore::keep_close`), until half as many are live. Not a wait: with
-//!   nothing to take it submits on, parks never, hands nothing to the stand-in. It takes
-//!   quick work only (a helped kernel delays the next submit by at most `LONG_KERNEL_NS`),
-//!   only while more blocks are ready than the executors could take (a chain's one ready
-//!   task stays with them: [`Graph::take_surplus`]), and not while the run's kernels are
-//!   under `SHORT_KERNEL_NS` (then one executor keeps up better alone). Why: a submit costs
-//!   more the further the orchestration runs ahead. Every overlapping writer still live is a
-//!   TensorMap hit, a producer edge and a fan-out entry, and stencil_1d's reads found about 8
-//!   per cell with a 256-slot window; staying two steps ahead made a task's engine work
-//!   about 0.4 µs cheaper (`pto bench metg`, BENCHMARKS.md "Issue 25, stop 44"). Between
-//!   looks that found nothing it looks again only when the chip's work epoch moved or it
-//!   published a worker's worth of tasks since, so a submit with nothing to take costs no
-//!   lock.
+//!   a ring holds at least 16 live tasks per worker thread, it runs ready work before its next
+//!   submit (`OrchCore::keep_close`), until half as many are live, at most 8 blocks per worker
+//!   per submit (a scope whose tasks cannot retire would otherwise keep it running all the
+//!   surplus at once). Not a wait: with nothing to take it submits on, parks never, hands
+//!   nothing to the stand-in. It takes quick work only (each helped kernel delays the next
+//!   submit by less than `LONG_KERNEL_NS`), only while more AIC and AIV tasks are ready than
+//!   the executors could take (a chain's one ready task stays with them:
+//!   [`Graph::take_surplus`]), and not while the run's last kernel took under
+//!   `SHORT_KERNEL_NS` (then one executor keeps up better alone). Why: a submit costs more
+//!   the further the orchestration runs ahead. Every overlapping writer still live is a
+//!   TensorMap hit, a producer edge and a fan-out entry; stencil_1d's reads found about 8 per
+//!   cell with a 256-slot window, and staying two steps ahead made a task's engine work about
+//!   0.4 µs cheaper (`pto bench metg`, BENCHMARKS.md "Issue 25, stop 44"). Handed-off tasks
+//!   are published first (the helper locks as the inbox's offerer, which does not serve the
+//!   inbox). After a look that found nothing it looks again only when another thread moved
+//!   the work epoch or one of its own publications made a task ready, so such submits cost
+//!   no lock. At trace level 4 a submit's span includes the kernels it helped with.
 //!
 //! [`Graph::take_surplus`]: super::super::graph::Graph::take_surplus
 //! [`ChipShared::orchestrator_is_worker`]: super::super::ChipShared::orchestrator_is_worker
@@ -89,7 +93,8 @@ use super::super::graph::{Effects, Signal};
 use super::super::run::{GraphGuard, RunShared};
 use super::super::{Assignment, ChipShared};
 
-/// One wait's helping state. Dropping it gives back the block taken but not started.
+/// One wait's (or one H7 look's) helping state. Dropping it gives back the block taken but not
+/// started.
 pub(crate) struct Helper<'a> {
     run: &'a Arc<RunShared>,
     chip: &'a Arc<ChipShared>,
@@ -173,7 +178,7 @@ impl<'a> Helper<'a> {
 
     /// Runs one helpable block if one is ready (H1) and finishes it, taking the next in the
     /// same hold of the graph lock; with nothing helpable, hands a block to the stand-in
-    /// (H5). Returns whether it ran or handed one.
+    /// (H5; never for [`Helper::surplus`]). Returns whether it ran or handed one.
     pub(crate) fn help(&mut self) -> bool {
         let a = match self.next.take() {
             Some(a) => a,
