@@ -665,7 +665,7 @@ fn an_orchestrator_that_runs_ahead_runs_surplus_work_but_never_a_chains_one_read
             "a kernel never seen to return ran first on the orchestrator"
         );
         if chip.orchestrator_is_worker() {
-            // On a quiet host all but the last lookahead's worth (16 per worker).
+            // On a quiet host all but the last lookahead's worth (8 per worker).
             assert!(
                 helped > 0,
                 "with every executor held, the orchestrator ran none of {tasks} ready tasks \

@@ -9,7 +9,7 @@
 //!   *helpable* work itself (one-block tasks: quick ones, or any seen to return when it is
 //!   the chip's last worker; [`orchestrator::help`]), so that on a small host the threads
 //!   running kernels are as many as the CPUs instead of one more; as the last worker it also
-//!   runs surplus quick work when it gets 16 live tasks per worker ahead (H7);
+//!   runs surplus quick work when it gets 8 live tasks per worker ahead (H7);
 //! - **executors** (`min(simulated cores, host parallelism)` threads per chip, one fewer when
 //!   the cores outnumber the CPUs and the orchestrator is the last worker) take a ready
 //!   block, claim a *logical* core for it, run the kernel, complete it — releasing its consumers

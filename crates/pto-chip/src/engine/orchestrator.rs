@@ -56,9 +56,11 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 const HANDOFF_LIMIT: u64 = 8;
 /// Live tasks per worker thread (the executors and this one) past which an orchestrator that
 /// is the chip's last worker runs surplus ready work before it submits more (`help.rs`, H7);
-/// it runs until half as many are live. On the 2-vCPU VM: 32 live tasks, two steps of the
-/// stencil_1d bench (`pto bench metg`), whose submit slowed with every step it ran ahead.
-const LOOKAHEAD_PER_WORKER: u64 = 16;
+/// it runs until half as many are live. On the 2-vCPU VM: 16 live tasks, one step of the
+/// stencil_1d bench (`pto bench metg`), whose submit slowed with every step it ran ahead (8
+/// and 4 per worker measured alike there, 16 no better in the VM's fast mode and worse in
+/// its slow one: BENCHMARKS.md "Issue 25, stop 44").
+const LOOKAHEAD_PER_WORKER: u64 = 8;
 /// Each OUTPUT is padded to this many bytes inside its task's heap buffer.
 pub(crate) const OUTPUT_ALIGN: u64 = 1024;
 

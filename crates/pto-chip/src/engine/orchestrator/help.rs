@@ -58,8 +58,8 @@
 //!   before the park (H3) then wakes an executor for that work, and the next wake calls the
 //!   orchestrator back: a missed call back costs parallelism for a while, never progress.
 //! - H7. The last worker keeps close. When the orchestrator is one of the chip's workers and
-//!   a ring holds at least 16 live tasks per worker thread, it runs ready work before its next
-//!   submit (`OrchCore::keep_close`), until half as many are live, at most 8 blocks per worker
+//!   a ring holds at least 8 live tasks per worker thread, it runs ready work before its next
+//!   submit (`OrchCore::keep_close`), until half as many are live, at most 4 blocks per worker
 //!   per submit (a scope whose tasks cannot retire would otherwise keep it running all the
 //!   surplus at once). Not a wait: with nothing to take it submits on, parks never, hands
 //!   nothing to the stand-in. It takes quick work only (each helped kernel delays the next
