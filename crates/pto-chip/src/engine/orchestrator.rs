@@ -794,7 +794,9 @@ impl OrchCore {
             }
             self.check_fatal()?;
             self.refresh(ring);
-            if live(self) <= self.lookahead / 2 {
+            // A block taken in the last finish's hold runs too: giving it back would cost a
+            // hold of the lock for nothing.
+            if live(self) <= self.lookahead / 2 && !helper.holds_next() {
                 break;
             }
         }

@@ -148,6 +148,12 @@ impl<'a> Helper<'a> {
         helper
     }
 
+    /// Whether it took a block in the hold that finished the last one (the next
+    /// [`Helper::help`] runs it without a look).
+    pub(crate) fn holds_next(&self) -> bool {
+        self.next.is_some()
+    }
+
     /// The work epoch at the last look, once a look found nothing to take.
     pub(crate) fn seen(&self) -> Option<u64> {
         self.seen.filter(|_| self.next.is_none())
