@@ -756,7 +756,7 @@ impl Graph {
         if ready as u64 <= keep {
             return None;
         }
-        self.take_one_block_if(run, chip, is_quick)
+        self.take_helpable(run, chip, false)
     }
 
     /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task

@@ -1,9 +1,9 @@
 //! The orchestrator as a part-time executor: while it waits (for ring space, for a tensor's
 //! producer, for the end of the run), and when it is the chip's last worker also while it runs
 //! ahead (H7), it takes ready work, runs it and finishes it, instead of parking while a third
-//! thread runs it (`docs/decisions/chip-engine.md`, "The orchestrator
-//! helps"). On a two-CPU host the orchestrator and two executors were three runnable threads
-//! at few-µs kernels, and every wake of one preempted another. Now a chip whose cores
+//! thread runs it (`docs/decisions/chip-engine.md`, "The orchestrator helps"). On a two-CPU
+//! host the orchestrator and two executors were three runnable threads at few-µs kernels,
+//! and every wake of one preempted another. Now a chip whose cores
 //! outnumber the host's CPUs starts one executor fewer and counts the orchestrator as its
 //! last worker ([`ChipShared::orchestrator_is_worker`]); on other hosts the orchestrator helps
 //! with quick work only and one executor steps back while it does.
@@ -21,9 +21,9 @@
 //! - H2. While the orchestrator is not parked, the run says so
 //!   ([`RunShared::orchestrator_helps`], set when the run starts): a signal for quick helpable
 //!   work then wakes no parked executor when a block is running (its thread comes back for
-//!   more, and so does this one when it next waits or runs ahead, H7), and an executor that ran helpable work
-//!   steps back when another executor is active (`executor::serve`). One executor and the
-//!   orchestrator then share such work.
+//!   more, and so does this one when it next waits or runs ahead, H7), and an executor that
+//!   ran helpable work steps back when another executor is active (`executor::serve`). One
+//!   executor and the orchestrator then share such work.
 //! - H3. Before it parks, the orchestrator clears the flag, then, under the graph lock, gives
 //!   back the block it took but did not start and signals whatever is dispatchable by the rule
 //!   that holds without the flag. A finisher that saw the flag set read it under the lock
@@ -154,9 +154,10 @@ impl<'a> Helper<'a> {
         self.next.is_some()
     }
 
-    /// The work epoch at the last look, once a look found nothing to take.
+    /// The work epoch at its last look for work (after a [`Helper::help`] that returned
+    /// `false`: the look that found nothing).
     pub(crate) fn seen(&self) -> Option<u64> {
-        self.seen.filter(|_| self.next.is_none())
+        self.seen
     }
 
     /// A helper that runs quick work only, for a wait whose end the orchestration is waiting
