@@ -594,7 +594,8 @@ impl OrchCore {
             req.block_num,
             req.sync_start,
         );
-        let outputs = self.bind_tensors(id, ring, offset, &req.tensors, &mut payload);
+        let outputs =
+            self.bind_tensors(id, ring, offset, req.tensors.iter().copied(), &mut payload);
         // 12. Wire and publish.
         self.publish(
             NewTask {
@@ -728,7 +729,7 @@ impl OrchCore {
             1,
             false,
         );
-        let outputs = self.bind_tensors(id, ring, offset, &tensors, &mut payload);
+        let outputs = self.bind_tensors(id, ring, offset, tensors.iter().copied(), &mut payload);
         self.publish(
             NewTask {
                 id,
@@ -984,7 +985,7 @@ impl OrchCore {
         id: TaskId,
         ring: usize,
         offset: u64,
-        tensors: &[ArgTensor],
+        tensors: impl IntoIterator<Item = ArgTensor>,
         payload: &mut Arc<TaskPayload>,
     ) -> Vec<TensorDesc> {
         let bound = &mut Arc::get_mut(payload)
@@ -993,7 +994,7 @@ impl OrchCore {
         let mut outputs = Vec::new();
         let mut next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
         for t in tensors {
-            let (desc, writable) = match *t {
+            let (desc, writable) = match t {
                 ArgTensor::Existing { tag, desc } => (desc, tag.writes()),
                 ArgTensor::Create(ci) => {
                     let bytes = ci.padded_bytes();
@@ -1130,6 +1131,10 @@ impl OrchCore {
         );
         self.pending.push_back(task);
         let wait = self.pending.len() >= HANDOFF_LIMIT as usize;
+        let busy = self.run.running.load(Ordering::Relaxed) >= self.chip.executors as u64;
+        if !wait && busy && self.pending.len() < 4 {
+            return Ok(());
+        }
         self.publish_pending(wait)
     }
 

@@ -20,7 +20,9 @@ use crate::engine::TaskPayload;
 use crate::engine::graph::ProducerState;
 use crate::engine::infer;
 use crate::error::{ChipError, Detector, OrchResult, ResourceKind};
-use crate::replay::{GraphInner, Origin, RecordedEdge, RecordedGraph, RecordedTask, Step};
+use crate::replay::{
+    GraphInner, Origin, RecordedArg, RecordedEdge, RecordedGraph, RecordedTask, Step,
+};
 use crate::task_id::TaskId;
 use crate::tensor::{BufferAddr, TensorDesc};
 
@@ -38,6 +40,17 @@ struct Replayed<'a> {
 }
 
 impl Replayed<'_> {
+    /// A recorded argument over this replay's buffers.
+    fn arg(&self, a: &RecordedArg) -> ArgTensor {
+        match (a.arg, a.origin) {
+            (ArgTensor::Existing { tag, desc }, Some(origin)) => ArgTensor::Existing {
+                tag,
+                desc: self.rebase(&desc, origin),
+            },
+            (arg, _) => arg,
+        }
+    }
+
     /// `desc` (recorded over `origin`) moved onto this replay's buffers.
     fn rebase(&self, desc: &TensorDesc, origin: Origin) -> TensorDesc {
         match origin {
@@ -225,17 +238,6 @@ impl OrchCore {
         if let Some(index) = &mut st.index {
             index.insert(id, k);
         }
-        let tensors: ArgTensors = t
-            .args
-            .iter()
-            .map(|a| match (a.arg, a.origin) {
-                (ArgTensor::Existing { tag, desc }, Some(origin)) => ArgTensor::Existing {
-                    tag,
-                    desc: st.rebase(&desc, origin),
-                },
-                (arg, _) => arg,
-            })
-            .collect();
         if let Some(deps) = &mut self.deps {
             let names = payload_names(&t.kernels);
             deps.replayed_task(
@@ -252,12 +254,6 @@ impl OrchCore {
                 }
             }
         }
-        let producers = if st.index.is_some() {
-            self.verified_producers(st, k, id, &tensors)?
-        } else {
-            self.replayed_producers(st, t, id, &tensors)?
-        };
-        self.check_war(id, &t.kernels, &tensors, &producers)?;
         let mut payload = TaskPayload::fresh(
             self.spare_payloads.pop(),
             t.shape,
@@ -266,7 +262,30 @@ impl OrchCore {
             t.block_num,
             t.sync_start,
         );
-        self.bind_tensors(id, ring, offset, &tensors, &mut payload);
+        let producers = if st.index.is_none() && !t.boundary {
+            // Every argument stays inside the graph: the recording has its edges, and no
+            // lookup noted a reader for the write-after-read check. No argument list either:
+            // the rebased tensors go straight into the payload.
+            debug_assert!(!self.war.has_unordered(), "checked by the last submit");
+            self.bind_tensors(
+                id,
+                ring,
+                offset,
+                t.args.iter().map(|a| st.arg(a)),
+                &mut payload,
+            );
+            self.wired_producers(st, t)
+        } else {
+            let tensors: ArgTensors = t.args.iter().map(|a| st.arg(a)).collect();
+            let producers = if st.index.is_some() {
+                self.verified_producers(st, k, id, &tensors)?
+            } else {
+                self.replayed_producers(st, t, id, &tensors)?
+            };
+            self.check_war(id, &t.kernels, &tensors, &producers)?;
+            self.bind_tensors(id, ring, offset, tensors.iter().copied(), &mut payload);
+            producers
+        };
         if let Some(trace) = &self.run.trace {
             trace.lock().graph_task(id, st.graph.name.clone());
         }
@@ -289,7 +308,7 @@ impl OrchCore {
         Ok(())
     }
 
-    /// The fast path: recorded edges, plus inference over the boundary arguments only.
+    /// A task with boundary arguments: recorded edges, plus inference over those arguments.
     fn replayed_producers(
         &mut self,
         st: &Replayed<'_>,
@@ -298,9 +317,6 @@ impl OrchCore {
         tensors: &ArgTensors,
     ) -> OrchResult<Vec<(TaskId, bool)>> {
         let mut producers = self.wired_producers(st, t);
-        if !t.boundary {
-            return Ok(producers);
-        }
         let observed = self.observed;
         let mut writers = ArgTensors::new();
         for (i, (a, arg)) in t.args.iter().zip(tensors).enumerate() {

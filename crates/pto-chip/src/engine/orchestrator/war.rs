@@ -37,6 +37,11 @@ pub(crate) struct WarCheckState {
 }
 
 impl WarCheckState {
+    /// Some lookup noted a reader that the next [`OrchCore::check_war`] checks.
+    pub(crate) fn has_unordered(&self) -> bool {
+        !self.unordered.is_empty()
+    }
+
     /// A writer argument `arg` overlaps the check-only read of `reader`.
     pub(crate) fn note(&mut self, reader: TaskId, arg: usize) {
         self.unordered.push((reader, arg));
