@@ -150,6 +150,14 @@ pub(crate) struct Recycled {
     pub(crate) payload: Option<Arc<TaskPayload>>,
 }
 
+/// What [`Graph::publish`] wired: the live edges (producers not gone) and, of those, the
+/// producers still pending, as [`Graph::live_edges`] would have counted them just before.
+pub(crate) struct Wired {
+    pub(crate) edges: u64,
+    pub(crate) pending: u64,
+    pub(crate) recycled: Recycled,
+}
+
 /// A task an executor published for the orchestrator ([`Graph::publish_handed`]), for the
 /// orchestrator to book in id order at its next hold of the graph lock: the dep-pool entries
 /// it took, and what the publication gives back.
@@ -353,22 +361,25 @@ impl Graph {
         let cancelled = run.is_cancelled();
         while let Some(task) = inbox.pop_front() {
             let id = task.id;
-            let (edges, pending, recycled) = if cancelled {
+            let wired = if cancelled {
                 let recycled = Recycled {
                     producers: task.producers,
                     payload: None,
                 };
-                (0, 0, recycled)
+                Wired {
+                    edges: 0,
+                    pending: 0,
+                    recycled,
+                }
             } else {
-                let (edges, pending) = self.live_edges(&task.producers);
-                (edges, pending, self.publish(task, run, fx))
+                self.publish(task, run, fx)
             };
             self.handed.push(Handed {
                 id,
-                edges,
-                pending,
+                edges: wired.edges,
+                pending: wired.pending,
                 published: !cancelled,
-                recycled,
+                recycled: wired.recycled,
             });
         }
         self.inbox = inbox;
@@ -376,9 +387,10 @@ impl Graph {
 
     /// Publishes a task: records it, pins and wires its producers, and routes it if ready.
     /// The caller checked every producer's state under this same lock hold and reserved the
-    /// dep-list entries for the pending ones. Returns the producer list's buffer and the
-    /// payload of the slot's previous task, for reuse ([`Recycled`]).
-    pub(crate) fn publish(&mut self, task: NewTask, run: &RunShared, fx: &mut Effects) -> Recycled {
+    /// dep-list entries for the pending ones (or room for every producer). Returns what it
+    /// wired, the producer list's buffer and the payload of the slot's previous task, for
+    /// reuse ([`Recycled`]).
+    pub(crate) fn publish(&mut self, task: NewTask, run: &RunShared, fx: &mut Effects) -> Wired {
         let id = task.id;
         let ring = &mut self.rings[usize::from(id.ring())];
         debug_assert_eq!(id.local(), ring.next_id, "tasks are published in id order");
@@ -389,6 +401,7 @@ impl Graph {
         ring.next_id = id.local() + 1;
         self.published += 1;
         let mut fanin_total = 0;
+        let mut edges = 0;
         let mut retained = std::mem::take(&mut self.slot_mut(id).retained);
         retained.clear();
         for &(producer, retain) in &task.producers {
@@ -396,6 +409,7 @@ impl Graph {
             if state == ProducerState::Gone {
                 continue;
             }
+            edges += 1;
             let p = self.slot_mut(producer);
             if retain {
                 p.pins += 1;
@@ -429,9 +443,13 @@ impl Graph {
         } else if fanin_total == 0 {
             self.route_ready(id, run, fx);
         }
-        Recycled {
-            producers: task.producers,
-            payload,
+        Wired {
+            edges,
+            pending: u64::from(fanin_total),
+            recycled: Recycled {
+                producers: task.producers,
+                payload,
+            },
         }
     }
 

@@ -1283,6 +1283,16 @@ impl OrchCore {
         fx: &mut Effects,
     ) -> Result<(), (NewTask, Blocked)> {
         let ring = usize::from(new.id.ring());
+        let (worst_deps, worst_spill) = worst_case(&new.producers);
+        if self.dep_pools[ring].available() >= worst_deps
+            && self.spill_pools[ring].available() >= worst_spill
+        {
+            // Room even if every producer were pending: count the edges while wiring them.
+            let wired = graph.publish(new, &self.run, fx);
+            self.take_entries(ring, wired.edges, wired.pending);
+            self.recycle(wired.recycled);
+            return Ok(());
+        }
         let (edges, pending) = graph.live_edges(&new.producers);
         let spill = edges.saturating_sub(INLINE_FANIN);
         let nodes_ok = self.dep_pools[ring].available() >= pending;
@@ -1305,9 +1315,10 @@ impl OrchCore {
             };
             return Err((new, blocked));
         }
+        let wired = graph.publish(new, &self.run, fx);
+        debug_assert_eq!((wired.edges, wired.pending), (edges, pending));
         self.take_entries(ring, edges, pending);
-        let recycled = graph.publish(new, &self.run, fx);
-        self.recycle(recycled);
+        self.recycle(wired.recycled);
         Ok(())
     }
 
