@@ -1118,17 +1118,22 @@ impl OrchCore {
         self.booking = booking;
     }
 
-    /// Publishes a replayed task, with the tasks queued before it, when the graph lock is free;
+    /// Publishes a replayed task, with the tasks queued before it, when the graph lock is free
+    /// (and the executors are not all busy, below);
     /// queues it while an executor holds the lock (up to [`HANDOFF_LIMIT`] tasks, then it
     /// waits for the lock). The replay goes on with its next task instead of waiting for the
     /// executor's hold to end, and publishes the queue with its next task that finds the lock
     /// free, before any wait and at its scope boundaries ([`OrchCore::flush`]); when it
     /// returns, it hands what is left to the lock's holder ([`OrchCore::hand_off_queue`]).
     /// Unlike a hand-off, the queue keeps the publication work on this thread, which matters
-    /// when executors are the bottleneck (a replayed chain). While every executor runs a
-    /// block, it also queues up to [`REPLAY_BATCH`] tasks before it takes the lock: none of
-    /// them could start sooner, and one hold for several tasks moves the lock's cache line
-    /// between the threads once instead of per task.
+    /// when executors are the bottleneck (a replayed chain). While at least as many blocks run
+    /// as there are executors (the stand-in's not counted), it also queues up to
+    /// [`REPLAY_BATCH`] tasks before it tries the lock: one hold for several tasks moves the
+    /// lock's cache line between the threads once instead of per task. A task waits so for at
+    /// most `REPLAY_BATCH - 1` more submits of this replay (an executor may come back for work
+    /// meanwhile, or run a MIX block's parts, which count as blocks: a short delay, never a
+    /// stranded task, since every wait, scope boundary and the replay's end publish the
+    /// queue).
     pub(crate) fn enqueue(&mut self, task: NewTask) -> OrchResult<()> {
         debug_assert_eq!(self.handed, 0, "a replay starts with nothing handed off");
         debug_assert!(
@@ -1139,7 +1144,9 @@ impl OrchCore {
         );
         self.pending.push_back(task);
         let wait = self.pending.len() >= HANDOFF_LIMIT as usize;
-        let busy = self.run.running.load(Ordering::Relaxed) >= self.chip.executors as u64;
+        let running = (self.run.running.load(Ordering::Relaxed))
+            .saturating_sub(self.run.stand_in_running.load(Ordering::Relaxed));
+        let busy = running >= self.chip.executors as u64;
         if !wait && busy && self.pending.len() < REPLAY_BATCH {
             return Ok(());
         }
@@ -1274,8 +1281,10 @@ impl OrchCore {
         Ok(())
     }
 
-    /// Under the graph lock: counts the live edges of `new`, reserves its dep-list and spill
-    /// entries and publishes it; or gives the task back with why the pools refused it.
+    /// Under the graph lock: publishes `new` and takes its dep-list and spill entries, or
+    /// gives the task back with why the pools refused it. With room for the worst case (every
+    /// producer pending) it publishes first and takes the entries [`Graph::publish`] counted;
+    /// else it counts the live edges first ([`Graph::live_edges`]) to see whether they fit.
     fn publish_locked(
         &mut self,
         graph: &mut Graph,
@@ -1616,7 +1625,6 @@ fn short_path(file: &str) -> &str {
     &file[cut + 1..]
 }
 
-/// Sorts, merges duplicates (RETAIN wins) and drops self-edges.
 /// The dep-list and spill entries a task with `producers` takes at most: every producer
 /// pending at publication.
 fn worst_case(producers: &[(TaskId, bool)]) -> (u64, u64) {
@@ -1624,6 +1632,7 @@ fn worst_case(producers: &[(TaskId, bool)]) -> (u64, u64) {
     (deps, deps.saturating_sub(INLINE_FANIN))
 }
 
+/// Sorts, merges duplicates (RETAIN wins) and drops self-edges.
 fn dedup_producers(producers: &mut Vec<(TaskId, bool)>, me: TaskId) {
     producers.retain(|&(p, _)| p != me);
     producers.sort_unstable_by_key(|&(p, _)| p);
