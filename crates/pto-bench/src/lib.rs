@@ -422,12 +422,16 @@ const LEGEND: &str = "median, min, max: over `runs` measured values (runs 1: one
 from several, such as a slope or a difference); '-': not measured. peer: another runtime measured in this \
 same run, with its median in the same unit; ratio: ours / peer (below 1: pto is faster or cheaper).";
 
-/// A figure for the table: `-` when it was not measured.
+/// A figure for the table: `-` when it was not measured; three decimals, or three significant
+/// digits when three decimals would round a measured figure to zero (a sequential loop's
+/// 0.0004 µs per task is not 0.000).
 fn figure(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v:.3}")
-    } else {
+    if !v.is_finite() {
         "-".to_string()
+    } else if v != 0.0 && v.abs() < 0.0005 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.3}")
     }
 }
 
@@ -591,6 +595,25 @@ mod tests {
         );
         assert!(table.contains("1.00  first peer"), "{table}");
         assert!(table.contains("-       -  second peer"), "{table}");
+    }
+
+    #[test]
+    fn a_tiny_figure_keeps_its_digits_and_zero_stays_zero() {
+        assert_eq!(figure(0.000_412_3), "4.12e-4");
+        assert_eq!(figure(0.0005), "0.001");
+        assert_eq!(figure(1.234_56), "1.235");
+        assert_eq!(figure(0.0), "0.000");
+        assert_eq!(figure(f64::NAN), "-");
+        let table = render_table(&[Point::new(
+            "submit",
+            "peer: sequential loop",
+            "us/task",
+            Stats::of(&[0.000_31, 0.000_29, 0.000_33]),
+        )]);
+        assert!(
+            table.contains("3.10e-4") && !table.contains("0.000"),
+            "{table}"
+        );
     }
 
     #[test]
