@@ -55,9 +55,9 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 /// past it the orchestrator waits for the lock.
 const HANDOFF_LIMIT: u64 = 8;
 
-/// Replayed tasks queued while every executor is busy before a hold of the graph lock
+/// Replayed tasks queued while every executor is active before a hold of the graph lock
 /// publishes them ([`OrchCore::enqueue`]). `submit_point`'s replayed chain and stencil rows
-/// measured 3-7 % faster with 4 than with a lock hold per task (stop 45).
+/// measured 3-10 % faster with 4 than with a lock hold per task (stop 45).
 const REPLAY_BATCH: usize = 4;
 /// Live tasks per worker thread (the executors and this one) past which an orchestrator that
 /// is the chip's last worker runs surplus ready work before it submits more (`help.rs`, H7);
@@ -1126,14 +1126,15 @@ impl OrchCore {
     /// free, before any wait and at its scope boundaries ([`OrchCore::flush`]); when it
     /// returns, it hands what is left to the lock's holder ([`OrchCore::hand_off_queue`]).
     /// Unlike a hand-off, the queue keeps the publication work on this thread, which matters
-    /// when executors are the bottleneck (a replayed chain). While at least as many blocks run
-    /// as there are executors (the stand-in's not counted), it also queues up to
-    /// [`REPLAY_BATCH`] tasks before it tries the lock: one hold for several tasks moves the
-    /// lock's cache line between the threads once instead of per task. A task waits so for at
-    /// most `REPLAY_BATCH - 1` more submits of this replay (an executor may come back for work
-    /// meanwhile, or run a MIX block's parts, which count as blocks: a short delay, never a
-    /// stranded task, since every wait, scope boundary and the replay's end publish the
-    /// queue).
+    /// when executors are the bottleneck (a replayed chain). While every executor is active
+    /// (between taking work and running out of it: it comes back for more without a wake), it
+    /// also queues up to [`REPLAY_BATCH`] tasks before it tries the lock: one hold for several
+    /// tasks moves the lock's cache line between the threads once instead of per task. A task
+    /// waits so for at most `REPLAY_BATCH - 1` more submits of this replay (an executor may
+    /// come back for work meanwhile: a short delay, never a stranded task, since every wait,
+    /// scope boundary and the replay's end publish the queue). `ChipShared::active` changes
+    /// when an executor starts or stops working, not per block as `RunShared::running` does:
+    /// reading it costs the orchestrator no cache line the executors write per task.
     pub(crate) fn enqueue(&mut self, task: NewTask) -> OrchResult<()> {
         debug_assert_eq!(self.handed, 0, "a replay starts with nothing handed off");
         debug_assert!(
@@ -1144,9 +1145,7 @@ impl OrchCore {
         );
         self.pending.push_back(task);
         let wait = self.pending.len() >= HANDOFF_LIMIT as usize;
-        let running = (self.run.running.load(Ordering::Relaxed))
-            .saturating_sub(self.run.stand_in_running.load(Ordering::Relaxed));
-        let busy = running >= self.chip.executors as u64;
+        let busy = self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors;
         if !wait && busy && self.pending.len() < REPLAY_BATCH {
             return Ok(());
         }
