@@ -140,9 +140,37 @@ struct ScopeFrame {
     /// Heap bytes (aligned) its tasks pin until it ends: what a replay must fit beside
     /// (`replay.rs`).
     heap: u64,
-    /// Where the scope was opened (`file:line`), for scope stats.
-    site: String,
+    /// Where the scope was opened, for scope stats and traces.
+    site: Site,
 }
+
+/// Where a scope was opened. Named (`file:line`, `graph <name>`, the callable's name) only
+/// when scope stats or a trace print it: a scope per few tasks would otherwise format and
+/// free a string each.
+#[derive(Clone)]
+enum Site {
+    /// The root scope: the callable's name.
+    Root(Arc<str>),
+    /// `Scope::scope` at this line of the orchestration.
+    Caller(&'static std::panic::Location<'static>),
+    /// A scope of a replayed graph.
+    Graph(Arc<str>),
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Site::Root(name) => f.write_str(name),
+            Site::Caller(at) => write!(f, "{}:{}", short_path(at.file()), at.line()),
+            Site::Graph(name) => write!(f, "graph {name}"),
+        }
+    }
+}
+
+/// Task lists of ended scopes kept for the next scopes (no allocation per scope), and the
+/// longest list kept: past it a list is freed, so one huge scope does not pin its memory.
+const SPARE_FRAMES: usize = 8;
+const SPARE_FRAME_TASKS: usize = 4096;
 
 /// Settings the orchestrator needs from the chip and the run.
 pub(crate) struct OrchSettings {
@@ -155,7 +183,7 @@ pub(crate) struct OrchSettings {
     /// The no-progress watchdog (code 100), checked while this thread waits.
     pub(crate) watchdog: Duration,
     /// Names the root scope in scope stats (the callable's name).
-    pub(crate) root_site: String,
+    pub(crate) root_site: Arc<str>,
     /// Which reads leave reader entries (`track_war`, the write-after-read check).
     pub(crate) war: infer::WarPolicy,
     /// The run's `war_check`, `Auto` resolved.
@@ -198,6 +226,8 @@ pub(crate) struct OrchCore {
     booking: Vec<Handed>,
     /// Producer lists of published tasks, for the next submits (recycled).
     spare_lists: Vec<Vec<(TaskId, bool)>>,
+    /// Task lists of ended scopes, for the next scopes ([`SPARE_FRAMES`]).
+    spare_frames: Vec<Vec<TaskId>>,
     /// Payloads publications gave back, for the next tasks to reuse.
     spare_payloads: Vec<Arc<TaskPayload>>,
     /// Tasks published so far (alloc tasks included).
@@ -245,7 +275,7 @@ impl OrchCore {
         memory: RunMemory,
         settings: OrchSettings,
     ) -> OrchCore {
-        let root_site = settings.root_site.clone();
+        let root_site = Site::Root(Arc::clone(&settings.root_site));
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
         let scope_stats = settings.scope_stats.then(Recorder::default);
         let deps = settings.dep_gen.then(DepGraph::default);
@@ -275,6 +305,7 @@ impl OrchCore {
             reserved_spill: [0; RING_COUNT],
             booking: Vec::new(),
             spare_lists: Vec::new(),
+            spare_frames: Vec::new(),
             spare_payloads: Vec::new(),
             published: 0,
             sizing,
@@ -292,7 +323,7 @@ impl OrchCore {
     }
 
     /// Pushes a scope frame and records its begin sample and span start.
-    fn open_frame(&mut self, site: String) {
+    fn open_frame(&mut self, site: Site) {
         let depth = self.scopes.len();
         let ring = pto_types::ring_config::ring_for_depth(depth);
         if self.scope_stats.is_some() {
@@ -305,7 +336,7 @@ impl OrchCore {
             let t_us = self.run.micros(Instant::now());
             if let Some(stats) = &mut self.scope_stats {
                 stats.record(
-                    &site,
+                    &site.to_string(),
                     Phase::Begin,
                     depth,
                     ring,
@@ -320,9 +351,10 @@ impl OrchCore {
             self.scope_spans
                 .push((self.run.micros(Instant::now()), format!("scope {site}")));
         }
+        let tasks = self.spare_frames.pop().unwrap_or_default();
         self.scopes.push(ScopeFrame {
             ring,
-            tasks: Vec::new(),
+            tasks,
             heap: 0,
             site,
         });
@@ -1504,12 +1536,15 @@ impl OrchCore {
     }
 
     /// Opens a nested scope opened at `site`.
-    pub(crate) fn begin_scope(&mut self, site: &std::panic::Location<'_>) -> OrchResult<()> {
-        self.begin_scope_at(format!("{}:{}", short_path(site.file()), site.line()))
+    pub(crate) fn begin_scope(
+        &mut self,
+        site: &'static std::panic::Location<'static>,
+    ) -> OrchResult<()> {
+        self.begin_scope_at(Site::Caller(site))
     }
 
     /// Opens a nested scope named `site` in scope stats and traces.
-    fn begin_scope_at(&mut self, site: String) -> OrchResult<()> {
+    fn begin_scope_at(&mut self, site: Site) -> OrchResult<()> {
         self.check_fatal()?;
         self.flush()?;
         if self.scopes.len() >= MAX_SCOPE_DEPTH {
@@ -1542,7 +1577,7 @@ impl OrchCore {
             let counters = self.counters(ring);
             let tensormap = self.tensormap.live_count();
             let t_us = self.run.micros(Instant::now());
-            let site = self.scopes[depth].site.clone();
+            let site = self.scopes[depth].site.to_string();
             if let Some(stats) = &mut self.scope_stats {
                 stats.record(
                     &site,
@@ -1559,7 +1594,7 @@ impl OrchCore {
         if let Some((start, name)) = self.scope_spans.pop() {
             self.trace_orch(name, start);
         }
-        let frame = self.scopes.pop().expect("a scope is open");
+        let mut frame = self.scopes.pop().expect("a scope is open");
         let mask = u64::from(self.rings[frame.ring].window()) - 1;
         for id in &frame.tasks {
             let ring = usize::from(id.ring());
@@ -1571,6 +1606,10 @@ impl OrchCore {
         run.lock_graph_as_offerer()
             .end_scope(&frame.tasks, &run, &mut fx);
         self.after_lock(&fx);
+        if self.spare_frames.len() < SPARE_FRAMES && frame.tasks.capacity() <= SPARE_FRAME_TASKS {
+            frame.tasks.clear();
+            self.spare_frames.push(frame.tasks);
+        }
     }
 
     /// Ends the root scope and declares the task total: the run may now finish.

@@ -11,6 +11,7 @@
 //! fails the run (INTERNAL_ERROR) when the recording and inference disagree on a live edge.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use pto_types::{ErrorCode, RING_COUNT, Resource};
@@ -27,7 +28,9 @@ use crate::task_id::TaskId;
 use crate::tensor::{BufferAddr, TensorDesc};
 
 use super::super::graph::NewTask;
-use super::{ArgTensor, ArgTensors, MAX_SCOPE_DEPTH, OrchCore, dedup_producers, payload_names};
+use super::{
+    ArgTensor, ArgTensors, MAX_SCOPE_DEPTH, OrchCore, Site, dedup_producers, payload_names,
+};
 
 /// The ids and heap bases this replay gave the graph's tasks so far.
 struct Replayed<'a> {
@@ -129,7 +132,7 @@ impl OrchCore {
         for step in &inner.steps {
             result = match *step {
                 Step::Begin => self
-                    .begin_scope_at(format!("graph {}", inner.name))
+                    .begin_scope_at(Site::Graph(Arc::clone(&inner.name)))
                     .map(|()| open += 1),
                 Step::End => {
                     self.end_scope();
