@@ -232,14 +232,22 @@ impl SweepPoint {
 const SETTLE_RUNS: usize = 3;
 
 /// METG(50%) from `efficiency(g_ns)`: from 100 µs down by 1.5× while efficiency stays at
-/// least 50 %, or up by 1.5× (to 10 ms) while it is below. Each grain is run once until one
-/// lands on the other side of 50 %; that one and the grain before it are then settled as the
-/// median of [`SETTLE_RUNS`] runs, and the sweep goes on, or steps back, until two settled
-/// neighbours bracket 50 %. A sweep that stays above 50 % down to 0.5 µs reports its last
-/// point.
+/// least 50 %, or up by 1.5× (to 10 ms) while it is below. The start is settled as the median
+/// of [`SETTLE_RUNS`] runs: it is the "efficiency at 100 µs" figure and sets the direction,
+/// and its first run is the process's first of that runtime (threads started, kernels not yet
+/// seen to return). Each further grain is run once until one lands on the other side of 50 %;
+/// that one and the grain before it are then settled too, and the sweep goes on, or steps
+/// back, until two settled neighbours bracket 50 %. A sweep that stays above 50 % down to
+/// 0.5 µs reports its last point.
 fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Result<Sweep> {
     let start = 100_000.0f64;
-    let first = efficiency(start as u64)?;
+    let mut origin = SweepPoint {
+        g: start,
+        e: efficiency(start as u64)?,
+        settled: false,
+    };
+    origin.settle(&mut efficiency)?;
+    let first = origin.e;
     let down = first >= 0.5;
     let (step, limit): (f64, f64) = if down { (1.0 / 1.5, 500.0) } else { (1.5, 1e7) };
     // On the side the sweep started on.
@@ -249,11 +257,7 @@ fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Resu
         at_100: first,
     };
     // The grains tried so far on the near side, the start first.
-    let mut path = vec![SweepPoint {
-        g: start,
-        e: first,
-        settled: false,
-    }];
+    let mut path = vec![origin];
     loop {
         let last = *path.last().expect("the start stays on the path");
         let next = last.g * step;
@@ -284,9 +288,7 @@ fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Resu
         loop {
             let n = path.len();
             let near_point = path.last_mut().expect("the start stays on the path");
-            if n > 1 {
-                near_point.settle(&mut efficiency)?;
-            }
+            near_point.settle(&mut efficiency)?;
             if n == 1 || near(near_point.e) {
                 let c = at_half(near_point.g, near_point.e, far.g, far.e);
                 return Ok(done(Some(c)));
@@ -466,13 +468,26 @@ mod tests {
             .crossing
             .unwrap();
         assert!((c.kernel_us - 10.0).abs() < 1.0, "{c:?}");
-        // The runs a sweep takes: one per grain, and two more at each of the bracket's ends.
+        // The runs a sweep takes: one per grain, and two more at the start and at each of the
+        // bracket's ends.
         let mut runs = 0;
         let counted = |g: u64| {
             runs += 1;
             Ok(g as f64 / (g as f64 + 5_000.0))
         };
         sweep(counted).unwrap();
-        assert_eq!(runs, 9 + 2 * (SETTLE_RUNS - 1));
+        assert_eq!(runs, 9 + 3 * (SETTLE_RUNS - 1));
+    }
+
+    #[test]
+    fn a_slow_first_run_does_not_decide_the_efficiency_at_100_us() {
+        // The process's first run at 100 µs is low (warm-up); the figure is the settled one.
+        let s = sweep(with_one_odd_run(5_000.0, 100_000.0, 0.7)).unwrap();
+        let steady = 100_000.0 / 105_000.0;
+        assert!((s.at_100 - steady).abs() < 1e-9, "{}", s.at_100);
+        // A first run below 50 % does not turn the sweep upwards either.
+        let s = sweep(with_one_odd_run(5_000.0, 100_000.0, 0.3)).unwrap();
+        let c = s.crossing.unwrap();
+        assert!((c.kernel_us - 5.0).abs() < 0.5, "{c:?}");
     }
 }
