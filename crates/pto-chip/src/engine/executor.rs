@@ -62,23 +62,52 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
 fn serve(chip: &Arc<ChipShared>, index: usize, search: &mut SearchState) {
     let mut batch = Batch::default();
     while let Some((run, work)) = search.find(chip, index) {
-        chip.active.fetch_add(1, Ordering::SeqCst);
+        let mut active = Active::enter(&chip.active);
         batch.first = Some(work);
-        let left = loop {
+        loop {
             let (short, helpable) = batch.run(chip, &run);
             // The orchestrator counts as an active executor for helpable work
             // (`orchestrator/help.rs`, H2).
             if (short || (helpable && run.orchestrator_helps())) && chip.try_leave() {
+                active.left();
                 batch.finish(chip, &run, index, 0);
                 search.resting = true;
-                break true;
+                break;
             }
             if !batch.finish(chip, &run, index, if short { BATCH } else { 1 }) {
-                break false;
+                break;
             }
-        };
-        if !left {
-            chip.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// This executor's count in [`ChipShared::active`] while it works: given back when it runs
+/// out of work, and also when a broken invariant unwinds out of [`serve`] (which
+/// `executor_main` catches and restarts), so the count never keeps a thread that left.
+struct Active<'a> {
+    count: &'a std::sync::atomic::AtomicU32,
+    counted: bool,
+}
+
+impl<'a> Active<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicU32) -> Active<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Active {
+            count,
+            counted: true,
+        }
+    }
+
+    /// [`ChipShared::try_leave`] took this executor out of the count already.
+    fn left(&mut self) {
+        self.counted = false;
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.count.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -305,5 +334,35 @@ impl SearchState {
         let work = work?;
         trace_pass(run, index, pass_start, "take");
         Some((work, more))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::Active;
+
+    #[test]
+    fn the_active_count_gives_back_an_executor_that_unwinds_or_left() {
+        let count = AtomicU32::new(0);
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            let _active = Active::enter(&count);
+            assert_eq!(count.load(Ordering::SeqCst), 1);
+            panic!("a broken invariant in serve");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            0,
+            "the unwinding gave it back"
+        );
+        // One that left through `try_leave` was taken out already: not twice.
+        let mut active = Active::enter(&count);
+        count.fetch_sub(1, Ordering::SeqCst);
+        active.left();
+        drop(active);
+        assert_eq!(count.load(Ordering::SeqCst), 0);
     }
 }
