@@ -5,7 +5,8 @@
 //! `bench.spin(g)`, which spins until its thread's CPU time advanced by g. Efficiency =
 //! (tasks × g) / (wall × W). g sweeps from 100 µs down by 1.5× until efficiency drops below
 //! 50 %; METG is interpolated (log g) between the last point above and the first below, each
-//! of those two the median of three runs (one run decides every other grain). Task
+//! of those two (and the 100 µs start) the median of three runs; one run decides every other
+//! grain. Task
 //! Bench's METG, the task granularity wall × W / tasks at the same crossing, is reported beside
 //! it. The peers, swept the same way in the same process: the same pattern as `omp task depend`
 //! tasks on a GCC libgomp team of W threads ([`crate::omp`]), issued as one graph and with a

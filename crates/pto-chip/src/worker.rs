@@ -464,7 +464,7 @@ impl ChipWorker {
                 tensor_wait_timeout: self.spec.tensor_wait_timeout,
                 spin: self.shared.spin,
                 watchdog: self.spec.scheduler_timeout,
-                root_site: Arc::from(callable.name),
+                root_site: callable.name,
                 war: crate::engine::infer::WarPolicy {
                     track_all: cfg.track_war,
                     check: war_check != WarCheck::Off,

@@ -150,7 +150,7 @@ struct ScopeFrame {
 #[derive(Clone)]
 enum Site {
     /// The root scope: the callable's name.
-    Root(Arc<str>),
+    Root(&'static str),
     /// `Scope::scope` at this line of the orchestration.
     Caller(&'static std::panic::Location<'static>),
     /// A scope of a replayed graph.
@@ -183,7 +183,7 @@ pub(crate) struct OrchSettings {
     /// The no-progress watchdog (code 100), checked while this thread waits.
     pub(crate) watchdog: Duration,
     /// Names the root scope in scope stats (the callable's name).
-    pub(crate) root_site: Arc<str>,
+    pub(crate) root_site: &'static str,
     /// Which reads leave reader entries (`track_war`, the write-after-read check).
     pub(crate) war: infer::WarPolicy,
     /// The run's `war_check`, `Auto` resolved.
@@ -275,7 +275,7 @@ impl OrchCore {
         memory: RunMemory,
         settings: OrchSettings,
     ) -> OrchCore {
-        let root_site = Site::Root(Arc::clone(&settings.root_site));
+        let root_site = Site::Root(settings.root_site);
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
         let scope_stats = settings.scope_stats.then(Recorder::default);
         let deps = settings.dep_gen.then(DepGraph::default);
@@ -1312,10 +1312,9 @@ impl OrchCore {
         Ok(())
     }
 
-    /// Under the graph lock: publishes `new` and takes its dep-list and spill entries, or
-    /// gives the task back with why the pools refused it. With room for the worst case (every
-    /// producer pending) it publishes first and takes the entries [`Graph::publish`] counted;
-    /// else it counts the live edges first ([`Graph::live_edges`]) to see whether they fit.
+    /// Under the graph lock: publishes `new` and takes the dep-list and spill entries it
+    /// wired ([`Graph::publish`] counts them), or gives the task back with why the pools
+    /// refused it.
     fn publish_locked(
         &mut self,
         graph: &mut Graph,
@@ -1323,43 +1322,47 @@ impl OrchCore {
         fx: &mut Effects,
     ) -> Result<(), (NewTask, Blocked)> {
         let ring = usize::from(new.id.ring());
-        let (worst_deps, worst_spill) = worst_case(&new.producers);
-        if self.dep_pools[ring].available() >= worst_deps
-            && self.spill_pools[ring].available() >= worst_spill
-        {
-            // Room even if every producer were pending: count the edges while wiring them.
-            let wired = graph.publish(new, &self.run, fx);
-            self.take_entries(ring, wired.edges, wired.pending);
-            self.recycle(wired.recycled);
-            return Ok(());
-        }
-        let (edges, pending) = graph.live_edges(&new.producers);
-        let spill = edges.saturating_sub(INLINE_FANIN);
-        let nodes_ok = self.dep_pools[ring].available() >= pending;
-        let spill_ok = self.spill_pools[ring].available() >= spill;
-        if !(nodes_ok && spill_ok) {
-            let capacity = u64::from(self.sizing.dep_pool(ring));
-            let (resource, needed, pool) = if !spill_ok {
-                (ResourceKind::FaninSpill, spill, &self.spill_pools[ring])
-            } else {
-                (ResourceKind::DepList, pending, &self.dep_pools[ring])
-            };
-            let blocked = Blocked {
-                ring_bound: true,
-                code: ErrorCode::DepPoolOverflow,
-                resource,
-                impossible: needed > capacity,
-                used: pool.used(),
-                requested: needed,
-                recommended_min: pool.used() + needed,
-            };
+        if let Some(blocked) = self.refusal(graph, ring, &new.producers) {
             return Err((new, blocked));
         }
         let wired = graph.publish(new, &self.run, fx);
-        debug_assert_eq!((wired.edges, wired.pending), (edges, pending));
-        self.take_entries(ring, edges, pending);
+        self.take_entries(ring, wired.edges, wired.pending);
         self.recycle(wired.recycled);
         Ok(())
+    }
+
+    /// Why ring `ring`'s pools cannot take a task with `producers` now, if they cannot. With
+    /// room for the worst case (every producer pending) the producers' states are not read;
+    /// else the live edges are counted ([`Graph::live_edges`]) to see whether they fit.
+    fn refusal(&self, graph: &Graph, ring: usize, producers: &[(TaskId, bool)]) -> Option<Blocked> {
+        let (worst_deps, worst_spill) = worst_case(producers);
+        if self.dep_pools[ring].available() >= worst_deps
+            && self.spill_pools[ring].available() >= worst_spill
+        {
+            return None;
+        }
+        let (edges, pending) = graph.live_edges(producers);
+        let spill = edges.saturating_sub(INLINE_FANIN);
+        let nodes_ok = self.dep_pools[ring].available() >= pending;
+        let spill_ok = self.spill_pools[ring].available() >= spill;
+        if nodes_ok && spill_ok {
+            return None;
+        }
+        let capacity = u64::from(self.sizing.dep_pool(ring));
+        let (resource, needed, pool) = if !spill_ok {
+            (ResourceKind::FaninSpill, spill, &self.spill_pools[ring])
+        } else {
+            (ResourceKind::DepList, pending, &self.dep_pools[ring])
+        };
+        Some(Blocked {
+            ring_bound: true,
+            code: ErrorCode::DepPoolOverflow,
+            resource,
+            impossible: needed > capacity,
+            used: pool.used(),
+            requested: needed,
+            recommended_min: pool.used() + needed,
+        })
     }
 
     /// Takes a published task's entries: a dep-list entry per pending producer, spill entries
