@@ -127,7 +127,7 @@ impl ReadyLanes {
             SpinPolicy::PARK_IMMEDIATELY,
             std::time::Duration::from_secs(10),
         );
-        let graph = Graph::new([window; RING_COUNT], clusters);
+        let graph = Graph::new([window; RING_COUNT], clusters, Default::default());
         // No executor threads: nothing to wake.
         let run = Arc::new(RunShared::new(0, graph, 0, std::sync::Weak::new()));
         let payload = Arc::new(TaskPayload {

@@ -30,7 +30,7 @@ use crate::diag::{diagnostics_dir, json_text, write_file};
 use crate::engine::ChipShared;
 use crate::engine::core::panic_message;
 use crate::engine::executor::executor_main;
-use crate::engine::graph::Graph;
+use crate::engine::graph::{Graph, SlotStore};
 use crate::engine::heap::{HostRegion, RunMemory};
 use crate::engine::orchestrator::help::Helper;
 use crate::engine::orchestrator::{OrchCore, OrchSettings};
@@ -121,6 +121,8 @@ struct ChipState {
     arenas: ArenaCache<()>,
     ledger: DeviceLedger,
     tensormap: Option<TensorMap>,
+    /// The last clean run's slot records, for the next run (`engine::graph::SlotStore`).
+    slots: SlotStore,
     next_run_id: u64,
     /// Set when a kernel of a failed run did not return: later runs fail at once, naming it,
     /// until the kernel returns (the run's `running` count drops to 0).
@@ -195,6 +197,7 @@ impl ChipWorker {
             arenas: ArenaCache::new(effective.arena_cache_entries),
             ledger: DeviceLedger::new(effective.device_memory_bytes),
             tensormap: Some(tensormap),
+            slots: SlotStore::default(),
             next_run_id: 1,
             poisoned: None,
         };
@@ -437,7 +440,11 @@ impl ChipWorker {
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
         let run = Arc::new(RunShared::new(
             run_id,
-            Graph::new(windows, self.spec.clusters),
+            Graph::new(
+                windows,
+                self.spec.clusters,
+                std::mem::take(&mut state.slots),
+            ),
             cfg.enable_chip_swimlane,
             Arc::downgrade(&self.shared),
         ));
@@ -483,6 +490,11 @@ impl ChipWorker {
         let diagnostics =
             self.write_diagnostics(cfg, ctx, &run, &mut core, &sizing, threads, error.as_ref());
         state.tensormap = Some(core.into_tensormap());
+        if poisoned.is_none()
+            && let Some(store) = run.lock_graph().take_store(&run)
+        {
+            state.slots = store;
+        }
         state.arenas.release(lease, &mut state.ledger);
         if let Some(reason) = poisoned {
             state.poisoned = Some((reason, Arc::clone(&run)));

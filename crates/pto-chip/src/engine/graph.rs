@@ -226,11 +226,23 @@ pub(crate) struct Graph {
     pub(crate) handed: Vec<Handed>,
 }
 
+/// The slot records of a finished run in which every published task was consumed, kept by
+/// the chip for its next run ([`Graph::take_store`]): a chip that runs the same job again
+/// writes its slots into memory it already touched, instead of faulting in and growing a new
+/// vector of them per run (at window 262,144, a fifth of a run of no-op tasks was the kernel
+/// mapping and zeroing pages). Every slot in it is CONSUMED, which is all
+/// [`Graph::publish`] asks of a slot it reuses (I1); ids restart at 0 in every run, and a
+/// record is read only between a ring's watermark and its next id, so no stale record is seen.
+#[derive(Default)]
+pub(crate) struct SlotStore([Vec<Slot>; RING_COUNT]);
+
 impl Graph {
-    pub(crate) fn new(windows: [u32; RING_COUNT], clusters: u32) -> Graph {
+    /// A graph for one run. `store`: the slot records a finished run left ([`SlotStore`]).
+    pub(crate) fn new(windows: [u32; RING_COUNT], clusters: u32, store: SlotStore) -> Graph {
+        let mut stored = store.0.into_iter();
         Graph {
             rings: windows.map(|w| RingSlots {
-                slots: Vec::new(),
+                slots: stored.next().unwrap_or_default(),
                 mask: u64::from(w) - 1,
                 next_id: 0,
                 last_alive: 0,
@@ -247,6 +259,15 @@ impl Graph {
             inbox: VecDeque::new(),
             handed: Vec::new(),
         }
+    }
+
+    /// This run's slot records, for the chip's next run, if every task it published was
+    /// consumed (each ring's watermark reached its next id, I4) and no block is out. The
+    /// rings keep their ids and lose their records, so every id reads as gone from here on.
+    pub(crate) fn take_store(&mut self, run: &RunShared) -> Option<SlotStore> {
+        let clean = self.rings.iter().all(|r| r.last_alive == r.next_id)
+            && run.running.load(Ordering::SeqCst) == 0;
+        clean.then(|| SlotStore(self.rings.each_mut().map(|r| std::mem::take(&mut r.slots))))
     }
 
     fn slot(&self, id: TaskId) -> &Slot {
@@ -308,8 +329,9 @@ impl Graph {
 
     /// `id (kernels)` and the tensors its payload binds, for messages.
     pub(crate) fn describe(&self, id: TaskId) -> String {
-        match self.slot(id).payload.as_ref() {
-            Some(p) if self.slot(id).id == id => {
+        let live = self.producer_state(id) != ProducerState::Gone;
+        match live.then(|| self.slot(id).payload.as_ref()).flatten() {
+            Some(p) => {
                 let tensors: Vec<String> = p.tensors.iter().map(|t| t.desc.to_string()).collect();
                 format!("{id} ({}) over [{}]", p.kernel_names(), tensors.join(", "))
             }

@@ -394,6 +394,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::engine::graph::{Effects, ProducerState};
     use crate::engine::{Shape, TaskPayload};
     use crate::task_id::TaskId;
 
@@ -414,7 +415,48 @@ mod tests {
     }
 
     fn run() -> RunShared {
-        RunShared::new(0, Graph::new([16; RING_COUNT], 1), 0, Weak::new())
+        RunShared::new(
+            0,
+            Graph::new([16; RING_COUNT], 1, Default::default()),
+            0,
+            Weak::new(),
+        )
+    }
+
+    /// A clean run's slot records serve the next run, whatever its window; a run that left a
+    /// task unconsumed keeps its own (`Graph::take_store`).
+    #[test]
+    fn a_clean_runs_slot_records_serve_the_next_run_and_an_unclean_one_keeps_its_own() {
+        let first = run();
+        let ids: Vec<TaskId> = (0..10).map(|local| TaskId::new(0, local)).collect();
+        let store = {
+            let mut graph = first.lock_graph();
+            let mut fx = Effects::default();
+            for local in 0..10 {
+                let mut done = task(local);
+                done.completed = true;
+                graph.publish(done, &first, &mut fx);
+            }
+            assert!(graph.take_store(&first).is_none(), "their scope is open");
+            graph.end_scope(&ids, &first, &mut fx);
+            let store = graph.take_store(&first).expect("every task was consumed");
+            assert_eq!(graph.producer_state(ids[3]), ProducerState::Gone);
+            assert_eq!(graph.describe(ids[3]), ids[3].to_string());
+            store
+        };
+        // The next run has a smaller window, so its ids wrap over the stored records.
+        let next = RunShared::new(1, Graph::new([8; RING_COUNT], 1, store), 0, Weak::new());
+        let mut graph = next.lock_graph();
+        let mut fx = Effects::default();
+        let stored = TaskId::new(0, 5);
+        assert_eq!(graph.producer_state(stored), ProducerState::Gone);
+        graph.publish(task(0), &next, &mut fx);
+        let mut consumer = task(1);
+        consumer.producers = vec![(TaskId::new(0, 0), false)];
+        let wired = graph.publish(consumer, &next, &mut fx);
+        assert_eq!((wired.edges, wired.pending), (1, 1));
+        assert!(graph.is_pending(TaskId::new(0, 1)));
+        assert!(graph.take_store(&next).is_none(), "two tasks are pending");
     }
 
     /// HO2 through the guard: whoever held the lock publishes, when it unlocks, what was
