@@ -30,10 +30,10 @@ use crate::diag::{diagnostics_dir, json_text, write_file};
 use crate::engine::ChipShared;
 use crate::engine::core::panic_message;
 use crate::engine::executor::executor_main;
-use crate::engine::graph::{Graph, SlotStore};
+use crate::engine::graph::Graph;
 use crate::engine::heap::{HostRegion, RunMemory};
 use crate::engine::orchestrator::help::Helper;
-use crate::engine::orchestrator::{OrchCore, OrchSettings};
+use crate::engine::orchestrator::{Carried, OrchCore, OrchSettings};
 use crate::engine::run::{RunShared, Watch};
 use crate::error::{BindError, ChipError, ChipRunError, Detector};
 use crate::footprint::Footprint;
@@ -120,9 +120,9 @@ pub enum ChipStartError {
 struct ChipState {
     arenas: ArenaCache<()>,
     ledger: DeviceLedger,
-    tensormap: Option<TensorMap>,
-    /// The last clean run's slot records, for the next run (`engine::graph::SlotStore`).
-    slots: SlotStore,
+    /// What the last run left to the next (the TensorMap and reusable memory); taken by the
+    /// run in progress.
+    carried: Option<Carried>,
     next_run_id: u64,
     /// Set when a kernel of a failed run did not return: later runs fail at once, naming it,
     /// until the kernel returns (the run's `running` count drops to 0).
@@ -196,8 +196,7 @@ impl ChipWorker {
         let state = ChipState {
             arenas: ArenaCache::new(effective.arena_cache_entries),
             ledger: DeviceLedger::new(effective.device_memory_bytes),
-            tensormap: Some(tensormap),
-            slots: SlotStore::default(),
+            carried: Some(Carried::new(tensormap)),
             next_run_id: 1,
             poisoned: None,
         };
@@ -438,21 +437,20 @@ impl ChipWorker {
         let run_id = state.next_run_id;
         state.next_run_id += 1;
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
+        let mut carried = state
+            .carried
+            .take()
+            .expect("the chip holds what its last run left");
         let run = Arc::new(RunShared::new(
             run_id,
             Graph::new(
                 windows,
                 self.spec.clusters,
-                std::mem::take(&mut state.slots),
+                std::mem::take(&mut carried.slots),
             ),
             cfg.enable_chip_swimlane,
             Arc::downgrade(&self.shared),
         ));
-        let mut tensormap = state
-            .tensormap
-            .take()
-            .expect("the chip holds its TensorMap");
-        tensormap.reset(windows.map(u64::from));
         self.shared.install(Some(Arc::clone(&run)));
         let war_check = cfg.war_check.resolved(cfg!(debug_assertions));
         let mut core = OrchCore::new(
@@ -460,7 +458,7 @@ impl ChipWorker {
             Arc::clone(&self.shared),
             sizing,
             derived.heap_bases,
-            tensormap,
+            carried,
             memory,
             OrchSettings {
                 clusters: self.spec.clusters,
@@ -489,12 +487,13 @@ impl ChipWorker {
         let error = run.take_error();
         let diagnostics =
             self.write_diagnostics(cfg, ctx, &run, &mut core, &sizing, threads, error.as_ref());
-        state.tensormap = Some(core.into_tensormap());
+        let mut carried = core.into_carried();
         if poisoned.is_none()
             && let Some(store) = run.lock_graph().take_store(&run)
         {
-            state.slots = store;
+            carried.slots = store;
         }
+        state.carried = Some(carried);
         state.arenas.release(lease, &mut state.ledger);
         if let Some(reason) = poisoned {
             state.poisoned = Some((reason, Arc::clone(&run)));

@@ -31,7 +31,7 @@ use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
 use crate::tensormap::{Role, TensorMap, Visit};
 
-use super::graph::{Effects, Graph, Handed, NewTask, SHORT_KERNEL_NS, Signal};
+use super::graph::{Effects, Graph, Handed, NewTask, SHORT_KERNEL_NS, Signal, SlotStore};
 use super::heap::RunMemory;
 use super::infer;
 use super::run::{GraphGuard, RunShared, Watch};
@@ -132,6 +132,27 @@ struct SlotMarks {
     spill_mark: u64,
     /// The task's scope is still open.
     scope_open: bool,
+}
+
+/// What a chip's run leaves to its next run: the TensorMap, and memory sized by the run's
+/// windows that a repeated job would otherwise fault in and grow again, run after run: the
+/// orchestrator's slot marks (written at each booking before they are read, so reusable
+/// after any run) and the graph's slot records (only after a clean run: `SlotStore`).
+pub(crate) struct Carried {
+    pub(crate) tensormap: TensorMap,
+    marks: [Vec<SlotMarks>; RING_COUNT],
+    pub(crate) slots: SlotStore,
+}
+
+impl Carried {
+    /// What a new chip starts with.
+    pub(crate) fn new(tensormap: TensorMap) -> Carried {
+        Carried {
+            tensormap,
+            marks: Default::default(),
+            slots: SlotStore::default(),
+        }
+    }
 }
 
 struct ScopeFrame {
@@ -271,12 +292,18 @@ impl OrchCore {
         chip: Arc<ChipShared>,
         sizing: ResolvedSizing,
         heap_bases: [u64; RING_COUNT],
-        tensormap: TensorMap,
+        carried: Carried,
         memory: RunMemory,
         settings: OrchSettings,
     ) -> OrchCore {
+        let Carried {
+            mut tensormap,
+            marks,
+            slots: _,
+        } = carried;
         let root_site = Site::Root(settings.root_site);
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| sizing.task_window(r));
+        tensormap.reset(windows.map(u64::from));
         let scope_stats = settings.scope_stats.then(Recorder::default);
         let deps = settings.dep_gen.then(DepGraph::default);
         let lookahead = if chip.orchestrator_is_worker {
@@ -291,7 +318,7 @@ impl OrchCore {
             dep_pools: std::array::from_fn(|r| DepPool::new(sizing.dep_pool(r))),
             dep_demand: std::array::from_fn(|_| DepPool::new(u32::MAX)),
             spill_pools: std::array::from_fn(|r| DepPool::new(sizing.dep_pool(r))),
-            marks: std::array::from_fn(|_| Vec::new()),
+            marks,
             observed: [0; RING_COUNT],
             tensormap,
             scopes: Vec::new(),
@@ -1638,9 +1665,13 @@ impl OrchCore {
         self.war.report()
     }
 
-    /// Gives the TensorMap back to the chip.
-    pub(crate) fn into_tensormap(self) -> TensorMap {
-        self.tensormap
+    /// What this run leaves to the chip's next ([`Carried`]; the caller adds the slot records).
+    pub(crate) fn into_carried(self) -> Carried {
+        Carried {
+            tensormap: self.tensormap,
+            marks: self.marks,
+            slots: SlotStore::default(),
+        }
     }
 }
 
