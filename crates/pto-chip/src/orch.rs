@@ -185,6 +185,7 @@ impl Default for KernelArgs<'_> {
 }
 
 impl<'s> KernelArgs<'s> {
+    #[inline]
     pub fn new() -> KernelArgs<'s> {
         KernelArgs {
             tensors: ArgTensors::new(),
@@ -197,11 +198,13 @@ impl<'s> KernelArgs<'s> {
         }
     }
 
+    #[inline]
     fn existing(mut self, tag: TensorTag, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.tensors.push(ArgTensor::Existing { tag, desc: t.desc });
         self
     }
 
+    #[inline]
     pub fn input(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::Input, t)
     }
@@ -209,23 +212,28 @@ impl<'s> KernelArgs<'s> {
     /// An input whose read a later writer of the same bytes waits for (write-after-read),
     /// whether or not the chip job's `CallConfig::track_war` is on. Costs a TensorMap entry
     /// per read and a dep-pool entry per writer that waits.
+    #[inline]
     pub fn tracked_input(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::TrackedInput, t)
     }
 
+    #[inline]
     pub fn inout(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::InOut, t)
     }
 
+    #[inline]
     pub fn output_existing(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::OutputExisting, t)
     }
 
+    #[inline]
     pub fn no_dep(self, t: OrchTensor<'s>) -> KernelArgs<'s> {
         self.existing(TensorTag::NoDep, t)
     }
 
     /// A new buffer allocated by the runtime in this task's heap allocation.
+    #[inline]
     pub fn output(mut self, ci: TensorCreateInfo) -> KernelArgs<'s> {
         if let Some(e) = ci.error {
             self.error.get_or_insert_with(|| e.to_string());
@@ -235,24 +243,28 @@ impl<'s> KernelArgs<'s> {
     }
 
     /// A scalar, bit-cast into a `u64` slot.
+    #[inline]
     pub fn scalar(mut self, value: impl pto_types::args::ScalarArg) -> KernelArgs<'s> {
         self.scalars.push(value.to_bits());
         self
     }
 
     /// Wait for `task` and keep its outputs alive while this task runs (WAIT|RETAIN).
+    #[inline]
     pub fn dep(mut self, task: TaskId) -> KernelArgs<'s> {
         self.deps.push((task, true));
         self
     }
 
     /// Wait for `task` only (WAIT).
+    #[inline]
     pub fn dep_wait(mut self, task: TaskId) -> KernelArgs<'s> {
         self.deps.push((task, false));
         self
     }
 
     /// Run `n` blocks (SPMD).
+    #[inline]
     pub fn block_num(mut self, n: u32) -> KernelArgs<'s> {
         if n == 0 {
             self.error
@@ -263,6 +275,7 @@ impl<'s> KernelArgs<'s> {
     }
 
     /// Start all blocks together (cross-block barriers become possible).
+    #[inline]
     pub fn require_sync_start(mut self, on: bool) -> KernelArgs<'s> {
         self.sync_start = on;
         self
