@@ -819,7 +819,65 @@ fn executors_on(cores: usize, host: usize) -> (usize, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::executors_on;
+    use pto_types::{CallConfig, DType, TaskArgs};
+
+    use super::*;
+    use crate::kernel::CoreType;
+    use crate::orch::{KernelArgs, OrchArgs, RootScope, TensorCreateInfo};
+    use crate::spec::ChipSpec;
+
+    crate::register_kernel!(
+        // The macro makes the static `pub`, for kernels an orchestration crate exports.
+        #[allow(unreachable_pub)]
+        PANICS = "test.worker.panics",
+        CoreType::Aiv,
+        |_| panic!("the test fails this run")
+    );
+
+    /// Five hidden alloc tasks: complete at publication, consumed when the root scope ends.
+    fn clean<'r>(s: &mut RootScope<'r>, _: &OrchArgs<'r>) -> crate::error::OrchResult<()> {
+        for _ in 0..5 {
+            s.alloc_tensors(&[TensorCreateInfo::new(&[4], DType::F32)])?;
+        }
+        Ok(())
+    }
+
+    /// A panicking task and a reader of its output, which the failed run never runs: it is
+    /// never consumed.
+    fn failing<'r>(s: &mut RootScope<'r>, _: &OrchArgs<'r>) -> crate::error::OrchResult<()> {
+        let out = TensorCreateInfo::new(&[4], DType::F32);
+        let t = s
+            .submit_aiv(PANICS, KernelArgs::new().output(out))?
+            .tensor(0);
+        let next = TensorCreateInfo::new(&[4], DType::F32);
+        s.submit_aiv(PANICS, KernelArgs::new().input(t).output(next))?;
+        Ok(())
+    }
+
+    fn kept_slots(chip: &ChipWorker) -> usize {
+        let state = chip.state.lock();
+        state.carried.as_ref().expect("between runs").slots.len()
+    }
+
+    /// `Carried`: the chip keeps the slot records of a run whose every task was consumed for
+    /// the next run, and gives up those of a run that left a task unconsumed.
+    #[test]
+    fn a_chip_keeps_a_clean_runs_slot_records_and_not_those_of_a_run_left_unconsumed() {
+        let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty()).unwrap();
+        let (args, cfg, ctx) = (
+            TaskArgs::new(),
+            CallConfig::default(),
+            RunContext::default(),
+        );
+        assert_eq!(kept_slots(&chip), 0);
+        chip.run_fn(clean, &args, &cfg, &ctx).unwrap();
+        assert_eq!(kept_slots(&chip), 5, "one record per task of the clean run");
+        let failed = chip.run_fn(failing, &args, &cfg, &ctx).unwrap_err();
+        assert!(failed.to_string().contains("KERNEL_PANIC"), "{failed}");
+        assert_eq!(kept_slots(&chip), 0, "the reader was never consumed");
+        chip.run_fn(clean, &args, &cfg, &ctx).unwrap();
+        assert_eq!(kept_slots(&chip), 5);
+    }
 
     #[test]
     fn the_orchestrator_is_the_last_worker_when_the_cores_outnumber_the_cpus() {

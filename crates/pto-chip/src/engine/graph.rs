@@ -236,6 +236,14 @@ pub(crate) struct Graph {
 #[derive(Default)]
 pub(crate) struct SlotStore([Vec<Slot>; RING_COUNT]);
 
+impl SlotStore {
+    /// Slot records kept, over every ring.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.iter().map(Vec::len).sum()
+    }
+}
+
 impl Graph {
     /// A graph for one run. `store`: the slot records a finished run left ([`SlotStore`]).
     pub(crate) fn new(windows: [u32; RING_COUNT], clusters: u32, store: SlotStore) -> Graph {
