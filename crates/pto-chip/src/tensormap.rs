@@ -1101,7 +1101,7 @@ mod tests {
             map.insert(id(2, local), t).unwrap();
         }
         map.insert(id(0, 0), t).unwrap();
-        // Watermark 10, next id 31: not due (moved 10 < 64, slot 31 ≠ slot 0).
+        // Watermark 10, next id 31: not due (moved 10 < CLEANUP_BATCH, slot 31 ≠ slot 0).
         assert_eq!(map.sync_ring(2, 10, 31), 0);
         assert_eq!(map.cursor(2), 0);
         // Next id 32 lands in the cursor's slot: clean [0, 10).

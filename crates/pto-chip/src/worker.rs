@@ -829,10 +829,18 @@ mod tests {
     crate::register_kernel!(
         // The macro makes the static `pub`, for kernels an orchestration crate exports.
         #[allow(unreachable_pub)]
-        PANICS = "test.worker.panics",
+        WAITS = "test.worker.waits",
         CoreType::Aiv,
-        |_| panic!("the test fails this run")
+        wait_for_cancel
     );
+
+    /// Returns once its run is cancelled (at most 10 s).
+    fn wait_for_cancel(ctx: &mut crate::kernel::KernelCtx<'_>) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !ctx.cancelled() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 
     /// Five hidden alloc tasks: complete at publication, consumed when the root scope ends.
     fn clean<'r>(s: &mut RootScope<'r>, _: &OrchArgs<'r>) -> crate::error::OrchResult<()> {
@@ -842,16 +850,20 @@ mod tests {
         Ok(())
     }
 
-    /// A panicking task and a reader of its output, which the failed run never runs: it is
-    /// never consumed.
+    /// A task that runs until the run fails, and a reader of its output that is published
+    /// (its scope's end publishes it) before the orchestration fails the run: the reader never
+    /// runs, so it is never consumed.
     fn failing<'r>(s: &mut RootScope<'r>, _: &OrchArgs<'r>) -> crate::error::OrchResult<()> {
         let out = TensorCreateInfo::new(&[4], DType::F32);
         let t = s
-            .submit_aiv(PANICS, KernelArgs::new().output(out))?
+            .submit_aiv(WAITS, KernelArgs::new().output(out))?
             .tensor(0);
-        let next = TensorCreateInfo::new(&[4], DType::F32);
-        s.submit_aiv(PANICS, KernelArgs::new().input(t).output(next))?;
-        Ok(())
+        s.scope(|s| {
+            let next = TensorCreateInfo::new(&[4], DType::F32);
+            s.submit_aiv(WAITS, KernelArgs::new().input(t).output(next))
+                .map(|_| ())
+        })?;
+        Err(s.report_fatal("the test fails this run"))
     }
 
     fn kept_slots(chip: &ChipWorker) -> usize {
@@ -873,7 +885,10 @@ mod tests {
         chip.run_fn(clean, &args, &cfg, &ctx).unwrap();
         assert_eq!(kept_slots(&chip), 5, "one record per task of the clean run");
         let failed = chip.run_fn(failing, &args, &cfg, &ctx).unwrap_err();
-        assert!(failed.to_string().contains("KERNEL_PANIC"), "{failed}");
+        assert!(
+            failed.to_string().contains("the test fails this run"),
+            "{failed}"
+        );
         assert_eq!(kept_slots(&chip), 0, "the reader was never consumed");
         chip.run_fn(clean, &args, &cfg, &ctx).unwrap();
         assert_eq!(kept_slots(&chip), 5);

@@ -231,8 +231,10 @@ pub(crate) struct Graph {
 /// writes its slots into memory it already touched, instead of faulting in and growing a new
 /// vector of them per run (at window 262,144, a fifth of a run of no-op tasks was the kernel
 /// mapping and zeroing pages). Every slot in it is CONSUMED, which is all
-/// [`Graph::publish`] asks of a slot it reuses (I1); ids restart at 0 in every run, and a
-/// record is read only between a ring's watermark and its next id, so no stale record is seen.
+/// [`Graph::publish`] asks of a slot it reuses (I1). Ids restart at 0 in every run, and a
+/// record is read only for an id this run published (or, through [`Graph::producer_state`],
+/// between a ring's watermark and its next id), besides the one `publish` fills: no stale
+/// record is seen. The records keep their fanout lists' capacity too.
 #[derive(Default)]
 pub(crate) struct SlotStore([Vec<Slot>; RING_COUNT]);
 
@@ -271,7 +273,9 @@ impl Graph {
 
     /// This run's slot records, for the chip's next run, if every task it published was
     /// consumed (each ring's watermark reached its next id, I4) and no block is out. The
-    /// rings keep their ids and lose their records, so every id reads as gone from here on.
+    /// rings keep their ids and lose their records: every id reads as gone to
+    /// [`Graph::producer_state`] from here on, and nothing else reads a record of a run that
+    /// has no task left to take, finish or end.
     pub(crate) fn take_store(&mut self, run: &RunShared) -> Option<SlotStore> {
         let clean = self.rings.iter().all(|r| r.last_alive == r.next_id)
             && run.running.load(Ordering::SeqCst) == 0;
