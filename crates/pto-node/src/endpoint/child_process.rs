@@ -135,6 +135,9 @@ pub(crate) struct ChildProcessEndpoint {
     restart: Option<Restart>,
     history: RestartHistory,
     ready_at: Instant,
+    /// The fixed part of the next task request, encoded here and then copied into its
+    /// frame: kept between requests, so a dispatch allocates no 1.8 KiB of zeroes.
+    scratch: Vec<u8>,
 }
 
 impl ChildProcessEndpoint {
@@ -174,6 +177,7 @@ impl ChildProcessEndpoint {
             restart: None,
             history: RestartHistory::default(),
             ready_at: Instant::now(),
+            scratch: Vec::new(),
         }
     }
 
@@ -500,7 +504,9 @@ impl Endpoint for ChildProcessEndpoint {
             })
         });
         // Up to the control payload, which a task request leaves alone.
-        let mut fixed = vec![0u8; frame::OFF_CONTROL_PAYLOAD];
+        let mut fixed = std::mem::take(&mut self.scratch);
+        fixed.clear();
+        fixed.resize(frame::OFF_CONTROL_PAYLOAD, 0);
         let h = self.header(Op::Task, Some(&req), blob.len() as u32, 0);
         frame::encode_header(&h, &mut fixed);
         frame::encode_config(req.config.as_ref(), &mut fixed)
@@ -513,14 +519,14 @@ impl Endpoint for ChildProcessEndpoint {
                     CallableKind::Sub => KindCode::Sub,
                     CallableKind::Node => KindCode::Node,
                 },
-                name: req.callable.to_string(),
+                name: String::from(&*req.callable),
                 label: req.label.clone(),
             },
             &mut fixed,
         );
-        let mailbox = self.frame(h.seq);
-        mailbox.write_task_request(&fixed, &blob);
-        if let Err(v) = mailbox.transition_to_task_ready() {
+        self.frame(h.seq).write_task_request(&fixed, &blob);
+        self.scratch = fixed;
+        if let Err(v) = self.frame(h.seq).transition_to_task_ready() {
             self.fail_protocol(v.to_string());
             return Err(EndpointError::Dead(v.to_string()));
         }

@@ -189,7 +189,9 @@ struct Slot {
 }
 
 impl Slot {
-    fn free() -> Slot {
+    /// A FREE slot. `since` fills the submit time nobody reads until the slot is built again:
+    /// a consumed slot passes its own, since a clock read per consumed task is not free.
+    fn free(since: Instant) -> Slot {
         Slot {
             generation: 0,
             state: State::Free,
@@ -212,7 +214,7 @@ impl Slot {
             output_keys: Vec::new(),
             buffers: Vec::new(),
             failure: None,
-            submitted: Instant::now(),
+            submitted: since,
             ready: None,
             dispatched: None,
             finished: None,
@@ -335,10 +337,11 @@ impl RunState {
     // The fence stores exactly this type, once per run.
     #[allow(clippy::result_large_err)]
     fn into_result(mut self, lanes: Vec<LaneStats>) -> Result<RunReport, RunError> {
-        let tasks = std::mem::take(&mut self.reports)
-            .into_iter()
-            .flatten()
-            .collect();
+        // Sized once: a collect through `flatten` cannot know the length, and growing by
+        // doubling copied the reports and faulted fresh pages in at every step (a tenth of a
+        // lane thread's samples in runs of 1024 no-op sub tasks, BENCHMARKS.md stop 47).
+        let mut tasks = Vec::with_capacity(self.reports.len());
+        tasks.extend(self.reports.drain(..).flatten());
         let report = RunReport {
             run_id: self.id,
             tasks,
@@ -453,6 +456,11 @@ pub(crate) struct EngineState {
     pub(crate) kills: Vec<(Lane, String)>,
     /// Set by `close`: the scheduler stops once no lane is busy.
     pub(crate) stop: bool,
+    /// Tasks of the last run that completed: a new run's report list starts that long, so
+    /// runs of the same size never grow it while they submit.
+    report_capacity: usize,
+    /// `finish`'s work list, empty between calls.
+    finish_work: Vec<(SlotId, Option<TaskFailure>)>,
     doorbell: Arc<Doorbell>,
     runs_changed: Arc<EventCount>,
 }
@@ -511,6 +519,8 @@ impl Engine {
                 controls: VecDeque::new(),
                 kills: Vec::new(),
                 stop: false,
+                report_capacity: 0,
+                finish_work: Vec::new(),
                 doorbell: Arc::clone(&doorbell),
                 runs_changed: Arc::clone(&runs_changed),
             }),
@@ -592,7 +602,7 @@ impl EngineState {
             skipped: 0,
             tensormap: TensorMap::default(),
             deferred_ready: Vec::new(),
-            reports: Vec::new(),
+            reports: Vec::with_capacity(self.report_capacity),
             fence: Arc::clone(&fence),
             cancelled: Arc::new(AtomicBool::new(false)),
         });
@@ -830,7 +840,7 @@ impl EngineState {
         match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push(Slot::free());
+                self.slots.push(Slot::free(Instant::now()));
                 (self.slots.len() - 1) as u32
             }
         }
@@ -932,7 +942,8 @@ impl EngineState {
         if !s.state.is_terminal() || s.refs_released < s.refs_total + 1 {
             return;
         }
-        let slot = std::mem::replace(&mut self.slots[id.index as usize], Slot::free());
+        let since = s.submitted;
+        let slot = std::mem::replace(&mut self.slots[id.index as usize], Slot::free(since));
         self.slots[id.index as usize].generation = slot.generation.wrapping_add(1);
         self.free.push(id.index);
         if let Some(run) = self.run_mut(slot.run_id) {
@@ -947,7 +958,9 @@ impl EngineState {
     /// Marks a task terminal and propagates: consumers get `fanin_done` (success) or are
     /// poisoned (failure, through a work list); the task and its producers are released.
     fn finish(&mut self, start: SlotId, failure: Option<TaskFailure>) {
-        let mut work = vec![(start, failure)];
+        // The work list is kept between calls: a finish per task, and most lists hold one item.
+        let mut work = std::mem::take(&mut self.finish_work);
+        work.push((start, failure));
         while let Some((id, failure)) = work.pop() {
             let now = Instant::now();
             let Some(slot) = self.slot_mut(id) else {
@@ -1005,6 +1018,7 @@ impl EngineState {
                 self.release(p);
             }
         }
+        self.finish_work = work;
         self.complete_runs();
     }
 
@@ -1029,7 +1043,7 @@ impl EngineState {
             id: s.task_id(),
             label: s.label.clone(),
             kind: s.kind,
-            callable: s.callable.to_string(),
+            callable: String::from(&*s.callable),
             outcome: match &s.failure {
                 None => TaskOutcome::Success,
                 Some(f) => TaskOutcome::Failed(f.clone()),
@@ -1051,6 +1065,7 @@ impl EngineState {
                 break;
             }
             let run = self.runs.pop_front().expect("head exists");
+            self.report_capacity = run.reports.len();
             let lanes = self.lane_stats();
             let fence = Arc::clone(&run.fence);
             let result = run.into_result(lanes);
@@ -1571,5 +1586,62 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A completed run's reports come out in task order in a list sized once, and the next
+    /// run's list starts at that size: runs of 1024 no-op sub tasks spent a tenth of their
+    /// lane thread's samples growing both (BENCHMARKS.md, stop 47).
+    #[test]
+    fn a_runs_reports_keep_task_order_in_one_allocation_and_size_the_next_run() {
+        let engine = Engine::new(EngineConfig {
+            chip_names: Vec::new(),
+            sub_names: vec!["sub[0]".into()],
+            track_war: false,
+            next_level_kind: CallableKind::Chip,
+        });
+        let mut st = engine.lock_state();
+        let fence = st.open_run();
+        let run = st.runs.back_mut().expect("the run just opened");
+        run.building = false;
+        // Reports arrive as tasks finish, in any order; five tasks, slots filled out of order.
+        run.reports.resize_with(5, || None);
+        for index in [3u32, 0, 4, 1, 2] {
+            run.reports[index as usize] = Some(TaskReport {
+                id: NodeTaskId {
+                    run_id: fence.run_id,
+                    index,
+                },
+                label: None,
+                kind: TaskKind::Sub,
+                callable: "noop".into(),
+                outcome: TaskOutcome::Success,
+                producers: Vec::new(),
+                members: Vec::new(),
+                submitted: Duration::ZERO,
+                ready: None,
+                dispatched: None,
+                finished: None,
+            });
+        }
+        st.complete_runs();
+        let report = fence
+            .result
+            .lock()
+            .take()
+            .expect("completed")
+            .expect("no failure");
+        let order: Vec<u32> = report.tasks.iter().map(|t| t.id.index).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4]);
+        assert_eq!(
+            report.tasks.capacity(),
+            5,
+            "collected into a list of the exact size"
+        );
+        st.open_run();
+        let next = st.runs.back().expect("the next run");
+        assert!(
+            next.reports.capacity() >= 5,
+            "the next run starts at the last run's size"
+        );
     }
 }
