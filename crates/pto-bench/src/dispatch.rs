@@ -1,9 +1,11 @@
 //! B3: L3 dispatch cost (`pto bench dispatch`, BENCHMARKS.md B3).
 //!
 //! A Worker with one chip and one sub worker, in both endpoint modes, runs k trivial tasks per
-//! run (k ∈ {0, 1, 4, 16, 64, 256, 1024}); a robust line (Theil–Sen) through the per-k medians
-//! gives the fixed µs per run, the slope between the two largest k the marginal µs per task, for no-op sub tasks and for chip tasks whose
-//! chip callable submits nothing (reported above the chip's own empty L2 run); a run of one
+//! run (k ∈ {0, 1, 4, 16, 64, 256, 1024}, each k after two unmeasured runs of it, the two
+//! largest 41 times); a robust line (Theil–Sen) through the per-k medians gives the fixed µs
+//! per run, the slope between the two largest k the marginal µs per task, for no-op sub tasks and for chip tasks whose
+//! chip callable submits nothing (reported above the chip's own empty L2 run; these two
+//! marginals are the median over three Workers, with their range); a run of one
 //! task (the fixed cost with one task) and a chip task end to end above the empty L2 run;
 //! the marginal cost with lane depths 1 and 16 next to the default; and the submit cost per
 //! task with 1k, 10k and 100k tasks writing disjoint slices of one buffer (the L3 TensorMap's
@@ -123,6 +125,24 @@ fn fit(points: &[(f64, f64)]) -> (f64, f64) {
     (a, b)
 }
 
+/// Workers, each with threads (and children) of its own, whose slopes the sub and chip
+/// marginal rows take the median of. The slope of one Worker depends on where its threads
+/// land: 15 fresh in-process Workers on the 2-vCPU VM read 0.60-1.05 µs per no-op sub task,
+/// in two groups (BENCHMARKS.md, "Issues 25 and 26, stop 47"), so one Worker's slope is a
+/// draw from those groups, not the typical cost.
+const MARGINAL_WORKERS: usize = 3;
+
+/// Runs at each of the two largest task counts, whose medians give the marginal. With 7, four
+/// fresh Workers' slopes read 1.4-2.1 µs per no-op sub task in one process and 0.8-1.1 in
+/// the next; with 40, 0.68-1.03 in both (BENCHMARKS.md, "Issues 25 and 26, stop 47").
+const MARGINAL_RUNS: usize = 41;
+
+/// Unmeasured runs at each task count before its sampled ones: the first runs of a new size
+/// cost 1.5-3× the later ones (a run of 1024 no-op sub tasks after runs of 256: 2.1-2.6 ms,
+/// then 1.2-1.8 ms, then 0.8-1.1 ms), a per-size cost that the medians of a few runs would
+/// fold into the per-task slope.
+const WARM_RUNS_PER_SIZE: usize = 2;
+
 /// Fixed and marginal points of one mode and task kind.
 fn measure_kind(
     w: &Worker,
@@ -134,8 +154,17 @@ fn measure_kind(
     // One warm-up run binds the chip's arena and faults the mailbox in.
     one_run(w, handle, chip, 1)?;
     let mut medians = Vec::new();
-    for &k in ks {
-        let s = sample(runs, || one_run(w, handle, chip, k))?;
+    for (i, &k) in ks.iter().enumerate() {
+        for _ in 0..WARM_RUNS_PER_SIZE {
+            one_run(w, handle, chip, k)?;
+        }
+        // The two largest sizes give the marginal: their medians get more runs.
+        let n = if i + 2 >= ks.len() {
+            runs.max(MARGINAL_RUNS)
+        } else {
+            runs
+        };
+        let s = sample(n, || one_run(w, handle, chip, k))?;
         medians.push((k as f64, s.median));
     }
     let (fixed, _) = fit(&medians);
@@ -382,6 +411,8 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
         let chip = w.register(Callable::chip("bench.empty_chip"))?;
         let (fixed, marginal) = measure_kind(&w, sub, false, ks, runs)?;
+        let (cfixed, cmarginal) = measure_kind(&w, chip, true, ks, runs)?;
+        let (marginal, cmarginal) = over_more_workers(mode, ks, runs, marginal, cmarginal)?;
         points.push(Point::new(
             "dispatch",
             format!("run of one sub task, {mode_name}"),
@@ -421,7 +452,6 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             .with_peer(floor_name, floor)
             .with_anchor("upstream Python L3 path: 43.3 us per run + 8.08 us per task (issue 12)"),
         );
-        let (cfixed, cmarginal) = measure_kind(&w, chip, true, ks, runs)?;
         points.push(Point::new(
             "dispatch",
             format!("chip task fixed per run, {mode_name}"),
@@ -444,6 +474,34 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     points.extend(submit_scaling(quick)?);
     points.extend(remote_rows(ks, runs, process)?);
     Ok(points)
+}
+
+/// The sub and chip marginals of `first` (one Worker's) with those of `MARGINAL_WORKERS - 1`
+/// fresh Workers of `mode`: their median, and their range as min and max.
+fn over_more_workers(
+    mode: EndpointMode,
+    ks: &[usize],
+    runs: usize,
+    first_sub: Stats,
+    first_chip: Stats,
+) -> anyhow::Result<(Stats, Stats)> {
+    let (mut subs, mut chips) = (vec![first_sub.median], vec![first_chip.median]);
+    for _ in 1..MARGINAL_WORKERS {
+        let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
+        let sub = w.register(Callable::sub("bench.noop_sub"))?;
+        let chip = w.register(Callable::chip("bench.empty_chip"))?;
+        subs.push(measure_kind(&w, sub, false, ks, runs)?.1.median);
+        chips.push(measure_kind(&w, chip, true, ks, runs)?.1.median);
+        w.close();
+    }
+    Ok((marginal_of(&subs), marginal_of(&chips)))
+}
+
+/// The statistics of per-Worker slopes; one that is not a cost (negative, or not measured:
+/// NaN) is left out, as [`Stats::cost`] leaves it out of a single-Worker row.
+fn marginal_of(slopes: &[f64]) -> Stats {
+    let costs: Vec<f64> = slopes.iter().copied().filter(|x| *x >= 0.0).collect();
+    Stats::of(&costs)
 }
 
 /// An L4 Worker whose one remote worker is a server in this process on a loopback port
