@@ -134,7 +134,8 @@ const MARGINAL_WORKERS: usize = 3;
 
 /// Runs at each of the two largest task counts, whose medians give the marginal. With 7, four
 /// fresh Workers' slopes read 1.4-2.1 µs per no-op sub task in one process and 0.8-1.1 in
-/// the next; with 40, 0.68-1.03 in both (BENCHMARKS.md, "Issues 25 and 26, stop 47").
+/// the next; with 40, 0.68-1.03 in both (BENCHMARKS.md, "Issues 25 and 26, stop 47"). Odd,
+/// so the median is one run.
 const MARGINAL_RUNS: usize = 41;
 
 /// Unmeasured runs at each task count before its sampled ones: the first runs of a new size
@@ -143,14 +144,26 @@ const MARGINAL_RUNS: usize = 41;
 /// fold into the per-task slope.
 const WARM_RUNS_PER_SIZE: usize = 2;
 
+/// How much of each measurement a `pto bench dispatch` makes (`--quick` shrinks all of it).
+struct Plan<'a> {
+    /// Tasks per run.
+    ks: &'a [usize],
+    /// Measured runs per task count.
+    runs: usize,
+    /// Measured runs at the two largest task counts ([`MARGINAL_RUNS`]).
+    marginal_runs: usize,
+    /// Workers whose marginals the sub and chip rows take the median of ([`MARGINAL_WORKERS`]).
+    workers: usize,
+}
+
 /// Fixed and marginal points of one mode and task kind.
 fn measure_kind(
     w: &Worker,
     handle: CallableHandle,
     chip: bool,
-    ks: &[usize],
-    runs: usize,
+    plan: &Plan<'_>,
 ) -> anyhow::Result<(Stats, Stats)> {
+    let ks = plan.ks;
     // One warm-up run binds the chip's arena and faults the mailbox in.
     one_run(w, handle, chip, 1)?;
     let mut medians = Vec::new();
@@ -160,9 +173,9 @@ fn measure_kind(
         }
         // The two largest sizes give the marginal: their medians get more runs.
         let n = if i + 2 >= ks.len() {
-            runs.max(MARGINAL_RUNS)
+            plan.marginal_runs
         } else {
-            runs
+            plan.runs
         };
         let s = sample(n, || one_run(w, handle, chip, k))?;
         medians.push((k as f64, s.median));
@@ -355,14 +368,14 @@ fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
 }
 
 /// Marginal µs per no-op sub task with lanes of `depth` (the default is chosen from these).
-fn depth_rows(ks: &[usize], runs: usize) -> anyhow::Result<Vec<Point>> {
+fn depth_rows(plan: &Plan<'_>) -> anyhow::Result<Vec<Point>> {
     let mut points = Vec::new();
     for mode in [EndpointMode::InProcess, EndpointMode::ChildProcess] {
         let mode_name = mode.name();
         for depth in [1, 16] {
             let w = worker(mode, depth)?;
             let sub = w.register(Callable::sub("bench.noop_sub"))?;
-            let (_, marginal) = measure_kind(&w, sub, false, ks, runs)?;
+            let (_, marginal) = measure_kind(&w, sub, false, plan)?;
             w.close();
             points.push(Point::new(
                 "dispatch",
@@ -376,11 +389,22 @@ fn depth_rows(ks: &[usize], runs: usize) -> anyhow::Result<Vec<Point>> {
 }
 
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
-    let (ks, runs): (&[usize], usize) = if quick {
-        (&[0, 1, 4, 16], 2)
+    let plan = if quick {
+        Plan {
+            ks: &[0, 1, 4, 16],
+            runs: 2,
+            marginal_runs: 2,
+            workers: 1,
+        }
     } else {
-        (&[0, 1, 4, 16, 64, 256, 1024], 7)
+        Plan {
+            ks: &[0, 1, 4, 16, 64, 256, 1024],
+            runs: 7,
+            marginal_runs: MARGINAL_RUNS,
+            workers: MARGINAL_WORKERS,
+        }
     };
+    let runs = plan.runs;
     let (spin, blocking) = ping_pong(if quick { 2_000 } else { 100_000 });
     let process = pto_node::floor::shm_round_trip(if quick { 2_000 } else { 100_000 }, false)?;
     let empty_l2 = empty_l2_run(runs)?;
@@ -410,9 +434,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
         let chip = w.register(Callable::chip("bench.empty_chip"))?;
-        let (fixed, marginal) = measure_kind(&w, sub, false, ks, runs)?;
-        let (cfixed, cmarginal) = measure_kind(&w, chip, true, ks, runs)?;
-        let (marginal, cmarginal) = over_more_workers(mode, ks, runs, marginal, cmarginal)?;
+        let (fixed, marginal) = measure_kind(&w, sub, false, &plan)?;
         points.push(Point::new(
             "dispatch",
             format!("run of one sub task, {mode_name}"),
@@ -420,6 +442,9 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             one_task_run(&w, sub, false, runs)?,
         ));
         let one_chip = one_task_run(&w, chip, true, runs)?;
+        let (cfixed, cmarginal) = measure_kind(&w, chip, true, &plan)?;
+        w.close();
+        let (marginal, cmarginal) = over_more_workers(mode, &plan, marginal, cmarginal)?;
         points.push(
             Point::new(
                 "dispatch",
@@ -467,47 +492,59 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             )
             .with_peer("chip: empty L2 run", empty_l2.median),
         );
-        w.close();
-        points.push(four_chips(mode, mode_name, ks, runs, empty_l2.median)?);
+        points.push(four_chips(mode, mode_name, &plan, empty_l2.median)?);
     }
-    points.extend(depth_rows(ks, runs)?);
+    points.extend(depth_rows(&plan)?);
     points.extend(submit_scaling(quick)?);
-    points.extend(remote_rows(ks, runs, process)?);
+    points.extend(remote_rows(&plan, process)?);
     Ok(points)
 }
 
-/// The sub and chip marginals of `first` (one Worker's) with those of `MARGINAL_WORKERS - 1`
-/// fresh Workers of `mode`: their median, and their range as min and max.
+/// The sub and chip marginals of a first Worker with those of `plan.workers - 1` fresh
+/// Workers of `mode`: the median over the Workers, their range as min and max, and `runs`
+/// counting Workers.
 fn over_more_workers(
     mode: EndpointMode,
-    ks: &[usize],
-    runs: usize,
+    plan: &Plan<'_>,
     first_sub: Stats,
     first_chip: Stats,
 ) -> anyhow::Result<(Stats, Stats)> {
     let (mut subs, mut chips) = (vec![first_sub.median], vec![first_chip.median]);
-    for _ in 1..MARGINAL_WORKERS {
+    for _ in 1..plan.workers {
         let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
         let sub = w.register(Callable::sub("bench.noop_sub"))?;
         let chip = w.register(Callable::chip("bench.empty_chip"))?;
-        subs.push(measure_kind(&w, sub, false, ks, runs)?.1.median);
-        chips.push(measure_kind(&w, chip, true, ks, runs)?.1.median);
+        subs.push(measure_kind(&w, sub, false, plan)?.1.median);
+        chips.push(measure_kind(&w, chip, true, plan)?.1.median);
         w.close();
     }
     Ok((marginal_of(&subs), marginal_of(&chips)))
 }
 
-/// The statistics of per-Worker slopes; one that is not a cost (negative, or not measured:
-/// NaN) is left out, as [`Stats::cost`] leaves it out of a single-Worker row.
+/// The statistics of per-Worker slopes (NaN: a Worker whose slope was not a cost). The median
+/// is over every measured slope, so a noisy negative one counts as low rather than vanishing;
+/// a negative median is not a cost and is reported as not measured ([`Stats::cost`]); min and
+/// max are over the slopes that are costs, so no printed figure is negative.
 fn marginal_of(slopes: &[f64]) -> Stats {
-    let costs: Vec<f64> = slopes.iter().copied().filter(|x| *x >= 0.0).collect();
-    Stats::of(&costs)
+    let measured: Vec<f64> = slopes.iter().copied().filter(|x| x.is_finite()).collect();
+    let median = Stats::of(&measured).median;
+    let costs: Vec<f64> = measured.iter().copied().filter(|x| *x >= 0.0).collect();
+    if median.is_nan() || median < 0.0 || costs.is_empty() {
+        return Stats::of(&[]);
+    }
+    let range = Stats::of(&costs);
+    Stats {
+        median,
+        min: range.min.min(median),
+        max: range.max.max(median),
+        runs: measured.len(),
+    }
 }
 
 /// An L4 Worker whose one remote worker is a server in this process on a loopback port
 /// (its session's chip on threads): each task is a `Submit` call over HTTP/2 running an empty
 /// L3 run there, so the marginal is the loopback gRPC round trip plus that run.
-fn remote_rows(ks: &[usize], runs: usize, process_floor: f64) -> anyhow::Result<Vec<Point>> {
+fn remote_rows(plan: &Plan<'_>, process_floor: f64) -> anyhow::Result<Vec<Point>> {
     let server = pto_node::remote::serve(pto_node::remote::ServeOptions {
         listen: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
         chips: 1,
@@ -522,7 +559,7 @@ fn remote_rows(ks: &[usize], runs: usize, process_floor: f64) -> anyhow::Result<
         .build()?;
     let node = w.register(Callable::node("bench.noop_node"))?;
     w.init()?;
-    let (fixed, marginal) = measure_kind(&w, node, true, ks, runs)?;
+    let (fixed, marginal) = measure_kind(&w, node, true, plan)?;
     w.close();
     Ok(vec![
         Point::new(
@@ -545,8 +582,7 @@ fn remote_rows(ks: &[usize], runs: usize, process_floor: f64) -> anyhow::Result<
 fn four_chips(
     mode: EndpointMode,
     mode_name: &str,
-    ks: &[usize],
-    runs: usize,
+    plan: &Plan<'_>,
     empty_l2: f64,
 ) -> anyhow::Result<Point> {
     let mut b = Worker::builder(3)
@@ -559,7 +595,7 @@ fn four_chips(
     let w = b.build()?;
     let chip = w.register(Callable::chip("bench.empty_chip"))?;
     w.init()?;
-    let (_, marginal) = measure_kind(&w, chip, true, ks, runs)?;
+    let (_, marginal) = measure_kind(&w, chip, true, plan)?;
     w.close();
     Ok(Point::new(
         "dispatch",
@@ -573,6 +609,20 @@ fn four_chips(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Per-Worker marginals: a noisy negative slope counts in the median (as a low one) but
+    /// is never printed; a negative median or no cost at all is "not measured".
+    #[test]
+    fn a_marginal_over_workers_keeps_noisy_slopes_in_its_median_and_prints_no_negative() {
+        let s = marginal_of(&[1.0, -0.5, 0.9]);
+        assert_eq!((s.median, s.min, s.max, s.runs), (0.9, 0.9, 1.0, 3));
+        let s = marginal_of(&[0.8, f64::NAN]);
+        assert_eq!((s.median, s.min, s.max, s.runs), (0.8, 0.8, 0.8, 1));
+        for slopes in [&[-0.2, -0.1, 1.0][..], &[f64::NAN], &[]] {
+            let s = marginal_of(slopes);
+            assert!(s.median.is_nan() && s.runs == 0, "{slopes:?}: {s:?}");
+        }
+    }
 
     #[test]
     fn the_empty_chip_is_found_by_name_but_not_listed_for_users() {

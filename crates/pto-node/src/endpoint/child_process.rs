@@ -507,10 +507,12 @@ impl Endpoint for ChildProcessEndpoint {
         let mut fixed = std::mem::take(&mut self.scratch);
         fixed.clear();
         fixed.resize(frame::OFF_CONTROL_PAYLOAD, 0);
-        let h = self.header(Op::Task, Some(&req), blob.len() as u32, 0);
-        frame::encode_header(&h, &mut fixed);
+        // The config first: a config that cannot be encoded fails this dispatch before the
+        // header takes a sequence number and the segments flag, which the next request needs.
         frame::encode_config(req.config.as_ref(), &mut fixed)
             .map_err(|e| EndpointError::Failed(format!("cannot encode the CallConfig: {e}")))?;
+        let h = self.header(Op::Task, Some(&req), blob.len() as u32, 0);
+        frame::encode_header(&h, &mut fixed);
         frame::encode_callable(
             &CallableSection {
                 id: req.callable_id,

@@ -435,6 +435,10 @@ pub(crate) struct Unavailable {
     pub(crate) code: Option<ErrorCode>,
 }
 
+/// Most report slots a new run starts with (`EngineState::report_capacity`): larger runs grow
+/// their list as before, and a run after a 100k-task one does not reserve tens of MiB.
+const REPORT_CAPACITY_MAX: usize = 4096;
+
 /// All graph state (§2.1).
 pub(crate) struct EngineState {
     config: EngineConfig,
@@ -1065,7 +1069,7 @@ impl EngineState {
                 break;
             }
             let run = self.runs.pop_front().expect("head exists");
-            self.report_capacity = run.reports.len();
+            self.report_capacity = run.reports.len().min(REPORT_CAPACITY_MAX);
             let lanes = self.lane_stats();
             let fence = Arc::clone(&run.fence);
             let result = run.into_result(lanes);
