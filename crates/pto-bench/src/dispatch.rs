@@ -3,10 +3,11 @@
 //! A Worker with one chip and one sub worker, in both endpoint modes, runs k trivial tasks per
 //! run (k ∈ {0, 1, 4, 16, 64, 256, 1024}, each k after two unmeasured runs of it, the two
 //! largest 41 times); a robust line (Theil–Sen) through the per-k medians gives the fixed µs
-//! per run, the slope between the two largest k the marginal µs per task, for no-op sub tasks and for chip tasks whose
-//! chip callable submits nothing (reported above the chip's own empty L2 run; these two
-//! marginals are the median over three Workers, with their range); a run of one
-//! task (the fixed cost with one task) and a chip task end to end above the empty L2 run;
+//! per run, the slope between the two largest k the marginal µs per task, for no-op sub
+//! tasks and for chip tasks whose chip callable submits nothing (reported above the chip's
+//! own empty L2 run; these two marginals are the median over three Workers, with their
+//! range); a run of one task (the fixed cost with one task) and a chip task end to end above
+//! the empty L2 run;
 //! the marginal cost with lane depths 1 and 16 next to the default; and the submit cost per
 //! task with 1k, 10k and 100k tasks writing disjoint slices of one buffer (the L3 TensorMap's
 //! scaling). Floors measured in the same run: a thread-to-thread round trip by spinning on an
@@ -431,9 +432,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     ];
     for mode in [EndpointMode::InProcess, EndpointMode::ChildProcess] {
         let mode_name = mode.name();
-        let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
-        let sub = w.register(Callable::sub("bench.noop_sub"))?;
-        let chip = w.register(Callable::chip("bench.empty_chip"))?;
+        let (w, sub, chip) = sub_and_chip_worker(mode)?;
         let (fixed, marginal) = measure_kind(&w, sub, false, &plan)?;
         points.push(Point::new(
             "dispatch",
@@ -500,6 +499,17 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     Ok(points)
 }
 
+/// A Worker of `mode` at the default lane depth, with the no-op sub and the empty chip
+/// callable registered.
+fn sub_and_chip_worker(
+    mode: EndpointMode,
+) -> anyhow::Result<(Worker, CallableHandle, CallableHandle)> {
+    let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
+    let sub = w.register(Callable::sub("bench.noop_sub"))?;
+    let chip = w.register(Callable::chip("bench.empty_chip"))?;
+    Ok((w, sub, chip))
+}
+
 /// The sub and chip marginals of a first Worker with those of `plan.workers - 1` fresh
 /// Workers of `mode`: the median over the Workers, their range as min and max, and `runs`
 /// counting Workers.
@@ -511,9 +521,7 @@ fn over_more_workers(
 ) -> anyhow::Result<(Stats, Stats)> {
     let (mut subs, mut chips) = (vec![first_sub.median], vec![first_chip.median]);
     for _ in 1..plan.workers {
-        let w = worker(mode, pto_node::DEFAULT_LANE_DEPTH)?;
-        let sub = w.register(Callable::sub("bench.noop_sub"))?;
-        let chip = w.register(Callable::chip("bench.empty_chip"))?;
+        let (w, sub, chip) = sub_and_chip_worker(mode)?;
         subs.push(measure_kind(&w, sub, false, plan)?.1.median);
         chips.push(measure_kind(&w, chip, true, plan)?.1.median);
         w.close();
@@ -524,14 +532,15 @@ fn over_more_workers(
 /// The statistics of per-Worker slopes (NaN: a Worker whose slope was not a cost). The median
 /// is over every measured slope, so a noisy negative one counts as low rather than vanishing;
 /// a negative median is not a cost and is reported as not measured ([`Stats::cost`]); min and
-/// max are over the slopes that are costs, so no printed figure is negative.
+/// max are over the slopes that are costs (a median ≥ 0 leaves at least one), so no printed
+/// figure is negative.
 fn marginal_of(slopes: &[f64]) -> Stats {
     let measured: Vec<f64> = slopes.iter().copied().filter(|x| x.is_finite()).collect();
     let median = Stats::of(&measured).median;
-    let costs: Vec<f64> = measured.iter().copied().filter(|x| *x >= 0.0).collect();
-    if median.is_nan() || median < 0.0 || costs.is_empty() {
+    if median.is_nan() || median < 0.0 {
         return Stats::of(&[]);
     }
+    let costs: Vec<f64> = measured.iter().copied().filter(|x| *x >= 0.0).collect();
     let range = Stats::of(&costs);
     Stats {
         median,

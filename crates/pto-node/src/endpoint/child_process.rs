@@ -526,9 +526,11 @@ impl Endpoint for ChildProcessEndpoint {
             },
             &mut fixed,
         );
-        self.frame(h.seq).write_task_request(&fixed, &blob);
+        let mailbox = self.frame(h.seq);
+        mailbox.write_task_request(&fixed, &blob);
+        let ready = mailbox.transition_to_task_ready();
         self.scratch = fixed;
-        if let Err(v) = self.frame(h.seq).transition_to_task_ready() {
+        if let Err(v) = ready {
             self.fail_protocol(v.to_string());
             return Err(EndpointError::Dead(v.to_string()));
         }

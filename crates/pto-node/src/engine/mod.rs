@@ -460,8 +460,8 @@ pub(crate) struct EngineState {
     pub(crate) kills: Vec<(Lane, String)>,
     /// Set by `close`: the scheduler stops once no lane is busy.
     pub(crate) stop: bool,
-    /// Tasks of the last run that completed: a new run's report list starts that long, so
-    /// runs of the same size never grow it while they submit.
+    /// Tasks of the last run that completed, at most [`REPORT_CAPACITY_MAX`]: a new run's
+    /// report list starts that long, so runs of the same size never grow it while they submit.
     report_capacity: usize,
     /// `finish`'s work list, empty between calls.
     finish_work: Vec<(SlotId, Option<TaskFailure>)>,
