@@ -27,6 +27,7 @@ pub mod metg;
 #[allow(unsafe_code)]
 pub mod omp;
 pub mod submit;
+pub mod turns;
 
 use std::time::Instant;
 

@@ -12,7 +12,13 @@
 //! tasks on a GCC libgomp team of W threads ([`crate::omp`]), issued as one graph and with a
 //! `taskwait` every 8 steps (libgomp's best on this pattern), and as bulk-synchronous steps on
 //! a rayon pool of W threads (one parallel loop per step). The replayed row runs the same
-//! pattern by replaying a recorded graph of 16 steps (`pto_chip::replay`), one scope each.
+//! pattern by replaying a recorded graph of 16 steps (`pto_chip::replay`), one scope each,
+//! and compares with OpenMP's taskwait form and rayon.
+//!
+//! Every sweep (pto at W = 2, at W = 1 and replayed, each on a chip of its own; rayon; both
+//! OpenMP forms) runs on a thread of its own and they take turns, one measured run each,
+//! every run starting on a quiet process ([`crate::turns`]): a slow stretch of the VM meets
+//! every runtime alike, and no runtime's idle threads spin into another's run.
 
 use std::time::Instant;
 
@@ -25,6 +31,7 @@ use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor, WarCh
 use rayon::prelude::*;
 
 use crate::omp::Issue;
+use crate::turns::SweepFn;
 use crate::{Point, Stats};
 
 use crate::WIDTH;
@@ -333,18 +340,34 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     } else {
         (1.6e9, (10, 1000))
     };
-    let chip = chip()?;
+    // A chip per pto sweep: runs of one leave no state in the chip another sweep runs on.
+    let chips = [chip()?, chip()?, chip()?];
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(W as usize)
         .build()?;
-    let ours = sweep(|g| pto_efficiency(&chip, steps_for(g, budget, range), g, W))?;
-    let ours_w1 = sweep(|g| pto_efficiency(&chip, steps_for(g, budget / 2.0, range), g, 1.0))?;
-    let replayed = sweep(|g| pto_replayed_efficiency(&chip, steps_for(g, budget, range), g))?;
-    let rayon = sweep(|g| Ok(rayon_efficiency(&pool, steps_for(g, budget, range), g)))?;
-    // A build without OpenMP reports the peer as unmeasured (NaN) and says why in the anchor.
-    let openmp = sweep(|g| omp_efficiency(steps_for(g, budget, range), g, Issue::Graph));
-    let openmp_wait =
-        sweep(|g| omp_efficiency(steps_for(g, budget, range), g, Issue::TaskwaitEvery(8)));
+    let steps = |g| steps_for(g, budget, range);
+    let ([w2, w1, replaying], pool) = (&chips, &pool);
+    let sweeps: Vec<SweepFn<'_, anyhow::Result<Sweep>>> = vec![
+        Box::new(|seat| sweep(|g| seat.take(|| pto_efficiency(w2, steps(g), g, W)))),
+        Box::new(|seat| {
+            let steps = |g| steps_for(g, budget / 2.0, range);
+            sweep(|g| seat.take(|| pto_efficiency(w1, steps(g), g, 1.0)))
+        }),
+        Box::new(|seat| sweep(|g| seat.take(|| pto_replayed_efficiency(replaying, steps(g), g)))),
+        Box::new(|seat| sweep(|g| seat.take(|| Ok(rayon_efficiency(pool, steps(g), g))))),
+        // A build without OpenMP reports the peer as unmeasured (NaN) and says why in the
+        // anchor.
+        Box::new(|seat| sweep(|g| seat.take(|| omp_efficiency(steps(g), g, Issue::Graph)))),
+        Box::new(|seat| {
+            let every = Issue::TaskwaitEvery(8);
+            sweep(|g| seat.take(|| omp_efficiency(steps(g), g, every)))
+        }),
+    ];
+    let [ours, ours_w1, replayed, rayon, openmp, openmp_wait]: [anyhow::Result<Sweep>; 6] =
+        crate::turns::in_turns(sweeps)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one result per sweep"));
+    let (ours, ours_w1, replayed, rayon) = (ours?, ours_w1?, replayed?, rayon?);
     // The efficiency reference: the same tasks one after another on one thread (W = 1).
     let seq_steps = steps_for(100_000, budget, range);
     let started = Instant::now();
@@ -389,6 +412,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             Stats::one(figure(&replayed)),
         )
         .with_peer(RAYON, figure(&rayon))
+        .with_peer(OPENMP_WAIT, openmp_wait.as_ref().map_or(f64::NAN, figure))
     };
     Ok(vec![
         metg,

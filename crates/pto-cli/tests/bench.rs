@@ -32,6 +32,14 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
             if case.contains("replayed") {
                 // The replayed row is held to the rayon peer (issue 26).
                 assert!(v["peer"].as_str().unwrap().contains("rayon"), "{line}");
+                // ... and shown beside OpenMP's taskwait form, measured in the same turns.
+                let others = v["other_peers"].as_array().expect("other peers");
+                assert!(
+                    others
+                        .iter()
+                        .any(|p| p["peer"].as_str().unwrap().contains("taskwait every 8")),
+                    "{line}"
+                );
                 replayed_metg = true;
             } else {
                 metg_peers(&v, line);
