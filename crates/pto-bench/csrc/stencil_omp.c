@@ -2,8 +2,8 @@
  * The OpenMP-tasks peer of `pto bench metg` (BENCHMARKS.md B2): Task Bench's stencil_1d on a
  * grid of 2 x width cells, as `#pragma omp task depend` tasks created by one thread of a team
  * of `threads`. Task (t, j) reads cells j-1..j+1 of the row step t-1 wrote and writes cell j of
- * its own row; its body spins until its thread's CPU time advanced by `grain_ns`, the kernel of
- * the pto and rayon rows of the same run.
+ * its own row; its body is `kernel(grain_ns)`, the Rust function the pto and rayon rows of the
+ * same run compute with (`pto_bench::spin`), called through a pointer.
  *
  * With `taskwait_every` > 0 the creating thread waits for all its tasks after every that many
  * steps. libgomp runs a new task at once on the creating thread, after waiting for its
@@ -17,20 +17,6 @@
 
 enum { MAX_WIDTH = 256 };
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static void spin_cpu(uint64_t ns)
-{
-    uint64_t until = thread_cpu_ns() + ns;
-    while (thread_cpu_ns() < until) {
-    }
-}
-
 static double wall_seconds(void)
 {
     struct timespec t;
@@ -43,14 +29,14 @@ static double wall_seconds(void)
  * -2 when OpenMP gave the team fewer than `threads` threads (the figure would not compare).
  */
 double pto_omp_stencil_1d(uint32_t steps, uint32_t width, uint64_t grain_ns, int32_t threads,
-                          uint32_t taskwait_every)
+                          uint32_t taskwait_every, void (*kernel)(uint64_t))
 {
     /* Only the addresses matter: they name the cells in the depend clauses. */
     char grid[2][MAX_WIDTH];
     int32_t team = 0;
     double started;
     double ended;
-    if (width == 0 || width > MAX_WIDTH || threads < 1) {
+    if (width == 0 || width > MAX_WIDTH || threads < 1 || kernel == 0) {
         return -1.0;
     }
     started = wall_seconds();
@@ -64,9 +50,9 @@ double pto_omp_stencil_1d(uint32_t steps, uint32_t width, uint64_t grain_ns, int
             for (uint32_t j = 0; j < width; j++) {
                 uint32_t lo = j > 0 ? j - 1 : j;
                 uint32_t hi = j + 1 < width ? j + 1 : j;
-#pragma omp task firstprivate(grain_ns) \
+#pragma omp task firstprivate(grain_ns, kernel) \
     depend(in : grid[prev][lo], grid[prev][j], grid[prev][hi]) depend(out : grid[row][j])
-                spin_cpu(grain_ns);
+                kernel(grain_ns);
             }
             if (taskwait_every > 0 && (t + 1) % taskwait_every == 0) {
 #pragma omp taskwait

@@ -6,8 +6,10 @@
 //!
 //! - [`submit`] — B1, L2 orchestration cost per task (rayon `scope.spawn` and a sequential
 //!   loop as peers);
-//! - [`metg`] — B2, METG(50%) of stencil_1d on 2 simulated cores (a rayon bulk-synchronous
-//!   loop as peer);
+//! - [`metg`] — B2, METG(50%) of stencil_1d on 2 simulated cores (OpenMP tasks, as one graph
+//!   and with a `taskwait` every 8 steps, and a rayon bulk-synchronous loop as peers; every
+//!   runtime computes with the same calibrated kernel, [`spin`], and the sweeps take turns,
+//!   [`turns`]);
 //! - [`dispatch`] — B3, L3 dispatch cost, both endpoint modes (thread ping-pong floors);
 //! - [`idle`] — B4, CPU of the whole process tree per wall second while idle;
 //! - [`footprint`] — B5, device memory of the fan-out scene's three sizings (it runs the
@@ -26,6 +28,7 @@ pub mod metg;
 // The one foreign call: the OpenMP peer's C function.
 #[allow(unsafe_code)]
 pub mod omp;
+pub mod spin;
 pub mod submit;
 pub mod turns;
 

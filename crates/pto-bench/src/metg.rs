@@ -2,7 +2,8 @@
 //!
 //! One chip with one cluster (W = 2 AIV cores) and 2 AICPU threads runs `stencil_1d` of width
 //! 16 (each task reads 3 entries of the previous step) for S steps; every task is the kernel
-//! `bench.spin(g)`, which spins until its thread's CPU time advanced by g. Efficiency =
+//! `bench.spin(g)`, which computes for g ([`crate::spin`]: a loop calibrated with every core
+//! busy right before each measured run, for every runtime alike). Efficiency =
 //! (tasks × g) / (wall × W). g sweeps from 100 µs down by 1.5× until efficiency drops below
 //! 50 %; METG is interpolated (log g) between the last point above and the first below, each
 //! of those two (and the 100 µs start) the median of three runs; one run decides every other
@@ -31,33 +32,19 @@ use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, Tensor, WarCh
 use rayon::prelude::*;
 
 use crate::omp::Issue;
-use crate::turns::SweepFn;
+use crate::turns::{Seat, SweepFn};
 use crate::{Point, Stats};
 
 use crate::WIDTH;
 const W: f64 = 2.0;
 
-/// This thread's CPU time, ns.
-fn thread_cpu_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-/// Spins until this thread used `ns` more CPU time.
-fn spin_cpu(ns: u64) {
-    let until = thread_cpu_ns() + ns;
-    while thread_cpu_ns() < until {
-        std::hint::spin_loop();
-    }
-}
-
 fn kernel_spin(ctx: &mut KernelCtx<'_>) {
     let ns: u64 = ctx.scalar(0);
-    spin_cpu(ns);
+    crate::spin::spin(ns);
 }
 
 pto_chip::register_kernel!(
-    /// Spins until its thread's CPU time advanced by `scalar(0)` ns (BENCHMARKS.md B2).
+    /// Computes for `scalar(0)` ns ([`crate::spin`], BENCHMARKS.md B2).
     SPIN = "bench.spin", CoreType::Aiv, kernel_spin
 );
 pto_chip::register_kernel!(
@@ -166,7 +153,9 @@ fn rayon_efficiency(pool: &rayon::ThreadPool, steps: u64, g_ns: u64) -> f64 {
     let started = Instant::now();
     pool.install(|| {
         for _ in 0..steps {
-            (0..WIDTH).into_par_iter().for_each(|_| spin_cpu(g_ns));
+            (0..WIDTH)
+                .into_par_iter()
+                .for_each(|_| crate::spin::spin(g_ns));
         }
     });
     let wall = started.elapsed().as_secs_f64();
@@ -246,7 +235,7 @@ const SETTLE_RUNS: usize = 3;
 /// seen to return). Each further grain is run once until one lands on the other side of 50 %;
 /// that one and the grain before it are then settled too, and the sweep goes on, or steps
 /// back, until two settled neighbours bracket 50 %. A sweep that stays above 50 % down to
-/// 0.5 µs reports its last point.
+/// 0.1 µs reports its last point.
 fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Result<Sweep> {
     let start = 100_000.0f64;
     let mut origin = SweepPoint {
@@ -257,7 +246,7 @@ fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Resu
     origin.settle(&mut efficiency)?;
     let first = origin.e;
     let down = first >= 0.5;
-    let (step, limit): (f64, f64) = if down { (1.0 / 1.5, 500.0) } else { (1.5, 1e7) };
+    let (step, limit): (f64, f64) = if down { (1.0 / 1.5, 100.0) } else { (1.5, 1e7) };
     // On the side the sweep started on.
     let near = |e: f64| (e >= 0.5) == down;
     let done = |crossing| Sweep {
@@ -318,6 +307,15 @@ fn omp_efficiency(steps: u64, g_ns: u64, issue: Issue) -> anyhow::Result<f64> {
     Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W))
 }
 
+/// One measured run in `seat`'s turn, the kernel calibrated with every core busy just before
+/// it ([`crate::spin::calibrate`]): a grain is g of computing under the load of the run.
+fn measured<T>(seat: &Seat<'_>, run: impl FnOnce() -> T) -> T {
+    seat.take(|| {
+        crate::spin::calibrate(W as usize);
+        run()
+    })
+}
+
 /// The peers' names, as the rows print them.
 const OPENMP: &str = "OpenMP tasks, whole graph (GCC libgomp, omp task depend)";
 const OPENMP_WAIT: &str = "OpenMP tasks, taskwait every 8 steps (GCC libgomp)";
@@ -334,72 +332,158 @@ pub fn chip() -> anyhow::Result<ChipWorker> {
     Ok(ChipWorker::new(spec, EnvSource::empty())?)
 }
 
-pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
-    let (budget, range) = if quick {
-        (2e7, (2, 10))
-    } else {
-        (1.6e9, (10, 1000))
-    };
-    // A chip per pto sweep: runs of one leave no state in the chip another sweep runs on.
-    let chips = [chip()?, chip()?, chip()?];
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(W as usize)
-        .build()?;
+/// Full rounds of every sweep in a full run: each figure is the median of the rounds, their
+/// range its min and max. One round's METG moved between 1.0 and 1.6 µs for the same build
+/// within minutes on the reference VM: the efficiency curve is flat near 50 %, so a few per
+/// cent of noise in one run moves the crossing far.
+const ROUNDS: usize = 3;
+
+/// One round: every runtime's sweep, taken in turns.
+struct Round {
+    ours: Sweep,
+    ours_w1: Sweep,
+    replayed: Sweep,
+    rayon: Sweep,
+    /// `Err` in a build without OpenMP.
+    openmp: anyhow::Result<Sweep>,
+    openmp_wait: anyhow::Result<Sweep>,
+}
+
+/// One runtime's sweep of a round, if it was measured.
+type Pick = fn(&Round) -> Option<&Sweep>;
+
+impl Round {
+    fn ours(&self) -> Option<&Sweep> {
+        Some(&self.ours)
+    }
+
+    fn ours_w1(&self) -> Option<&Sweep> {
+        Some(&self.ours_w1)
+    }
+
+    fn replayed(&self) -> Option<&Sweep> {
+        Some(&self.replayed)
+    }
+
+    fn rayon(&self) -> Option<&Sweep> {
+        Some(&self.rayon)
+    }
+
+    fn openmp(&self) -> Option<&Sweep> {
+        self.openmp.as_ref().ok()
+    }
+
+    fn openmp_wait(&self) -> Option<&Sweep> {
+        self.openmp_wait.as_ref().ok()
+    }
+}
+
+/// The chips and the rayon pool a round measures on, kept across rounds.
+struct Runtimes {
+    /// A chip per pto sweep: runs of one leave no state in the chip another sweep runs on.
+    chips: [ChipWorker; 3],
+    pool: rayon::ThreadPool,
+}
+
+fn round(rt: &Runtimes, budget: f64, range: (u64, u64)) -> anyhow::Result<Round> {
     let steps = |g| steps_for(g, budget, range);
-    let ([w2, w1, replaying], pool) = (&chips, &pool);
+    let ([w2, w1, replaying], pool) = (&rt.chips, &rt.pool);
     let sweeps: Vec<SweepFn<'_, anyhow::Result<Sweep>>> = vec![
-        Box::new(|seat| sweep(|g| seat.take(|| pto_efficiency(w2, steps(g), g, W)))),
+        Box::new(|seat| sweep(|g| measured(seat, || pto_efficiency(w2, steps(g), g, W)))),
         Box::new(|seat| {
             let steps = |g| steps_for(g, budget / 2.0, range);
-            sweep(|g| seat.take(|| pto_efficiency(w1, steps(g), g, 1.0)))
+            sweep(|g| measured(seat, || pto_efficiency(w1, steps(g), g, 1.0)))
         }),
-        Box::new(|seat| sweep(|g| seat.take(|| pto_replayed_efficiency(replaying, steps(g), g)))),
-        Box::new(|seat| sweep(|g| seat.take(|| Ok(rayon_efficiency(pool, steps(g), g))))),
+        Box::new(|seat| {
+            sweep(|g| measured(seat, || pto_replayed_efficiency(replaying, steps(g), g)))
+        }),
+        Box::new(|seat| sweep(|g| measured(seat, || Ok(rayon_efficiency(pool, steps(g), g))))),
         // A build without OpenMP reports the peer as unmeasured (NaN) and says why in the
         // anchor.
-        Box::new(|seat| sweep(|g| seat.take(|| omp_efficiency(steps(g), g, Issue::Graph)))),
+        Box::new(|seat| sweep(|g| measured(seat, || omp_efficiency(steps(g), g, Issue::Graph)))),
         Box::new(|seat| {
             let every = Issue::TaskwaitEvery(8);
-            sweep(|g| seat.take(|| omp_efficiency(steps(g), g, every)))
+            sweep(|g| measured(seat, || omp_efficiency(steps(g), g, every)))
         }),
     ];
     let [ours, ours_w1, replayed, rayon, openmp, openmp_wait]: [anyhow::Result<Sweep>; 6] =
         crate::turns::in_turns(sweeps)
             .try_into()
             .unwrap_or_else(|_| unreachable!("one result per sweep"));
-    let (ours, ours_w1, replayed, rayon) = (ours?, ours_w1?, replayed?, rayon?);
-    // The efficiency reference: the same tasks one after another on one thread (W = 1).
+    Ok(Round {
+        ours: ours?,
+        ours_w1: ours_w1?,
+        replayed: replayed?,
+        rayon: rayon?,
+        openmp,
+        openmp_wait,
+    })
+}
+
+/// The efficiency reference: the same tasks one after another on one thread (W = 1), the
+/// kernel calibrated on that thread alone.
+fn sequential_efficiency(budget: f64, range: (u64, u64)) -> f64 {
     let seq_steps = steps_for(100_000, budget, range);
+    crate::turns::settle();
+    crate::spin::calibrate(1);
     let started = Instant::now();
     for _ in 0..seq_steps * u64::from(WIDTH) {
-        spin_cpu(100_000);
+        crate::spin::spin(100_000);
     }
-    let sequential = (seq_steps * u64::from(WIDTH)) as f64 * 1e-4 / started.elapsed().as_secs_f64();
+    (seq_steps * u64::from(WIDTH)) as f64 * 1e-4 / started.elapsed().as_secs_f64()
+}
+
+/// Not reached below 10 ms (or not measured): NaN, printed as "-" and JSON null.
+fn kernel(s: &Sweep) -> f64 {
+    s.crossing.map_or(f64::NAN, |c| c.kernel_us)
+}
+
+fn granularity(s: &Sweep) -> f64 {
+    s.crossing.map_or(f64::NAN, |c| c.granularity_us)
+}
+
+pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
+    let (budget, range, rounds) = if quick {
+        (2e7, (2, 10), 1)
+    } else {
+        (1.6e9, (10, 1000), ROUNDS)
+    };
+    let rt = Runtimes {
+        chips: [chip()?, chip()?, chip()?],
+        pool: rayon::ThreadPoolBuilder::new()
+            .num_threads(W as usize)
+            .build()?,
+    };
+    let rounds = (0..rounds)
+        .map(|_| round(&rt, budget, range))
+        .collect::<anyhow::Result<Vec<Round>>>()?;
+    let sequential = sequential_efficiency(budget, range);
+    // A figure over the rounds; a peer's is its median (NaN when it was not measured).
+    let over = |pick: Pick, figure: &dyn Fn(&Sweep) -> f64| {
+        let values: Vec<f64> = rounds
+            .iter()
+            .map(|r| pick(r).map_or(f64::NAN, figure))
+            .collect();
+        Stats::of(&values)
+    };
+    let peer = |pick: Pick, figure: &dyn Fn(&Sweep) -> f64| over(pick, figure).median;
     let case = format!("stencil_1d width {WIDTH} W=2");
-    // Not reached below 10 ms (or not measured): NaN, printed as "-" and JSON null.
-    let kernel = |s: &Sweep| s.crossing.map_or(f64::NAN, |c| c.kernel_us);
-    let granularity = |s: &Sweep| s.crossing.map_or(f64::NAN, |c| c.granularity_us);
-    let peers = [
-        (OPENMP_WAIT, openmp_wait.as_ref().ok()),
-        (OPENMP, openmp.as_ref().ok()),
-        (RAYON, Some(&rayon)),
-    ];
     // One W = 2 figure of pto and of every peer.
     let compare = |what: &str, unit: &'static str, figure: &dyn Fn(&Sweep) -> f64| {
-        let ours = Point::new(
+        Point::new(
             "metg",
             format!("{case}: {what}"),
             unit,
-            Stats::one(figure(&ours)),
-        );
-        peers.iter().fold(ours, |p, (name, sweep)| {
-            p.with_peer(*name, sweep.map_or(f64::NAN, figure))
-        })
+            over(Round::ours, figure),
+        )
+        .with_peer(OPENMP_WAIT, peer(Round::openmp_wait, figure))
+        .with_peer(OPENMP, peer(Round::openmp, figure))
+        .with_peer(RAYON, peer(Round::rayon, figure))
     };
     let mut metg = compare("METG(50%), kernel time", "us", &kernel);
     let mut task_bench = compare("METG(50%), Task Bench granularity", "us", &granularity)
         .with_anchor("Task Bench's definition (wall x workers / tasks at 50 % efficiency); Task Bench on 32 cores: MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)");
-    if let Err(e) = &openmp {
+    if let Some(Err(e)) = rounds.first().map(|r| &r.openmp) {
         metg = metg.with_anchor(e.to_string());
         task_bench = task_bench.with_anchor(e.to_string());
     }
@@ -409,10 +493,10 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             "metg",
             format!("{replayed_case}: {what}"),
             unit,
-            Stats::one(figure(&replayed)),
+            over(Round::replayed, figure),
         )
-        .with_peer(RAYON, figure(&rayon))
-        .with_peer(OPENMP_WAIT, openmp_wait.as_ref().map_or(f64::NAN, figure))
+        .with_peer(RAYON, peer(Round::rayon, figure))
+        .with_peer(OPENMP_WAIT, peer(Round::openmp_wait, figure))
     };
     Ok(vec![
         metg,
@@ -424,7 +508,7 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             "metg",
             format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%), kernel time"),
             "us",
-            Stats::one(kernel(&ours_w1)),
+            over(Round::ours_w1, &kernel),
         ),
         Point::new(
             "metg",

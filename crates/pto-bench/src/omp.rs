@@ -23,6 +23,7 @@ mod ffi {
             grain_ns: u64,
             threads: i32,
             taskwait_every: u32,
+            kernel: extern "C" fn(u64),
         ) -> f64;
     }
 }
@@ -38,8 +39,8 @@ pub enum Issue {
     TaskwaitEvery(u32),
 }
 
-/// Wall seconds of `steps` steps of stencil_1d of `width` cells, tasks spinning `grain_ns` of
-/// CPU each, on a team of `threads`.
+/// Wall seconds of `steps` steps of stencil_1d of `width` cells, each task computing for
+/// `grain_ns` ([`crate::spin::spin`]), on a team of `threads`.
 pub fn stencil_1d_wall(
     steps: u32,
     width: u32,
@@ -49,14 +50,17 @@ pub fn stencil_1d_wall(
 ) -> Result<f64, OmpError> {
     #[cfg(pto_openmp)]
     {
-        // SAFETY: the C function takes plain integers, touches only its own stack and the
-        // OpenMP runtime, and returns before any task it created is still running (taskwait
-        // and the end of its parallel region).
+        // SAFETY: the C function takes plain integers and a pointer to a safe Rust function of
+        // the signature it declares (which does not unwind: it only loops), touches only its
+        // own stack and the OpenMP runtime, and returns before any task it created is still
+        // running (taskwait and the end of its parallel region).
         let every = match issue {
             Issue::Graph => 0,
             Issue::TaskwaitEvery(n) => n,
         };
-        let wall = unsafe { ffi::pto_omp_stencil_1d(steps, width, grain_ns, threads, every) };
+        let kernel = crate::spin::pto_bench_spin;
+        let wall =
+            unsafe { ffi::pto_omp_stencil_1d(steps, width, grain_ns, threads, every, kernel) };
         if wall >= 0.0 {
             Ok(wall)
         } else if wall > -1.5 {
