@@ -11,6 +11,9 @@ fn main() -> anyhow::Result<()> {
     let chip = pto_bench::metg::chip()?;
     let g_ns = (g_us * 1000.0) as u64;
     for _ in 0..3 {
+        // As `pto bench metg` does before every measured run: the kernel's loop calibrated
+        // with both cores busy.
+        pto_bench::spin::calibrate(2);
         let before = thread_scheds();
         let e = if replayed {
             pto_bench::metg::pto_replayed_efficiency(&chip, steps, g_ns)?
