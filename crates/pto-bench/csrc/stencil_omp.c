@@ -25,8 +25,9 @@ static double wall_seconds(void)
 }
 
 /*
- * Runs `steps` steps and returns the wall time in seconds; -1 when `width` is out of range,
- * -2 when OpenMP gave the team fewer than `threads` threads (the figure would not compare).
+ * Runs `steps` steps and returns the wall time in seconds; -1 when `width` is out of range (or
+ * `threads` is not positive, or `kernel` is null: the Rust caller passes neither), -2 when
+ * OpenMP gave the team fewer than `threads` threads (the figure would not compare).
  */
 double pto_omp_stencil_1d(uint32_t steps, uint32_t width, uint64_t grain_ns, int32_t threads,
                           uint32_t taskwait_every, void (*kernel)(uint64_t))

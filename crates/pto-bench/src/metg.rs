@@ -170,6 +170,8 @@ pub struct Crossing {
     /// Task Bench's METG at the same point: the task granularity, wall × workers / tasks (µs);
     /// at exactly 50 % it is twice the kernel time.
     pub granularity_us: f64,
+    /// The sweep stayed at or above 50 % down to its finest grain: METG is at most this.
+    pub at_most: bool,
 }
 
 /// One sweep: the crossing (`None` when 10 ms is still below 50 %) and the efficiency at
@@ -192,6 +194,7 @@ fn at_half(g1: f64, e1: f64, g2: f64, e2: f64) -> Crossing {
     Crossing {
         kernel_us: log_lerp(g1, g2) / 1000.0,
         granularity_us: log_lerp(g1 / e1, g2 / e2) / 1000.0,
+        at_most: false,
     }
 }
 
@@ -263,6 +266,7 @@ fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Resu
             return Ok(done(down.then(|| Crossing {
                 kernel_us: last.g / 1000.0,
                 granularity_us: last.g / last.e / 1000.0,
+                at_most: true,
             })));
         }
         let mut far = SweepPoint {
@@ -308,7 +312,8 @@ fn omp_efficiency(steps: u64, g_ns: u64, issue: Issue) -> anyhow::Result<f64> {
 }
 
 /// One measured run in `seat`'s turn, the kernel calibrated with every core busy just before
-/// it ([`crate::spin::calibrate`]): a grain is g of computing under the load of the run.
+/// it ([`crate::spin::calibrate`]): a grain is g of computing under the load of the run. W = 1
+/// runs too: their kernels run on one core while the orchestrator keeps the other busy.
 fn measured<T>(seat: &Seat<'_>, run: impl FnOnce() -> T) -> T {
     seat.take(|| {
         crate::spin::calibrate(W as usize);
@@ -433,6 +438,28 @@ fn sequential_efficiency(budget: f64, range: (u64, u64)) -> f64 {
     (seq_steps * u64::from(WIDTH)) as f64 * 1e-4 / started.elapsed().as_secs_f64()
 }
 
+/// The runtimes of `points` (name, sweep) whose sweep stayed at or above 50 % down to its
+/// finest grain in some rounds, where their METG is an upper bound; empty if none did.
+fn bound_note(rounds: &[Round], points: &[(&str, Pick)]) -> String {
+    points
+        .iter()
+        .filter_map(|&(name, pick)| {
+            let k = rounds
+                .iter()
+                .filter(|r| pick(r).and_then(|s| s.crossing).is_some_and(|c| c.at_most))
+                .count();
+            (k > 0).then(|| {
+                format!(
+                    "{name}: at or above 50 % down to the finest grain in {k} of {} rounds, \
+                     where its figure is an upper bound",
+                    rounds.len()
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Not reached below 10 ms (or not measured): NaN, printed as "-" and JSON null.
 fn kernel(s: &Sweep) -> f64 {
     s.crossing.map_or(f64::NAN, |c| c.kernel_us)
@@ -480,9 +507,34 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         .with_peer(OPENMP, peer(Round::openmp, figure))
         .with_peer(RAYON, peer(Round::rayon, figure))
     };
-    let mut metg = compare("METG(50%), kernel time", "us", &kernel);
+    let anchored = |p: Point, note: &str| {
+        if note.is_empty() {
+            p
+        } else {
+            p.with_anchor(note)
+        }
+    };
+    let all = [
+        ("pto", Round::ours as Pick),
+        (OPENMP_WAIT, Round::openmp_wait),
+        (OPENMP, Round::openmp),
+        (RAYON, Round::rayon),
+    ];
+    // A runtime that never fell below 50 % has a METG of at most its finest grain: say so.
+    let w2_bounds = bound_note(&rounds, &all);
+    let replay_bounds = bound_note(
+        &rounds,
+        &[
+            ("pto replayed", Round::replayed as Pick),
+            (RAYON, Round::rayon),
+            (OPENMP_WAIT, Round::openmp_wait),
+        ],
+    );
+    let w1_bounds = bound_note(&rounds, &[("pto", Round::ours_w1 as Pick)]);
+    let mut metg = anchored(compare("METG(50%), kernel time", "us", &kernel), &w2_bounds);
     let mut task_bench = compare("METG(50%), Task Bench granularity", "us", &granularity)
         .with_anchor("Task Bench's definition (wall x workers / tasks at 50 % efficiency); Task Bench on 32 cores: MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)");
+    task_bench = anchored(task_bench, &w2_bounds);
     if let Some(Err(e)) = rounds.first().map(|r| &r.openmp) {
         metg = metg.with_anchor(e.to_string());
         task_bench = task_bench.with_anchor(e.to_string());
@@ -498,17 +550,27 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         .with_peer(RAYON, peer(Round::rayon, figure))
         .with_peer(OPENMP_WAIT, peer(Round::openmp_wait, figure))
     };
+    let replay_metg = anchored(
+        replayed_row("METG(50%), kernel time", "us", &kernel),
+        &replay_bounds,
+    );
     Ok(vec![
         metg,
         task_bench,
-        replayed_row("METG(50%), kernel time", "us", &kernel),
-        replayed_row("METG(50%), Task Bench granularity", "us", &granularity),
+        replay_metg,
+        anchored(
+            replayed_row("METG(50%), Task Bench granularity", "us", &granularity),
+            &replay_bounds,
+        ),
         compare("efficiency at 100 us", "fraction", &|s: &Sweep| s.at_100),
-        Point::new(
-            "metg",
-            format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%), kernel time"),
-            "us",
-            over(Round::ours_w1, &kernel),
+        anchored(
+            Point::new(
+                "metg",
+                format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%), kernel time"),
+                "us",
+                over(Round::ours_w1, &kernel),
+            ),
+            &w1_bounds,
         ),
         Point::new(
             "metg",
@@ -522,6 +584,30 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_that_never_fell_below_half_is_named_as_a_bound() {
+        // Efficiency 0.9 at every grain: the sweep ends at its finest grain, a bound.
+        let floor = sweep(|_| Ok(0.9)).unwrap();
+        let crossed = sweep(|g| Ok(g as f64 / (g as f64 + 5_000.0))).unwrap();
+        assert!(floor.crossing.unwrap().at_most);
+        assert!(!crossed.crossing.unwrap().at_most);
+        let round = |rayon: Sweep| Round {
+            ours: crossed,
+            ours_w1: crossed,
+            replayed: crossed,
+            rayon,
+            openmp: Err(anyhow::anyhow!("not built")),
+            openmp_wait: Ok(crossed),
+        };
+        let rounds = [round(floor), round(crossed), round(floor)];
+        let points = [("pto", Round::ours as Pick), (RAYON, Round::rayon)];
+        let note = bound_note(&rounds, &points);
+        assert!(note.starts_with(RAYON), "{note}");
+        assert!(note.contains("in 2 of 3 rounds"), "{note}");
+        assert!(!note.contains("pto"), "{note}");
+        assert_eq!(bound_note(&rounds[1..2], &points), "");
+    }
 
     #[test]
     fn sweeping_finds_the_half_efficiency_grain() {

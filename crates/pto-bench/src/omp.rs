@@ -51,9 +51,10 @@ pub fn stencil_1d_wall(
     #[cfg(pto_openmp)]
     {
         // SAFETY: the C function takes plain integers and a pointer to a safe Rust function of
-        // the signature it declares (which does not unwind: it only loops), touches only its
-        // own stack and the OpenMP runtime, and returns before any task it created is still
-        // running (taskwait and the end of its parallel region).
+        // the signature it declares, touches only its own stack and the OpenMP runtime, and
+        // returns before any task it created is still running (taskwait and the end of its
+        // parallel region). The Rust function never unwinds into the C frames: a panic in an
+        // `extern "C"` function aborts the process at its boundary.
         let every = match issue {
             Issue::Graph => 0,
             Issue::TaskwaitEvery(n) => n,
@@ -82,10 +83,12 @@ mod tests {
 
     #[test]
     fn the_peer_runs_every_task_and_checks_its_arguments() {
-        // 20 steps x 4 cells x 200 µs of CPU on 2 threads: at least 8 ms of wall.
+        // 20 steps x 4 cells x 200 µs of computing on 2 threads: 8 ms of wall, less the few
+        // per cent the calibrated kernel may run short; nearly none if the tasks did not run.
+        crate::spin::calibrate(2);
         for issue in [Issue::Graph, Issue::TaskwaitEvery(3)] {
             let wall = stencil_1d_wall(20, 4, 200_000, 2, issue).unwrap();
-            assert!(wall >= 0.008, "{wall}");
+            assert!(wall >= 0.006, "{wall}");
         }
         assert_eq!(
             stencil_1d_wall(1, 0, 1, 2, Issue::Graph),

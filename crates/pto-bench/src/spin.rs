@@ -2,13 +2,15 @@
 //! of iterations, so a task of grain g computes for g and nothing else.
 //!
 //! Why not spin on the thread's CPU clock, as the design's B2 says: on the reference VM that
-//! clock is a system call of 0.4 µs or more, so a kernel that polls it overshoots its grain by
-//! up to one call. A nominal 1 µs kernel took 1.95 µs of CPU and a 2 µs one 2.8 µs (`clock_gettime
-//! (CLOCK_THREAD_CPUTIME_ID)` in a C loop, 2026-12-06). Every runtime paid the same overshoot,
-//! and efficiency counted it as overhead: each METG was inflated by it, and the ratios between
-//! runtimes were pulled toward 1. The loop here makes no system call; its rate is measured with
+//! clock is a system call of 0.4-0.5 µs, so a kernel that polls it overshoots its grain by one
+//! to two calls (the first read, and the read that finds the grain past). A nominal 1 µs kernel
+//! took 1.95 µs of CPU and a 2 µs one 2.8 µs (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)` in a C
+//! loop, 2026-12-06). Every runtime paid the same overshoot, and efficiency counted it as
+//! overhead: each METG was inflated by it, and the ratios between runtimes were pulled toward 1. The loop here makes no system call; its rate is measured with
 //! every core busy (Task Bench's "peak" is measured the same way) right before each measured run
-//! ([`calibrate`]), so a grain is g of computing under the load the run puts on the machine.
+//! ([`calibrate`]), so a grain is about g of computing under the load the run puts on the
+//! machine (the sequential reference, the same loop on one thread for seconds, reads
+//! 0.98-1.02 of its calibrated rate).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -79,10 +81,15 @@ pub fn calibrate(threads: usize) -> f64 {
     rate
 }
 
-/// The calibrated rate; calibrates on one thread if nothing has yet.
+/// The calibrated rate; if nothing has calibrated yet, measures it on this thread (starting
+/// no thread: the caller may be a kernel of any runtime, an OpenMP task included).
 fn rate() -> f64 {
     match RATE.load(Ordering::Relaxed) {
-        0 => calibrate(1),
+        0 => {
+            let rate = rate_here();
+            RATE.store(rate.to_bits(), Ordering::Relaxed);
+            rate
+        }
         bits => f64::from_bits(bits),
     }
 }

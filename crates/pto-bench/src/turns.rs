@@ -1,8 +1,9 @@
 //! Measurements of several runtimes taken in turns (`metg`): each runtime's sweep runs on a
 //! thread of its own, and a measured run of one is followed by a measured run of the next one
 //! still sweeping, round-robin. A sweep is adaptive (its next grain depends on its last
-//! result), so the sweeps cannot share one list of grains; taking turns still puts every
-//! runtime's runs in the same seconds. One sweep after the other let a slow stretch of the
+//! result), so the sweeps cannot share one list of grains; taking turns still puts the
+//! runtimes' runs in the same seconds while they all sweep. A sweep that goes on longer (rayon's
+//! goes to finer grains than pto's) finishes its last runs alone. One sweep after the other let a slow stretch of the
 //! VM of a few seconds land on one runtime: pto's METG read 2.96×, 0.46× and 0.48× the
 //! OpenMP peer's in three runs of one build within two minutes.
 //!
@@ -35,9 +36,9 @@ fn process_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// Waits until the process uses under [`QUIET`] of a core over a [`SETTLE_STEP`] (at most
-/// [`SETTLE_MAX`]): every thread of the runtimes not being measured has gone idle. Returns how
-/// long it waited.
+/// Waits until the process uses under a tenth of a core over a 10 ms look (`QUIET`,
+/// `SETTLE_STEP`), giving up after 100 ms (`SETTLE_MAX`): every thread of the runtimes not
+/// being measured has gone idle. Returns how long it waited.
 pub fn settle() -> Duration {
     settle_by(process_cpu)
 }
@@ -56,7 +57,7 @@ fn settle_by(mut cpu: impl FnMut() -> Duration) -> Duration {
 }
 
 /// The rotation. `live[i]`: sweep `i` has not finished; `turn`: the sweep whose run is next.
-pub struct Turns {
+struct Turns {
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -79,7 +80,7 @@ impl State {
 
 impl Turns {
     /// A rotation of `sweeps` sweeps, sweep 0 first.
-    pub fn new(sweeps: usize) -> Turns {
+    fn new(sweeps: usize) -> Turns {
         Turns {
             state: Mutex::new(State {
                 turn: 0,
@@ -98,8 +99,9 @@ impl Turns {
     /// Runs `measure` as sweep `me`'s next run, when its turn comes, and passes the turn on.
     /// The wait ends: the sweep whose turn it is is running a measurement (bounded by that
     /// runtime) or about to ask for its turn, and a sweep that ends leaves the rotation
-    /// ([`Turns::leave`], also on error or panic through [`Seat`]).
-    pub fn take<T>(&self, me: usize, measure: impl FnOnce() -> T) -> T {
+    /// ([`Turns::leave`], also on error or panic through [`Seat`], which passes the turn on
+    /// when `measure` panicked while holding it).
+    fn take<T>(&self, me: usize, measure: impl FnOnce() -> T) -> T {
         let mut state = self.lock();
         while state.turn != me {
             state = self
@@ -129,12 +131,12 @@ impl Turns {
     }
 
     /// Sweep `me`'s place in the rotation, given up when dropped.
-    pub fn seat(&self, me: usize) -> Seat<'_> {
+    fn seat(&self, me: usize) -> Seat<'_> {
         Seat { turns: self, me }
     }
 }
 
-/// A sweep's place in a [`Turns`] rotation; dropping it (the sweep returned, failed or
+/// A sweep's place in the rotation of [`in_turns`]; dropping it (the sweep returned, failed or
 /// panicked) lets the others go on without it.
 pub struct Seat<'t> {
     turns: &'t Turns,
@@ -183,16 +185,14 @@ pub fn in_turns<'env, T: Send>(sweeps: Vec<SweepFn<'env, T>>) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     type Sweep<'e> = SweepFn<'e, Result<usize, String>>;
+    type Log = Arc<Mutex<Vec<usize>>>;
 
     /// A sweep of `runs` runs that logs each as its index, failing at run `fail_at`.
-    fn logging(
-        i: usize,
-        runs: usize,
-        fail_at: Option<usize>,
-        log: &Mutex<Vec<usize>>,
-    ) -> Sweep<'_> {
+    fn logging(i: usize, runs: usize, fail_at: Option<usize>, log: &Log) -> Sweep<'static> {
+        let log = Arc::clone(log);
         Box::new(move |seat| {
             for r in 0..runs {
                 seat.take(|| log.lock().unwrap().push(i));
@@ -204,66 +204,108 @@ mod tests {
         })
     }
 
-    /// A process CPU clock that runs at a full core for `busy` reads, then stands still.
-    fn clock(busy: u32) -> impl FnMut() -> Duration {
-        let (mut reads, mut t) = (0u32, Duration::ZERO);
-        move || {
-            reads += 1;
-            if reads <= busy {
+    /// Runs `sweeps` in turns under a watchdog (a rotation that strands a sweep hangs), and
+    /// returns their results (or the panic) and the log.
+    fn run(
+        sweeps: impl FnOnce(&Log) -> Vec<Sweep<'static>> + Send + 'static,
+    ) -> (std::thread::Result<Vec<Result<usize, String>>>, Vec<usize>) {
+        pto_testkit::with_timeout(60, move || {
+            let log: Log = Arc::default();
+            let sweeps = sweeps(&log);
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| in_turns(sweeps)));
+            let log = log.lock().unwrap().clone();
+            (out, log)
+        })
+    }
+
+    /// A process CPU clock that runs at a full core for `busy` reads, then stands still; and
+    /// how many times it was read.
+    fn clock(busy: u32) -> (impl FnMut() -> Duration, std::rc::Rc<std::cell::Cell<u32>>) {
+        let reads = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let (counted, mut t) = (std::rc::Rc::clone(&reads), Duration::ZERO);
+        let read = move || {
+            counted.set(counted.get() + 1);
+            if counted.get() <= busy {
                 t += SETTLE_STEP * 2;
             }
             t
-        }
+        };
+        (read, reads)
     }
 
     #[test]
     fn settling_waits_for_the_process_to_go_quiet_and_not_past_its_limit() {
-        // Busy over the first two looks (reads 1-4), quiet over the third.
-        let waited = settle_by(clock(4));
-        assert!(waited >= SETTLE_STEP * 3, "{waited:?}");
-        assert!(waited < SETTLE_MAX, "{waited:?}");
-        assert!(settle_by(clock(0)) < SETTLE_MAX);
-        assert!(settle_by(clock(u32::MAX)) >= SETTLE_MAX);
+        // Busy over the first two looks (reads 1-4), quiet over the third (reads 5-6).
+        let (read, reads) = clock(4);
+        settle_by(read);
+        assert_eq!(reads.get(), 6);
+        let (read, reads) = clock(0);
+        settle_by(read);
+        assert_eq!(reads.get(), 2);
+        let (read, _) = clock(u32::MAX);
+        assert!(settle_by(read) >= SETTLE_MAX);
     }
 
     #[test]
     fn sweeps_take_turns_and_a_finished_one_leaves_the_rotation() {
-        let log = Mutex::new(Vec::new());
-        let out = in_turns(vec![
-            logging(0, 3, None, &log),
-            logging(1, 1, None, &log),
-            logging(2, 2, None, &log),
-        ]);
-        assert_eq!(out, vec![Ok(3), Ok(1), Ok(2)]);
-        assert_eq!(log.into_inner().unwrap(), vec![0, 1, 2, 0, 2, 0]);
+        let (out, log) = run(|log| {
+            vec![
+                logging(0, 3, None, log),
+                logging(1, 1, None, log),
+                logging(2, 2, None, log),
+            ]
+        });
+        assert_eq!(out.unwrap(), vec![Ok(3), Ok(1), Ok(2)]);
+        assert_eq!(log, vec![0, 1, 2, 0, 2, 0]);
     }
 
     #[test]
     fn a_failed_sweep_leaves_and_the_others_finish() {
-        let log = Mutex::new(Vec::new());
-        let out = in_turns(vec![
-            logging(0, 2, None, &log),
-            logging(1, 4, Some(0), &log),
-            logging(2, 2, None, &log),
-        ]);
+        let (out, log) = run(|log| {
+            vec![
+                logging(0, 2, None, log),
+                logging(1, 4, Some(0), log),
+                logging(2, 2, None, log),
+            ]
+        });
+        let out = out.unwrap();
         assert_eq!(out[1], Err("sweep 1 failed".to_string()));
         assert_eq!((out[0].clone(), out[2].clone()), (Ok(2), Ok(2)));
-        assert_eq!(log.into_inner().unwrap(), vec![0, 1, 2, 0, 2]);
+        assert_eq!(log, vec![0, 1, 2, 0, 2]);
     }
 
     #[test]
-    fn a_panicking_sweep_leaves_the_rotation_and_its_panic_reaches_the_caller() {
-        let log = Mutex::new(Vec::new());
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            in_turns::<Result<usize, String>>(vec![
-                logging(0, 3, None, &log),
-                Box::new(|seat: &Seat<'_>| {
-                    seat.take(|| ());
-                    panic!("sweep 1 panicked");
-                }),
-            ])
-        }));
-        assert!(caught.is_err());
-        assert_eq!(log.into_inner().unwrap(), vec![0, 0, 0]);
+    fn a_sweep_that_never_measures_is_skipped() {
+        let (out, log) = run(|log| {
+            let idle: Sweep<'static> = Box::new(|_: &Seat<'_>| Ok(0));
+            vec![idle, logging(1, 2, None, log), logging(2, 2, None, log)]
+        });
+        assert_eq!(out.unwrap(), vec![Ok(0), Ok(2), Ok(2)]);
+        assert_eq!(log, vec![1, 2, 1, 2]);
+    }
+
+    /// Sweep 0 runs 3 times beside a sweep that panics in (`during`) or after its one run: the
+    /// panic reaches the caller, and sweep 0 gets every turn it needs.
+    fn beside_a_panic(during: bool) {
+        let (out, log) = run(move |log| {
+            let panicking: Sweep<'static> = Box::new(move |seat| {
+                seat.take(|| assert!(!during, "a run of sweep 1 panicked"));
+                panic!("sweep 1 panicked after its run");
+            });
+            vec![logging(0, 3, None, log), panicking]
+        });
+        assert!(out.is_err());
+        assert_eq!(log, vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn a_panic_between_runs_leaves_the_rotation_and_reaches_the_caller() {
+        beside_a_panic(false);
+    }
+
+    #[test]
+    fn a_panic_during_a_run_passes_the_turn_on() {
+        // Sweep 1 panics while it holds the turn; sweep 0, which still has runs, must get it.
+        beside_a_panic(true);
     }
 }
