@@ -238,7 +238,10 @@ const SETTLE_RUNS: usize = 3;
 /// seen to return). Each further grain is run once until one lands on the other side of 50 %;
 /// that one and the grain before it are then settled too, and the sweep goes on, or steps
 /// back, until two settled neighbours bracket 50 %. A sweep that stays above 50 % down to
-/// 0.1 µs reports its last point.
+/// 0.1 µs reports its last point, which the rows name as an upper bound. Finer grains would
+/// not tell more: the kernel's call costs a few ns, and rayon's steps on two threads level off
+/// at ~50 % below ~0.3 µs (a step runs mostly on one thread at little overhead), so where
+/// they first dip under 50 % is noise.
 fn sweep(mut efficiency: impl FnMut(u64) -> anyhow::Result<f64>) -> anyhow::Result<Sweep> {
     let start = 100_000.0f64;
     let mut origin = SweepPoint {
