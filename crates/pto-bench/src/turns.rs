@@ -2,10 +2,10 @@
 //! thread of its own, and a measured run of one is followed by a measured run of the next one
 //! still sweeping, round-robin. A sweep is adaptive (its next grain depends on its last
 //! result), so the sweeps cannot share one list of grains; taking turns still puts the
-//! runtimes' runs in the same seconds while they all sweep. A sweep that goes on longer (rayon's
-//! goes to finer grains than pto's) finishes its last runs alone. One sweep after the other let a slow stretch of the
-//! VM of a few seconds land on one runtime: pto's METG read 2.96×, 0.46× and 0.48× the
-//! OpenMP peer's in three runs of one build within two minutes.
+//! runtimes' runs in the same seconds while they all sweep. A sweep that goes on longer
+//! (rayon's goes to finer grains than pto's) finishes its last runs alone. One sweep after the
+//! other let a slow stretch of the VM of a few seconds land on one runtime: pto's METG read
+//! 2.96×, 0.46× and 0.48× the OpenMP peer's in three runs of one build within two minutes.
 //!
 //! Only one measured run is in progress at any time. The waiting sweep threads are parked
 //! on a condition variable, and before each measured run the process is let go quiet
@@ -30,26 +30,20 @@ const SETTLE_MAX: Duration = Duration::from_millis(100);
 /// Under this share of one core over a [`SETTLE_STEP`], the process is quiet.
 const QUIET: f64 = 0.1;
 
-/// The CPU time of the whole process, every thread.
-fn process_cpu() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
 /// Waits until the process uses under a tenth of a core over a 10 ms look (`QUIET`,
 /// `SETTLE_STEP`), giving up after 100 ms (`SETTLE_MAX`): every thread of the runtimes not
 /// being measured has gone idle. Returns how long it waited.
 pub fn settle() -> Duration {
-    settle_by(process_cpu)
+    settle_by(crate::idle::process_cpu_s)
 }
 
-/// [`settle`] with the process's CPU time read by `cpu`.
-fn settle_by(mut cpu: impl FnMut() -> Duration) -> Duration {
+/// [`settle`] with the process's CPU time (s) read by `cpu`.
+fn settle_by(mut cpu: impl FnMut() -> f64) -> Duration {
     let started = Instant::now();
     loop {
         let (used, at) = (cpu(), Instant::now());
         std::thread::sleep(SETTLE_STEP);
-        let busy = cpu().saturating_sub(used).as_secs_f64() / at.elapsed().as_secs_f64();
+        let busy = (cpu() - used).max(0.0) / at.elapsed().as_secs_f64();
         if busy < QUIET || started.elapsed() >= SETTLE_MAX {
             return started.elapsed();
         }
@@ -220,13 +214,13 @@ mod tests {
 
     /// A process CPU clock that runs at a full core for `busy` reads, then stands still; and
     /// how many times it was read.
-    fn clock(busy: u32) -> (impl FnMut() -> Duration, std::rc::Rc<std::cell::Cell<u32>>) {
+    fn clock(busy: u32) -> (impl FnMut() -> f64, std::rc::Rc<std::cell::Cell<u32>>) {
         let reads = std::rc::Rc::new(std::cell::Cell::new(0u32));
-        let (counted, mut t) = (std::rc::Rc::clone(&reads), Duration::ZERO);
+        let (counted, mut t) = (std::rc::Rc::clone(&reads), 0.0);
         let read = move || {
             counted.set(counted.get() + 1);
             if counted.get() <= busy {
-                t += SETTLE_STEP * 2;
+                t += 2.0 * SETTLE_STEP.as_secs_f64();
             }
             t
         };
