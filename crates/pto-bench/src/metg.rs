@@ -314,20 +314,33 @@ fn omp_efficiency(steps: u64, g_ns: u64, issue: Issue) -> anyhow::Result<f64> {
     Ok((steps * u64::from(WIDTH)) as f64 * g_ns as f64 * 1e-9 / (wall * W))
 }
 
-/// One measured run in `seat`'s turn, the kernel calibrated with every core busy just before
-/// it ([`crate::spin::calibrate`]): a grain is g of computing under the load of the run. W = 1
-/// runs too: their kernels run on one core while the orchestrator keeps the other busy.
-fn measured<T>(seat: &Seat<'_>, run: impl FnOnce() -> T) -> T {
-    seat.take(|| {
+/// One measured run of `runtime` at grain `g_ns` in `seat`'s turn, the kernel calibrated with
+/// every core busy just before it ([`crate::spin::calibrate`]): a grain is g of computing under
+/// the load of the run. W = 1 runs too: their kernels run on one core while the orchestrator
+/// keeps the other busy. Each run is logged (`pto bench metg -vv`): on a noisy host the
+/// sweeps' paths show what moved a crossing.
+fn measured(
+    seat: &Seat<'_>,
+    runtime: &str,
+    g_ns: u64,
+    run: impl FnOnce() -> anyhow::Result<f64>,
+) -> anyhow::Result<f64> {
+    let efficiency = seat.take(|| {
         crate::spin::calibrate(W as usize);
         run()
-    })
+    })?;
+    tracing::debug!(runtime, grain_ns = g_ns, efficiency, "metg run");
+    Ok(efficiency)
 }
 
 /// The peers' names, as the rows print them.
 const OPENMP: &str = "OpenMP tasks, whole graph (GCC libgomp, omp task depend)";
 const OPENMP_WAIT: &str = "OpenMP tasks, taskwait every 8 steps (GCC libgomp)";
 const RAYON: &str = "rayon bulk-synchronous";
+/// pto's sweeps, as the run log names them.
+const PTO: &str = "pto W=2";
+const PTO_W1: &str = "pto W=1";
+const PTO_REPLAYED: &str = "pto W=2 replayed";
 
 /// The chip B2 runs on: one cluster (W = 2 AIV cores, or its AIC core for W = 1), 2 AICPU
 /// threads.
@@ -397,21 +410,33 @@ fn round(rt: &Runtimes, budget: f64, range: (u64, u64)) -> anyhow::Result<Round>
     let steps = |g| steps_for(g, budget, range);
     let ([w2, w1, replaying], pool) = (&rt.chips, &rt.pool);
     let sweeps: Vec<SweepFn<'_, anyhow::Result<Sweep>>> = vec![
-        Box::new(|seat| sweep(|g| measured(seat, || pto_efficiency(w2, steps(g), g, W)))),
+        Box::new(|seat| sweep(|g| measured(seat, PTO, g, || pto_efficiency(w2, steps(g), g, W)))),
         Box::new(|seat| {
             let steps = |g| steps_for(g, budget / 2.0, range);
-            sweep(|g| measured(seat, || pto_efficiency(w1, steps(g), g, 1.0)))
+            sweep(|g| measured(seat, PTO_W1, g, || pto_efficiency(w1, steps(g), g, 1.0)))
         }),
         Box::new(|seat| {
-            sweep(|g| measured(seat, || pto_replayed_efficiency(replaying, steps(g), g)))
+            sweep(|g| {
+                measured(seat, PTO_REPLAYED, g, || {
+                    pto_replayed_efficiency(replaying, steps(g), g)
+                })
+            })
         }),
-        Box::new(|seat| sweep(|g| measured(seat, || Ok(rayon_efficiency(pool, steps(g), g))))),
+        Box::new(|seat| {
+            sweep(|g| measured(seat, RAYON, g, || Ok(rayon_efficiency(pool, steps(g), g))))
+        }),
         // A build without OpenMP reports the peer as unmeasured (NaN) and says why in the
         // anchor.
-        Box::new(|seat| sweep(|g| measured(seat, || omp_efficiency(steps(g), g, Issue::Graph)))),
+        Box::new(|seat| {
+            sweep(|g| {
+                measured(seat, OPENMP, g, || {
+                    omp_efficiency(steps(g), g, Issue::Graph)
+                })
+            })
+        }),
         Box::new(|seat| {
             let every = Issue::TaskwaitEvery(8);
-            sweep(|g| measured(seat, || omp_efficiency(steps(g), g, every)))
+            sweep(|g| measured(seat, OPENMP_WAIT, g, || omp_efficiency(steps(g), g, every)))
         }),
     ];
     let [ours, ours_w1, replayed, rayon, openmp, openmp_wait]: [anyhow::Result<Sweep>; 6] =

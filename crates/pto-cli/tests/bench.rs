@@ -8,6 +8,7 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
     let dir = tempfile::tempdir().unwrap();
     let out = pto(dir.path())
         .args(["bench", "all", "--quick", "--json"])
+        .env("RUST_LOG", "pto_bench=debug")
         .timeout(std::time::Duration::from_secs(110))
         .output()
         .unwrap();
@@ -53,6 +54,16 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
         }
     }
     assert!(replayed_metg, "pto bench metg has a replayed row");
+    // Every measured run of the METG sweeps is in the debug log, named by its runtime.
+    let log = stderr(&out);
+    for runtime in ["pto W=2\"", "pto W=2 replayed", "rayon bulk-synchronous"] {
+        assert!(
+            log.lines().any(|l| l.contains("metg run")
+                && l.contains(runtime)
+                && l.contains("efficiency=")),
+            "no metg run of {runtime} in the log:\n{log}"
+        );
+    }
     assert_eq!(
         replay_ratios, 12,
         "replayed / inferred for 3 shapes, 2 windows, 2 measures"

@@ -54,7 +54,7 @@ pub(crate) fn executor_main(chip: Arc<ChipShared>, index: usize) {
 ///
 /// While kernels are short (under [`SHORT_KERNEL_NS`]) an executor takes up to [`BATCH`]
 /// one-block tasks per lock hold and finishes them together in the next, and all but one
-/// executor step back: at sub-µs kernels the lock hand-offs between the orchestrator and the
+/// executor step back: at kernels that short the lock hand-offs between the orchestrator and the
 /// executors are the cost, not the kernels. All but one step back too while the orchestrator
 /// helps (it is the other one). One that steps back rests (parks for at most
 /// [`REST`]) and then searches again, so work queued behind a long kernel waits at most that.

@@ -32,11 +32,16 @@ use super::{Assignment, ChipShared, Completion, Shape, TaskPayload, Work};
 /// are *quick*: a waiting orchestrator may run them itself (`orchestrator/help.rs`).
 pub(crate) const LONG_KERNEL_NS: u64 = 20_000;
 
-/// Below this (ns), a kernel is shorter than the lock and cache-line traffic a second active
-/// executor adds: one executor keeps up with the orchestrator, and more only slow it down
+/// Below this (ns), a kernel is shorter than the lock and cache-line traffic a second thread
+/// running kernels adds: one executor keeps up with the orchestrator, and more only slow it down
 /// (`pto bench submit`, independent no-op tasks: 0.3-0.5 µs with one executor active, 1.0-1.6
-/// µs with both). [`super::executor`] lets all but one executor go when kernels are this short.
-pub(crate) const SHORT_KERNEL_NS: u64 = 1_000;
+/// µs with both). [`super::executor`] lets all but one executor go and takes batches when
+/// kernels are this short, and the orchestrator does not help while it runs ahead
+/// (`orchestrator/help.rs`, H7). Above it, two threads running kernels beat one: at stencil_1d
+/// grains of 0.6-0.9 µs on two CPUs, efficiency rose from 0.33-0.42 to 0.45-0.64 when this
+/// went from 1 µs to 300 ns, while at 0.2 µs one thread still beats two (0.21 against 0.05,
+/// inferred); `docs/decisions/chip-engine.md`, "Short kernels".
+pub(crate) const SHORT_KERNEL_NS: u64 = 300;
 
 /// Lifecycle of a slot's task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -677,7 +682,7 @@ impl Graph {
     /// are not very short — except helpable work while the orchestrator is not parked and
     /// kernels are quick (`orchestrator/help.rs`, H2). Otherwise the
     /// work is left to the thread running a block — a wake costs the waker a system call, and a
-    /// second executor on sub-µs kernels costs more than it adds
+    /// second executor on short kernels (`SHORT_KERNEL_NS`) costs more than it adds
     /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn signal(&self, run: &RunShared) -> Signal {
         self.signal_searching(run, false)
