@@ -38,9 +38,9 @@ pub(crate) const LONG_KERNEL_NS: u64 = 20_000;
 /// µs with both). [`super::executor`] lets all but one executor go and takes batches when
 /// kernels are this short, and the orchestrator does not help while it runs ahead
 /// (`orchestrator/help.rs`, H7). Above it, two threads running kernels beat one: at stencil_1d
-/// grains of 0.6-0.9 µs on two CPUs, efficiency rose from 0.33-0.42 to 0.45-0.64 when this
-/// went from 1 µs to 300 ns, while at 0.2 µs one thread still beats two (0.21 against 0.05,
-/// inferred); `docs/decisions/chip-engine.md`, "Short kernels".
+/// grains of 0.6-0.9 µs on two CPUs, efficiency rose from 0.34-0.39 to 0.40-0.55 (medians)
+/// when this went from 1 µs to 300 ns, while at 0.2 µs one thread still beats two (0.21
+/// against 0.05, inferred); `docs/decisions/chip-engine.md`, "Short kernels".
 pub(crate) const SHORT_KERNEL_NS: u64 = 300;
 
 /// Lifecycle of a slot's task.
