@@ -317,8 +317,8 @@ fn omp_efficiency(steps: u64, g_ns: u64, issue: Issue) -> anyhow::Result<f64> {
 /// One measured run of `runtime` at grain `g_ns` in `seat`'s turn, the kernel calibrated with
 /// every core busy just before it ([`crate::spin::calibrate`]): a grain is g of computing under
 /// the load of the run. W = 1 runs too: their kernels run on one core while the orchestrator
-/// keeps the other busy. Each run is logged (`pto bench metg -vv`): on a noisy host the
-/// sweeps' paths show what moved a crossing.
+/// keeps the other busy. Each run's efficiency is logged (target `pto::bench`, debug level:
+/// `pto bench metg -vv`): on a noisy host the sweeps' paths show what moved a crossing.
 fn measured(
     seat: &Seat<'_>,
     runtime: &str,
@@ -329,7 +329,7 @@ fn measured(
         crate::spin::calibrate(W as usize);
         run()
     })?;
-    tracing::debug!(runtime, grain_ns = g_ns, efficiency, "metg run");
+    tracing::debug!(target: "pto::bench", runtime, grain_ns = g_ns, efficiency, "metg run");
     Ok(efficiency)
 }
 

@@ -8,7 +8,7 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
     let dir = tempfile::tempdir().unwrap();
     let out = pto(dir.path())
         .args(["bench", "all", "--quick", "--json"])
-        .env("RUST_LOG", "pto_bench=debug")
+        .env("RUST_LOG", "warn,pto::bench=debug")
         .timeout(std::time::Duration::from_secs(110))
         .output()
         .unwrap();
@@ -56,7 +56,11 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
     assert!(replayed_metg, "pto bench metg has a replayed row");
     // Every measured run of the METG sweeps is in the debug log, named by its runtime.
     let log = stderr(&out);
-    for runtime in ["pto W=2\"", "pto W=2 replayed", "rayon bulk-synchronous"] {
+    for runtime in [
+        r#"runtime="pto W=2""#,
+        r#"runtime="pto W=2 replayed""#,
+        r#"runtime="rayon bulk-synchronous""#,
+    ] {
         assert!(
             log.lines().any(|l| l.contains("metg run")
                 && l.contains(runtime)

@@ -836,9 +836,9 @@ impl OrchCore {
         if self.ahead_seen == Some(news) {
             return Ok(());
         }
-        // A heuristic on the run's last kernel, not the ready ones: below `SHORT_KERNEL_NS` a kernel is
-        // cheaper than the lock traffic of one more thread running them, and the executor
-        // keeps up better alone (`graph::SHORT_KERNEL_NS`). 0: none has returned yet.
+        // A heuristic on the run's last kernel, not the ready ones: below `SHORT_KERNEL_NS` a
+        // kernel is cheaper than the lock traffic of one more thread running them, and the
+        // executor keeps up better alone. 0: none has returned yet.
         let kernel_ns = self.run.last_kernel_ns.load(Ordering::Relaxed);
         if (1..SHORT_KERNEL_NS).contains(&kernel_ns) {
             return Ok(());
