@@ -535,6 +535,20 @@ impl<'s, 'p> Scope<'s, 'p> {
     /// submitted here. Every task of the replay can run once this returns, as after a submit
     /// (while executors hold the graph lock, the replay publishes several tasks at a time).
     /// See [`crate::replay`].
+    ///
+    /// # Errors
+    ///
+    /// Each fails the run, as a failed submit does (the error is the run's, with its code):
+    /// - INVALID_ARGS, before anything is submitted: a binding that does not fit the recording
+    ///   (input count, dtype, shape, strides, version, `manual_dep`, or two bound inputs that
+    ///   overlap), a graph whose scopes would nest deeper than scopes may, or a chip job with
+    ///   `track_war` on and a graph recorded with plain reads a later graph task overwrites;
+    /// - SCOPE_DEADLOCK or HEAP_RING_DEADLOCK, before anything is submitted: the graph's task
+    ///   slots or heap bytes cannot fit beside what the open scopes pin
+    ///   ([`crate::replay::RecordedGraph::needs`]), with the ring and the recommended minimum;
+    /// - as any submit, while it submits: the ring, dep-pool and TensorMap errors (naming the
+    ///   graph), WAR_HAZARD under `war_check` strict, and in verify mode INTERNAL_ERROR when
+    ///   inference and the recording disagree on an edge.
     pub fn replay(
         &mut self,
         graph: &crate::replay::RecordedGraph,

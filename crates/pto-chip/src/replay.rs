@@ -71,7 +71,7 @@ use pto_types::{DType, RING_COUNT};
 use crate::diag::deps::EdgeKind;
 use crate::engine::infer;
 use crate::engine::orchestrator::{
-    ArgTensor, CreateInfo, MAX_SCALARS, MAX_SCOPE_DEPTH, MAX_TENSORS, SubmitRequest,
+    ArgTensor, CreateInfo, INLINE_FANIN, MAX_SCALARS, MAX_SCOPE_DEPTH, MAX_TENSORS, SubmitRequest,
 };
 use crate::engine::{INLINE_ARGS, Scalars, Shape};
 use crate::error::{Fatal, OrchResult};
@@ -154,8 +154,13 @@ pub struct RingNeed {
     /// The largest single heap allocation (slack for the ring heap's wrap).
     pub heap_largest_alloc: u64,
     /// Most dependency entries between graph tasks pinned at once: the dep pool's worst case
-    /// (every producer still running when its consumer is wired), boundary edges not counted.
+    /// (every producer still running when its consumer is wired). It counts the edges the
+    /// recording wires and those a replay's lookups of graph inputs and outputs find between
+    /// graph tasks; edges to tasks outside the graph are not counted.
     pub dep_pool: u64,
+    /// Most fan-in spill entries pinned at once (the edges of a task past the 64 it holds
+    /// inline), counted as `dep_pool` is; they share the ring's dep-pool capacity.
+    pub fanin_spill: u64,
 }
 
 /// What a graph needs from the rings, per replay depth (the scope depth `Scope::replay` is
@@ -399,6 +404,22 @@ pub(crate) struct RecordedTask {
     pub(crate) wiring: Vec<(u32, bool)>,
     /// Some argument goes through the TensorMap at replay.
     pub(crate) boundary: bool,
+    /// Earlier graph tasks whose plain input read overlaps what this task writes through an
+    /// argument that stays inside the graph, as (reader, argument index): the readers the
+    /// write-after-read check looks at when the chip job has `war_check` on (a submit's
+    /// lookup would find them; a replay does not look intermediates up).
+    pub(crate) war_readers: Vec<(u32, u32)>,
+}
+
+impl RecordedTask {
+    /// The dependency entries a replay of this task takes at most (every producer still
+    /// running): one per edge the recording wires, and one per edge between graph tasks that
+    /// its lookups of boundary arguments find ([`RecordedEdge::wirable`]: the two are
+    /// disjoint). Edges to tasks outside the graph come on top.
+    pub(crate) fn worst_fanin(&self) -> u64 {
+        let found = self.edges.iter().filter(|e| !e.wirable).count();
+        (self.wiring.len() + found) as u64
+    }
 }
 
 /// A graph output: a view of a buffer created by a graph task.
@@ -420,10 +441,19 @@ pub(crate) struct GraphInner {
     pub(crate) needs: GraphNeeds,
     /// Deepest relative scope depth (0 = no nested scope).
     pub(crate) max_depth: usize,
-    /// Write-after-read pairs inside the graph that the recording does not order by a
-    /// write-after-read edge because the read is a plain input: (reader, writer). A replay in a
-    /// chip job with `track_war` would miss those edges, so it is refused while any exist.
-    pub(crate) untracked_war: Vec<(u32, u32)>,
+}
+
+impl GraphInner {
+    /// The first write-after-read pair inside the graph that the recording does not order by
+    /// a write-after-read edge because the read is a plain input, as (reader, writer)
+    /// ([`RecordedTask::war_readers`]). A replay in a chip job with `track_war` would miss
+    /// those edges, so it is refused while any exist.
+    pub(crate) fn first_untracked_war(&self) -> Option<(u32, u32)> {
+        self.tasks
+            .iter()
+            .enumerate()
+            .find_map(|(k, t)| t.war_readers.first().map(|&(r, _)| (r, k as u32)))
+    }
 }
 
 /// The recorder of one graph: a scope of the recording, depth `'s`, nested in `'p` (the same
@@ -686,6 +716,7 @@ impl RecordState {
             edges,
             wiring: Vec::new(),
             boundary: false,
+            war_readers: Vec::new(),
         });
         Ok(outputs)
     }
@@ -750,7 +781,7 @@ impl RecordState {
             }
             task.boundary = task.args.iter().any(|a| a.boundary);
         }
-        let untracked_war = infer_edges(&mut self.tasks);
+        infer_edges(&mut self.tasks);
         reduce_edges(&mut self.tasks);
         let max_depth = self
             .steps
@@ -778,7 +809,6 @@ impl RecordState {
             outputs: recorded_outputs,
             needs,
             max_depth,
-            untracked_war,
         })
     }
 }
@@ -793,17 +823,16 @@ fn created(base: u64, ci: CreateInfo, owner: TaskId) -> TensorDesc {
 
 /// A recording tracks the reads a `TrackedInput` tags, whatever the run it is replayed in; it
 /// notes the other reads that a later write inside the graph overlaps
-/// ([`GraphInner::untracked_war`]).
+/// ([`RecordedTask::war_readers`]).
 const RECORDED_READS: infer::WarPolicy = infer::WarPolicy {
     track_all: false,
     check: true,
 };
 
 /// Runs submit inference over the recording, with nothing ever retiring, and appends each
-/// task's edges (deduplicated, kinds merged) after its explicit ones. Returns the plain-input
-/// reads that a later write inside the graph overlaps, as (reader, writer).
-fn infer_edges(tasks: &mut [RecordedTask]) -> Vec<(u32, u32)> {
-    let mut untracked = Vec::new();
+/// task's edges (deduplicated, kinds merged) after its explicit ones, and the plain-input
+/// reads that its writes inside the graph overlap ([`RecordedTask::war_readers`]).
+fn infer_edges(tasks: &mut [RecordedTask]) {
     let n = tasks.len() as u64;
     let writers: usize = tasks
         .iter()
@@ -818,7 +847,8 @@ fn infer_edges(tasks: &mut [RecordedTask]) -> Vec<(u32, u32)> {
     let never_retired = [0; RING_COUNT];
     for (k, task) in tasks.iter_mut().enumerate() {
         let mut found: Vec<RecordedEdge> = Vec::new();
-        for arg in &task.args {
+        let mut war_readers: Vec<(u32, u32)> = Vec::new();
+        for (i, arg) in task.args.iter().enumerate() {
             let ArgTensor::Existing { tag, desc } = arg.arg else {
                 continue;
             };
@@ -837,8 +867,10 @@ fn infer_edges(tasks: &mut [RecordedTask]) -> Vec<(u32, u32)> {
                     });
                 },
                 |reader| {
-                    if !arg.boundary {
-                        untracked.push(((reader.local() & LOCAL_MASK) as u32, k as u32));
+                    let reader = (reader.local() & LOCAL_MASK) as u32;
+                    // A boundary argument's replay lookup finds its readers itself.
+                    if !arg.boundary && reader as usize != k {
+                        war_readers.push((reader, i as u32));
                     }
                 },
             );
@@ -870,9 +902,8 @@ fn infer_edges(tasks: &mut [RecordedTask]) -> Vec<(u32, u32)> {
                 None => task.edges.push(e),
             }
         }
+        task.war_readers = war_readers;
     }
-    untracked.retain(|&(reader, writer)| reader != writer);
-    untracked
 }
 
 /// Graphs up to this many tasks get their wiring reduced (the ancestor sets cost N²/8 bytes).
@@ -935,11 +966,12 @@ fn pinned_peaks(
     depth: usize,
     replays: u32,
 ) -> ([RingNeed; RING_COUNT], [RingNeed; RING_COUNT]) {
-    /// One task on a ring: its frame, heap bytes, wired edges.
+    /// One task on a ring: its frame, heap bytes, dependency and spill entries.
     struct Live {
         frame: usize,
         heap: u64,
         deps: u64,
+        spill: u64,
     }
     #[derive(Default)]
     struct RingSpan {
@@ -948,6 +980,7 @@ fn pinned_peaks(
         first: usize,
         heap: u64,
         deps: u64,
+        spill: u64,
     }
     let ring_of = |rel: usize| pto_types::ring_config::ring_for_depth(depth + rel);
     // Open frames (ids), the graph's own level first; a frame id is never reused.
@@ -968,18 +1001,23 @@ fn pinned_peaks(
             Step::Task(k) => {
                 let t = &tasks[k as usize];
                 let ring = ring_of(open.len() - 1);
-                let (heap, deps) = (align_heap(t.heap_bytes), t.wiring.len() as u64);
+                let (heap, deps) = (align_heap(t.heap_bytes), t.worst_fanin());
+                let spill = deps.saturating_sub(INLINE_FANIN);
                 let span = &mut rings[ring];
                 span.tasks.push(Live {
                     frame: *open.last().expect("the graph's own level"),
                     heap,
                     deps,
+                    spill,
                 });
                 span.heap += heap;
                 span.deps += deps;
+                span.spill += spill;
                 while !open.contains(&span.tasks[span.first].frame) {
-                    span.heap -= span.tasks[span.first].heap;
-                    span.deps -= span.tasks[span.first].deps;
+                    let gone = &span.tasks[span.first];
+                    span.heap -= gone.heap;
+                    span.deps -= gone.deps;
+                    span.spill -= gone.spill;
                     span.first += 1;
                 }
                 let peak = &mut peak[ring];
@@ -987,11 +1025,13 @@ fn pinned_peaks(
                 peak.heap = peak.heap.max(span.heap);
                 peak.heap_largest_alloc = peak.heap_largest_alloc.max(heap);
                 peak.dep_pool = peak.dep_pool.max(span.deps);
+                peak.fanin_spill = peak.fanin_spill.max(span.spill);
                 let total = &mut total[ring];
                 total.task_window += 1;
                 total.heap += heap;
                 total.heap_largest_alloc = total.heap_largest_alloc.max(heap);
                 total.dep_pool += deps;
+                total.fanin_spill += spill;
             }
         }
     }
@@ -1085,6 +1125,28 @@ mod tests {
             Ok(vec![])
         })
         .unwrap()
+    }
+
+    #[test]
+    fn fan_in_past_the_inline_edges_counts_spill_entries() {
+        // 70 tracked readers of an input, then its overwrite: 70 edges found through the
+        // boundary, 6 past the 64 held inline; then a reader of 3 tensors one `alloc_tensors`
+        // created: one wired creator edge.
+        let x = GraphInput::new(&[16], DType::F32).unwrap();
+        let g = RecordedGraph::record("wide", &[x], |r, ins| {
+            for _ in 0..70 {
+                r.submit_dummy(KernelArgs::new().tracked_input(ins[0]))?;
+            }
+            r.submit_dummy(KernelArgs::new().output_existing(ins[0]))?;
+            let ci = TensorCreateInfo::new(&[16], DType::F32);
+            let ts = r.alloc_tensors(&[ci, ci, ci])?;
+            let args = (0..3).fold(KernelArgs::new(), |a, i| a.input(ts.tensor(i)));
+            r.submit_dummy(args)?;
+            Ok(vec![])
+        })
+        .unwrap();
+        let need = g.needs().at_depth(0)[0];
+        assert_eq!((need.dep_pool, need.fanin_spill), (70 + 1, 6), "{need:?}");
     }
 
     thread_local! {

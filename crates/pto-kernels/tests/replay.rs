@@ -11,7 +11,9 @@ use pto_chip::orch::{KernelArgs, OrchArgs, OrchResult, OrchTensor, RootScope, Te
 use pto_chip::replay::{GraphInput, RecordedGraph};
 use pto_chip::{ChipRunError, Detector, RunContext};
 use pto_kernels::bench::{FILL, INC};
+use pto_kernels::hazard::{COPY_AFTER, FILL_WITH, OVERWRITE};
 use pto_kernels::vector::ADD;
+use pto_sizing::advise::{Headroom, advise_graph};
 use pto_types::{CallConfig, DType, ErrorCode, RuntimeEnv, TaskArgs};
 use serde_json::Value;
 
@@ -312,6 +314,55 @@ fn a_replay_that_cannot_fit_the_rings_fails_at_once_with_the_minimum() {
             Some(36 << 10),
             "pinned bytes plus the largest allocation"
         );
+    });
+}
+
+/// 40 slow tracked reads of the input, then an overwrite of it: the overwrite's 40
+/// write-after-read edges go through the graph's boundary (the input), so the replay's lookup
+/// finds them, not the recording's wiring; they still count in the graph's dep-pool need.
+fn readers_graph() -> RecordedGraph {
+    let x = GraphInput::new(&[N], DType::F32).unwrap();
+    RecordedGraph::record("readers", &[x], |r, ins| {
+        let ci = TensorCreateInfo::new(&[N], DType::F32);
+        for _ in 0..40 {
+            let read = KernelArgs::new().tracked_input(ins[0]).output(ci);
+            r.submit_aiv(COPY_AFTER, read.scalar(5_000u64))?;
+        }
+        let overwrite = KernelArgs::new().output_existing(ins[0]).scalar(OVERWRITE);
+        r.submit_aiv(FILL_WITH, overwrite)?;
+        Ok(vec![])
+    })
+    .unwrap()
+}
+
+#[test]
+fn edges_found_through_the_boundary_count_in_the_dep_pool_need_and_advice() {
+    with_timeout(60, || {
+        let g = readers_graph();
+        let needs = g.needs().at_depth(0);
+        assert_eq!(needs[0].dep_pool, 40, "{needs:?}");
+        assert_eq!(needs[0].fanin_spill, 0, "40 edges fit inline");
+        let advice = advise_graph(&g, 0, 1, Headroom::parse("0%").unwrap());
+        let env = advice.runtime_env();
+        assert!(env.ring_dep_pool[0] >= 40, "{:?}", env.ring_dep_pool);
+        let (buf, t) = f32_tensor(N as usize, 1.0);
+        let args = TaskArgs::new().inout(&t);
+        install(g.clone());
+        chip(1, &[])
+            .run_fn(
+                replay_once,
+                &args,
+                &CallConfig::with_runtime_env(env),
+                &RunContext::default(),
+            )
+            .expect("the advised sizing holds the replay");
+        assert!(buf.read_f32(0, N as usize).iter().all(|&v| v == OVERWRITE));
+
+        // A dep pool of 16 cannot hold the overwrite's edges to readers still running.
+        let e = replay_error(g, &args, env.with_dep_pool(16));
+        assert_eq!(e.code, ErrorCode::DepPoolOverflow, "{e}");
+        assert_eq!(e.ring, Some(0), "{e}");
+        assert!(e.detail.contains("replaying graph \"readers\""), "{e}");
     });
 }
 

@@ -270,6 +270,8 @@ pub(crate) struct OrchCore {
     /// ([`OrchCore::after_lock`]): what of the work epoch's moves is its own doing.
     own_signals: u64,
     own_ready: u64,
+    /// The graph a replay is submitting, named by the errors its submits meet.
+    pub(crate) replaying: Option<Arc<str>>,
 }
 
 /// Why a ring resource refused a request, for the wait loop.
@@ -344,6 +346,7 @@ impl OrchCore {
             ahead_seen: None,
             own_signals: 0,
             own_ready: 0,
+            replaying: None,
         };
         core.open_frame(root_site);
         core
@@ -600,10 +603,13 @@ impl OrchCore {
                 )
             }
         };
-        let who = match task {
+        let mut who = match task {
             Some(t) => format!("task {t}"),
             None => "a submit".to_string(),
         };
+        if let Some(graph) = &self.replaying {
+            who = format!("{who} (replaying graph {graph:?})");
+        }
         let detail = format!(
             "{who} on ring {ring} needs {} more; {capacity_text}, used {}; {why}",
             blocked.requested, blocked.used

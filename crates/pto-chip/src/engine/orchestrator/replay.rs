@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pto_types::{ErrorCode, RING_COUNT, Resource};
+use pto_types::{ErrorCode, RING_COUNT, Resource, WarCheck};
 
 use crate::diag::deps::EdgeKind;
 use crate::engine::TaskPayload;
@@ -103,7 +103,7 @@ impl OrchCore {
             ));
         }
         if self.settings.war.track_all
-            && let Some(&(reader, writer)) = inner.untracked_war.first()
+            && let Some((reader, writer)) = inner.first_untracked_war()
         {
             return Err(self.fail_immediate(
                 ErrorCode::InvalidArgs,
@@ -129,6 +129,7 @@ impl OrchCore {
         };
         let mut open = 0usize;
         let mut result = Ok(());
+        self.replaying = Some(Arc::clone(&inner.name));
         for step in &inner.steps {
             result = match *step {
                 Step::Begin => self
@@ -149,6 +150,7 @@ impl OrchCore {
             self.end_scope();
         }
         let handed = self.hand_off_queue();
+        self.replaying = None;
         result?;
         handed?;
         Ok(inner
@@ -265,7 +267,14 @@ impl OrchCore {
             t.block_num,
             t.sync_start,
         );
-        let producers = if st.index.is_none() && !t.boundary {
+        // With `war_check` on, the plain reads this task's writes overlap inside the graph
+        // are checked as a submit's lookups would have found them.
+        let war_readers = if self.settings.war_check == WarCheck::Off || st.index.is_some() {
+            &[][..]
+        } else {
+            &t.war_readers[..]
+        };
+        let producers = if st.index.is_none() && !t.boundary && war_readers.is_empty() {
             // Every argument stays inside the graph: the recording has its edges, and no
             // lookup noted a reader for the write-after-read check. No argument list either:
             // the rebased tensors go straight into the payload.
@@ -285,6 +294,9 @@ impl OrchCore {
             } else {
                 self.replayed_producers(st, t, id, &tensors)?
             };
+            for &(reader, arg) in war_readers {
+                self.war.note(st.ids[reader as usize], arg as usize);
+            }
             self.check_war(id, &t.kernels, &tensors, &producers)?;
             self.bind_tensors(id, ring, offset, tensors.iter().copied(), &mut payload);
             producers

@@ -88,6 +88,13 @@ impl OrchCore {
         self.flush()?;
         let mut candidates = std::mem::take(&mut self.war.unordered);
         candidates.retain(|(r, _)| *r != id && producers.iter().all(|(p, _)| p != r));
+        // A reader overlapped by several written arguments is one hazard, named by the first.
+        let mut seen: Vec<TaskId> = Vec::with_capacity(candidates.len());
+        candidates.retain(|&(r, _)| {
+            let first = !seen.contains(&r);
+            seen.push(r);
+            first
+        });
         // Under the lock: the readers still running that nothing orders before `id`, and the
         // first one described.
         let (hazards, first) = {
