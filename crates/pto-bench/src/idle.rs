@@ -1,6 +1,6 @@
 //! B4: idle cost (`pto bench idle`, BENCHMARKS.md B4): a Worker with 4 chip children and 2 sub
 //! children, initialised and idle; CPU time of the whole process tree (this process and every
-//! child) per wall second, from `/proc/<pid>/stat`.
+//! child) per wall second, to the nanosecond (`/proc/<pid>/task/*/schedstat`).
 
 use std::time::{Duration, Instant};
 
@@ -72,25 +72,25 @@ pub fn print_thread_costs(before: &[ThreadSched], count: f64, what: &str) {
     }
 }
 
-/// CPU ticks (user + system, all threads) of process `pid`; 0 once it is gone.
-pub(crate) fn ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field(14) + field(15)
+/// CPU time of the live threads of process `pid`, ns (`/proc/<pid>/task/*/schedstat`, to the
+/// nanosecond: the 10 ms clock ticks of `/proc/<pid>/stat` would round an idle tree's few
+/// milliseconds to 0 or a multiple of a tick); 0 once it is gone.
+pub(crate) fn cpu_ns(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    tasks
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
-fn tree_ticks(children: &[u32]) -> u64 {
-    ticks(std::process::id()) + children.iter().map(|&p| ticks(p)).sum::<u64>()
+/// CPU time of this process (exited threads included) and of the live threads of `children`,
+/// ns.
+fn tree_cpu_ns(children: &[u32]) -> u64 {
+    let own = (process_cpu_s() * 1e9) as u64;
+    own + children.iter().map(|&p| cpu_ns(p)).sum::<u64>()
 }
 
 pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
@@ -110,13 +110,13 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     // Let start-up settle (children parking, the monitor's first probes).
     std::thread::sleep(Duration::from_millis(200));
     let children = w.child_pids();
-    let before = tree_ticks(&children);
+    let before = tree_cpu_ns(&children);
     let started = Instant::now();
     std::thread::sleep(idle);
-    let used = tree_ticks(&children).saturating_sub(before);
+    let used = tree_cpu_ns(&children).saturating_sub(before);
     let wall = started.elapsed().as_secs_f64();
     w.close();
-    let percent = used as f64 / hz() / wall * 100.0;
+    let percent = used as f64 * 1e-9 / wall * 100.0;
     Ok(vec![
         Point::new(
             "idle",
@@ -126,11 +126,6 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         )
         .with_anchor("upstream: ~80% of a core per idle child (BENCHMARKS.md B4)"),
     ])
-}
-
-/// Clock ticks per second of `/proc/<pid>/stat` times.
-pub(crate) fn hz() -> f64 {
-    rustix::param::clock_ticks_per_second() as f64
 }
 
 /// This process's peak resident set, MiB (`VmHWM` of `/proc/self/status`).

@@ -95,6 +95,31 @@ impl Point {
         self
     }
 
+    /// The point with no fraction above 1, which cannot be: an efficiency measured above 1
+    /// means a calibrated kernel ran shorter than its calibration (a few per cent at most).
+    /// Such a value is shown as 1, and the anchor says how far above it was measured.
+    pub fn capped(mut self) -> Point {
+        if self.unit != FRACTION {
+            return self;
+        }
+        let s = &mut self.stats;
+        let values = [&mut s.median, &mut s.min, &mut s.max].into_iter();
+        let peers = self.peers.iter_mut().map(|p| &mut p.median);
+        let mut highest = f64::NEG_INFINITY;
+        for v in values.chain(peers).filter(|v| **v > 1.0) {
+            highest = highest.max(*v);
+            *v = 1.0;
+        }
+        if highest > 1.0 {
+            self.with_anchor(format!(
+                "measured up to {highest:.3} and shown as 1: a calibrated kernel ran shorter \
+                 than its calibration"
+            ))
+        } else {
+            self
+        }
+    }
+
     /// Ours / the first peer.
     pub fn ratio(&self) -> Option<f64> {
         self.peers.first().and_then(|p| self.ratio_to(p))
@@ -176,6 +201,9 @@ pub struct JsonPeer {
 fn nan_if_null<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
 }
+
+/// The unit of an efficiency (1 at most).
+pub const FRACTION: &str = "fraction";
 
 /// Median, minimum and maximum of a sample.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -407,7 +435,7 @@ pub fn select(name: &str) -> Result<&'static [Bench], UnknownBench> {
 pub fn run(benches: &[Bench], quick: bool) -> anyhow::Result<Vec<Point>> {
     let mut points = Vec::new();
     for b in benches {
-        points.extend((b.run)(quick)?);
+        points.extend((b.run)(quick)?.into_iter().map(Point::capped));
     }
     Ok(points)
 }
@@ -423,8 +451,11 @@ pub fn names() -> String {
 
 /// What the table's columns are, printed above it.
 const LEGEND: &str = "median, min, max: over `runs` measured values (runs 1: one value, or a figure derived \
-from several, such as a slope or a difference); '-': not measured. peer: another runtime measured in this \
-same run, with its median in the same unit; ratio: ours / peer (below 1: pto is faster or cheaper).";
+from several, such as a slope or a difference); '-': not measured. unit: of median, min, max and the \
+peer's median (us: microseconds; fraction: an efficiency, 1 at most, higher is better). peer: another \
+runtime measured in this same run, with its median in the same unit; ratio: ours / peer (for times \
+and costs below 1 means pto is faster or cheaper; for a fraction above 1 means pto is more \
+efficient). anchor: a published figure to compare with, or how to read the row.";
 
 /// A figure for the table: `-` when it was not measured; three decimals, or three significant
 /// digits when three decimals would round a measured figure to zero (a sequential loop's
@@ -436,6 +467,15 @@ fn figure(v: f64) -> String {
         format!("{v:.2e}")
     } else {
         format!("{v:.3}")
+    }
+}
+
+/// A ratio for the table: two decimals, or [`figure`]'s digits when two would round it to 0.
+fn ratio_figure(r: f64) -> String {
+    if r < 0.005 {
+        figure(r)
+    } else {
+        format!("{r:.2}")
     }
 }
 
@@ -485,9 +525,7 @@ pub fn render_table(points: &[Point]) -> String {
             } else {
                 let _ = write!(out, "{:pad$}", "", pad = head.chars().count());
             }
-            let ratio = p
-                .ratio_to(peer)
-                .map_or("-".to_string(), |r| format!("{r:.2}"));
+            let ratio = p.ratio_to(peer).map_or("-".to_string(), ratio_figure);
             let _ = writeln!(
                 out,
                 "  {:>11} {:>7}  {}",
@@ -506,6 +544,48 @@ pub fn render_table(points: &[Point]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fraction_above_one_is_shown_as_one_and_said() {
+        let p = Point::new("metg", "eff", FRACTION, Stats::of(&[0.97, 1.02, 0.99]))
+            .with_peer("rayon", 1.05)
+            .with_peer("omp", 0.9)
+            .capped();
+        assert_eq!(
+            (p.stats.median, p.stats.min, p.stats.max),
+            (0.99, 0.97, 1.0)
+        );
+        assert_eq!((p.peers[0].median, p.peers[1].median), (1.0, 0.9));
+        let anchor = p.anchor.as_deref().unwrap();
+        assert!(
+            anchor.contains("measured up to 1.050 and shown as 1"),
+            "{anchor}"
+        );
+        // Within 1, or another unit: unchanged.
+        let within = Point::new("metg", "eff", FRACTION, Stats::one(0.5)).capped();
+        assert!(within.anchor.is_none() && within.stats.median == 0.5);
+        let time = Point::new("metg", "t", "us", Stats::one(3.0)).capped();
+        assert_eq!(time.stats.median, 3.0);
+    }
+
+    #[test]
+    fn the_legend_says_every_column_and_which_way_a_ratio_is_better() {
+        for part in [
+            "median, min, max",
+            "runs",
+            "unit",
+            "peer",
+            "ratio",
+            "anchor",
+            "fraction",
+        ] {
+            assert!(LEGEND.contains(part), "{part:?}");
+        }
+        assert!(LEGEND.contains("for a fraction above 1 means pto is more efficient"));
+        assert_eq!(ratio_figure(0.004), "0.004");
+        assert_eq!(ratio_figure(0.0001), "1.00e-4");
+        assert_eq!(ratio_figure(1.234), "1.23");
+    }
 
     #[test]
     fn stats_and_json_fields() {

@@ -334,8 +334,16 @@ fn measured(
 }
 
 /// The peers' names, as the rows print them.
-const OPENMP: &str = "OpenMP tasks, whole graph (GCC libgomp, omp task depend)";
-const OPENMP_WAIT: &str = "OpenMP tasks, taskwait every 8 steps (GCC libgomp)";
+const OPENMP: &str = concat!(
+    "OpenMP tasks, whole graph (",
+    env!("PTO_OPENMP_RUNTIME"),
+    ", omp task depend)"
+);
+const OPENMP_WAIT: &str = concat!(
+    "OpenMP tasks, taskwait every 8 steps (",
+    env!("PTO_OPENMP_RUNTIME"),
+    ")"
+);
 const RAYON: &str = "rayon bulk-synchronous";
 /// pto's sweeps, as the run log names them.
 const PTO: &str = "pto W=2";
@@ -488,6 +496,35 @@ fn bound_note(rounds: &[Round], points: &[(&str, Pick)]) -> String {
         .join("; ")
 }
 
+/// Why an OpenMP peer was not measured in some rounds (a build without OpenMP, or a run that
+/// failed): per peer, in how many rounds and the first error; empty when both were measured in
+/// every round.
+fn openmp_note(rounds: &[Round]) -> String {
+    type Outcome = fn(&Round) -> &anyhow::Result<Sweep>;
+    let peers: [(&str, Outcome); 2] = [(OPENMP_WAIT, |r| &r.openmp_wait), (OPENMP, |r| &r.openmp)];
+    let notes: Vec<(&str, String)> = peers
+        .into_iter()
+        .filter_map(|(name, result)| {
+            let mut errors = rounds.iter().filter_map(|r| result(r).as_ref().err());
+            let first = errors.next()?;
+            let why = format!(
+                "not measured in {} of {} rounds: {first}",
+                1 + errors.count(),
+                rounds.len()
+            );
+            Some((name, why))
+        })
+        .collect();
+    match &notes[..] {
+        [(_, a), (_, b)] if a == b => format!("both OpenMP peers {a}"),
+        _ => notes
+            .iter()
+            .map(|(name, why)| format!("{name}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
 /// Not reached below 10 ms (or not measured): NaN, printed as "-" and JSON null.
 fn kernel(s: &Sweep) -> f64 {
     s.crossing.map_or(f64::NAN, |c| c.kernel_us)
@@ -523,9 +560,17 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
     };
     let peer = |pick: Pick, figure: &dyn Fn(&Sweep) -> f64| over(pick, figure).median;
     let case = format!("stencil_1d width {WIDTH} W=2");
+    let anchored = |p: Point, note: &str| {
+        if note.is_empty() {
+            p
+        } else {
+            p.with_anchor(note)
+        }
+    };
+    let omp_note = openmp_note(&rounds);
     // One W = 2 figure of pto and of every peer.
     let compare = |what: &str, unit: &'static str, figure: &dyn Fn(&Sweep) -> f64| {
-        Point::new(
+        let p = Point::new(
             "metg",
             format!("{case}: {what}"),
             unit,
@@ -533,14 +578,8 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         )
         .with_peer(OPENMP_WAIT, peer(Round::openmp_wait, figure))
         .with_peer(OPENMP, peer(Round::openmp, figure))
-        .with_peer(RAYON, peer(Round::rayon, figure))
-    };
-    let anchored = |p: Point, note: &str| {
-        if note.is_empty() {
-            p
-        } else {
-            p.with_anchor(note)
-        }
+        .with_peer(RAYON, peer(Round::rayon, figure));
+        anchored(p, &omp_note)
     };
     let all = [
         ("pto", Round::ours as Pick),
@@ -559,24 +598,31 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
         ],
     );
     let w1_bounds = bound_note(&rounds, &[("pto", Round::ours_w1 as Pick)]);
-    let mut metg = anchored(compare("METG(50%), kernel time", "us", &kernel), &w2_bounds);
-    let mut task_bench = compare("METG(50%), Task Bench granularity", "us", &granularity)
+    let metg = anchored(compare("METG(50%), kernel time", "us", &kernel), &w2_bounds);
+    let task_bench = compare("METG(50%), Task Bench granularity", "us", &granularity)
         .with_anchor("Task Bench's definition (wall x workers / tasks at 50 % efficiency); Task Bench on 32 cores: MPI 4.6 us, OpenMP tasks 64 us, StarPU 361-739 us (BENCHMARKS.md B2)");
-    task_bench = anchored(task_bench, &w2_bounds);
-    if let Some(Err(e)) = rounds.first().map(|r| &r.openmp) {
-        metg = metg.with_anchor(e.to_string());
-        task_bench = task_bench.with_anchor(e.to_string());
-    }
+    let task_bench = anchored(task_bench, &w2_bounds);
     let replayed_case = format!("{case}, replayed (graphs of {} steps)", crate::GRAPH_STEPS);
     let replayed_row = |what: &str, unit: &'static str, figure: &dyn Fn(&Sweep) -> f64| {
-        Point::new(
+        let p = Point::new(
             "metg",
             format!("{replayed_case}: {what}"),
             unit,
             over(Round::replayed, figure),
         )
         .with_peer(RAYON, peer(Round::rayon, figure))
-        .with_peer(OPENMP_WAIT, peer(Round::openmp_wait, figure))
+        .with_peer(OPENMP_WAIT, peer(Round::openmp_wait, figure));
+        anchored(p, &omp_note)
+    };
+    let w1_case = format!("stencil_1d width {WIDTH} W=1 (the AIC core)");
+    let w1_row = |what: &str, figure: &dyn Fn(&Sweep) -> f64| {
+        let p = Point::new(
+            "metg",
+            format!("{w1_case}: {what}"),
+            "us",
+            over(Round::ours_w1, figure),
+        );
+        anchored(p, &w1_bounds)
     };
     let replay_metg = anchored(
         replayed_row("METG(50%), kernel time", "us", &kernel),
@@ -590,20 +636,15 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
             replayed_row("METG(50%), Task Bench granularity", "us", &granularity),
             &replay_bounds,
         ),
-        compare("efficiency at 100 us", "fraction", &|s: &Sweep| s.at_100),
-        anchored(
-            Point::new(
-                "metg",
-                format!("stencil_1d width {WIDTH} W=1 (the AIC core): METG(50%), kernel time"),
-                "us",
-                over(Round::ours_w1, &kernel),
-            ),
-            &w1_bounds,
-        ),
+        compare("efficiency at 100 us", crate::FRACTION, &|s: &Sweep| {
+            s.at_100
+        }),
+        w1_row("METG(50%), kernel time", &kernel),
+        w1_row("METG(50%), Task Bench granularity", &granularity),
         Point::new(
             "metg",
             "sequential loop (W=1): efficiency at 100 us",
-            "fraction",
+            crate::FRACTION,
             Stats::one(sequential),
         ),
     ])
@@ -635,6 +676,53 @@ mod tests {
         assert!(note.contains("in 2 of 3 rounds"), "{note}");
         assert!(!note.contains("pto"), "{note}");
         assert_eq!(bound_note(&rounds[1..2], &points), "");
+    }
+
+    #[test]
+    fn every_round_an_openmp_peer_was_not_measured_in_is_said() {
+        let crossed = sweep(|g| Ok(g as f64 / (g as f64 + 5_000.0))).unwrap();
+        let round = |wait_fails: bool| Round {
+            ours: crossed,
+            ours_w1: crossed,
+            replayed: crossed,
+            rayon: crossed,
+            openmp: Err(anyhow::anyhow!("OpenMP was not built")),
+            openmp_wait: if wait_fails {
+                Err(anyhow::anyhow!("libgomp failed"))
+            } else {
+                Ok(crossed)
+            },
+        };
+        // The taskwait form failed in a later round only: still said, with its count.
+        let note = openmp_note(&[round(false), round(true), round(false)]);
+        assert!(
+            note.contains(&format!(
+                "{OPENMP_WAIT}: not measured in 1 of 3 rounds: libgomp failed"
+            )),
+            "{note}"
+        );
+        assert!(
+            note.contains(&format!(
+                "{OPENMP}: not measured in 3 of 3 rounds: OpenMP was not built"
+            )),
+            "{note}"
+        );
+        let not_built = openmp_note(&[round(false), round(false)]);
+        assert!(not_built.starts_with(OPENMP) && not_built.contains("2 of 2 rounds"));
+        assert!(!not_built.contains(OPENMP_WAIT), "{not_built}");
+        let both = Round {
+            openmp_wait: Err(anyhow::anyhow!("OpenMP was not built")),
+            ..round(false)
+        };
+        assert_eq!(
+            openmp_note(&[both]),
+            "both OpenMP peers not measured in 1 of 1 rounds: OpenMP was not built"
+        );
+        let measured = Round {
+            openmp: Ok(crossed),
+            ..round(false)
+        };
+        assert_eq!(openmp_note(&[measured]), "");
     }
 
     #[test]

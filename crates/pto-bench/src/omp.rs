@@ -7,8 +7,10 @@
 pub enum OmpError {
     #[error("the OpenMP peer was not built: {0}")]
     NotBuilt(&'static str),
-    #[error("the OpenMP peer refused width {0} (at most 256 cells)")]
-    Width(u32),
+    #[error(
+        "the OpenMP peer refused its arguments: width {width} (1 to 256 cells), team of {threads} (at least 1)"
+    )]
+    Arguments { width: u32, threads: i32 },
     #[error("OpenMP gave the team fewer than {0} threads")]
     Team(i32),
 }
@@ -16,7 +18,8 @@ pub enum OmpError {
 #[cfg(pto_openmp)]
 mod ffi {
     unsafe extern "C" {
-        /// Wall seconds of `steps` steps, or -1 (width out of range) or -2 (a smaller team).
+        /// Wall seconds of `steps` steps, or -1 (width or team size out of range) or -2 (a smaller
+        /// team).
         pub(super) fn pto_omp_stencil_1d(
             steps: u32,
             width: u32,
@@ -65,7 +68,7 @@ pub fn stencil_1d_wall(
         if wall >= 0.0 {
             Ok(wall)
         } else if wall > -1.5 {
-            Err(OmpError::Width(width))
+            Err(OmpError::Arguments { width, threads })
         } else {
             Err(OmpError::Team(threads))
         }
@@ -92,11 +95,17 @@ mod tests {
         }
         assert_eq!(
             stencil_1d_wall(1, 0, 1, 2, Issue::Graph),
-            Err(OmpError::Width(0))
+            Err(OmpError::Arguments {
+                width: 0,
+                threads: 2
+            })
         );
         assert_eq!(
             stencil_1d_wall(1, 257, 1, 2, Issue::Graph),
-            Err(OmpError::Width(257))
+            Err(OmpError::Arguments {
+                width: 257,
+                threads: 2
+            })
         );
     }
 }

@@ -15,6 +15,7 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let mut benches = std::collections::BTreeSet::new();
     let (mut replayed_metg, mut replay_ratios, mut war_ratios) = (false, 0, 0);
+    let (mut kernel_rows, mut task_bench_rows) = (Vec::new(), Vec::new());
     for line in stdout(&out).lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -27,8 +28,19 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
             }
         }
         figures_can_be(&v, line);
+        if v["bench"] == "idle" {
+            // Measured to the nanosecond: an idle tree's small cost is not rounded to 0.
+            let idle = v["median"].as_f64().unwrap();
+            assert!(idle > 0.0 && idle < 100.0, "{line}");
+        }
         benches.insert(v["bench"].as_str().unwrap().to_string());
         let case = v["case"].as_str().unwrap();
+        if let Some(runtime) = case.strip_suffix(": METG(50%), kernel time") {
+            kernel_rows.push(runtime.to_string());
+        }
+        if let Some(runtime) = case.strip_suffix(": METG(50%), Task Bench granularity") {
+            task_bench_rows.push(runtime.to_string());
+        }
         if case.ends_with("METG(50%), kernel time") && case.contains("W=2") {
             if case.contains("replayed") {
                 // The replayed row is held to the rayon peer (issue 26).
@@ -54,6 +66,9 @@ fn every_bench_runs_quick_and_its_json_has_the_stable_fields() {
         }
     }
     assert!(replayed_metg, "pto bench metg has a replayed row");
+    // Both METG definitions for every runtime row (issue 25), W = 1 included.
+    assert_eq!(kernel_rows.len(), 3, "{kernel_rows:?}");
+    assert_eq!(kernel_rows, task_bench_rows);
     // Every measured run of the METG sweeps is in the debug log, named by its runtime.
     let log = stderr(&out);
     for runtime in [
@@ -119,6 +134,19 @@ fn figures_can_be(v: &serde_json::Value, line: &str) {
     let unit = v["unit"].as_str().unwrap();
     if unit.starts_with("us") || unit.contains("CPU") {
         assert!(median >= 0.0, "{line}");
+    }
+    if unit == "fraction" {
+        // An efficiency: never above 1, ours or a peer's.
+        let peers = std::iter::once(&v["peer_median"]).chain(
+            v["other_peers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| &p["peer_median"]),
+        );
+        for m in std::iter::once(max).chain(peers.filter_map(serde_json::Value::as_f64)) {
+            assert!(m <= 1.0 && min >= 0.0, "{line}");
+        }
     }
     if v["case"].as_str().unwrap().ends_with("CPU per task") {
         assert!(
