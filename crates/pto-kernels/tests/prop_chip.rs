@@ -43,7 +43,7 @@ fn orchestrate<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     let ext: Vec<OrchTensor<'r>> = (0..4).map(|i| a.tensor(i)).collect();
     let mut ids: Vec<TaskId> = Vec::new();
     let mut created: Vec<Option<OrchTensor<'r>>> = vec![None; program.builder.created_len.len()];
-    run_ops(s, &program.ops, &ext, &mut ids, &mut created, None)
+    run_ops(s, &program.ops, &ext, &mut ids, &mut created, None, false)
 }
 
 fn chip() -> ChipWorker {

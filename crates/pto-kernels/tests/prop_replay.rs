@@ -5,6 +5,11 @@
 //! wires the graph's inside), with the inputs bound at offset 0, as recorded, or at another
 //! offset in longer buffers. The buffers must hold exactly what the sequential model computes
 //! for the program run that many times.
+//!
+//! Those replays are ordered by a token the gate and fence of each replay write. The second
+//! property has no token: a program that leaves write-after-read to the runtime, its reads
+//! tracked and its overwrites INOUT, runs in a `track_war` job, replayed and submitted in a
+//! random mix, so only the boundary's TensorMap lookups order one run after another.
 
 mod common;
 
@@ -12,16 +17,17 @@ use std::cell::RefCell;
 
 use common::with_timeout;
 use proptest::prelude::*;
+use pto_chip::TaskId;
 use pto_chip::memory::HostMemory;
 use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
 use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_kernels::prop::program::{
-    Builder, EXT_SHAPES, Op, build, expected, ext_buffers, ext_mismatch, record_program,
-    replay_plan, seeded_choices,
+    Builder, EXT_SHAPES, Op, build, build_with, expected, ext_buffers, ext_mismatch,
+    record_program, record_tracked_program, replay_plan, run_ops, seeded_choices,
 };
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs};
+use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, WarCheck};
 
 /// Records the program of `choices`; returns it with its builder (for the model).
 fn record(choices: &[u32]) -> (Builder, Vec<Op>, RecordedGraph) {
@@ -119,6 +125,107 @@ fn check(
 
 thread_local! {
     static CHIP: ChipWorker = chip();
+}
+
+/// One run of the program in a mixed plan.
+#[derive(Clone, Copy, Debug)]
+enum Run {
+    Replayed,
+    ReplayedInScope,
+    Submitted,
+}
+
+/// The graph, the program it records (with its created-tensor count) and the mixed plan.
+type Mixed = (RecordedGraph, Vec<Op>, usize, Vec<Run>);
+
+thread_local! {
+    static MIXED: RefCell<Option<Mixed>> = const { RefCell::new(None) };
+}
+
+/// Runs the installed program once per entry of the plan over the four external tensors: by
+/// replay, or submitted (inference wires it). Nothing but the TensorMap orders the runs.
+fn orchestrate_mixed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (graph, ops, created_len, plan) = MIXED.with(|m| m.borrow().clone()).expect("installed");
+    let ext: Vec<OrchTensor<'r>> = (0..4).map(|i| a.tensor(i)).collect();
+    for run in plan {
+        match run {
+            Run::Replayed => s.replay(&graph, &ext).map(|_| ())?,
+            Run::ReplayedInScope => s.scope(|s| s.replay(&graph, &ext).map(|_| ()))?,
+            Run::Submitted => {
+                let mut ids: Vec<TaskId> = Vec::new();
+                let mut created = vec![None; created_len];
+                run_ops(s, &ops, &ext, &mut ids, &mut created, None, true)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the track_war program of `choices` once per entry of `plan` in a `track_war` job (the
+/// strict write-after-read check on: it must find nothing); the buffers must hold what the
+/// sequential model computes for that many runs.
+fn check_mixed(
+    chip: &ChipWorker,
+    choices: &[u32],
+    plan: Vec<Run>,
+    verify: bool,
+) -> Result<(), String> {
+    let (builder, ops) = build_with(choices, true);
+    let graph = record_tracked_program("tracked", &builder, &ops).verified(verify);
+    let want = expected(&builder, &ops, plan.len());
+    let buffers = ext_buffers(0);
+    let mut args = TaskArgs::new();
+    for (i, b) in buffers.iter().enumerate() {
+        let id = BufferId {
+            owner_uid: 12,
+            buffer_id: i as u64,
+            generation: 0,
+        };
+        let t = pto_types::Tensor::contiguous(b.buffer_ref(id), EXT_SHAPES[i], DType::U32).unwrap();
+        args = args.inout(&t);
+    }
+    let created_len = builder.created_len.len();
+    MIXED.with(|m| *m.borrow_mut() = Some((graph, ops, created_len, plan)));
+    let env = RuntimeEnv::default()
+        .with_task_window(1024)
+        .with_heap(4 << 20)
+        .with_dep_pool(16384);
+    let cfg = CallConfig {
+        track_war: true,
+        war_check: WarCheck::Strict,
+        ..CallConfig::with_runtime_env(env)
+    };
+    let result = chip.run_fn(orchestrate_mixed, &args, &cfg, &RunContext::default());
+    MIXED.with(|m| *m.borrow_mut() = None);
+    result.map_err(|e| format!("the run failed: {e}"))?;
+    ext_mismatch(&buffers, &want, 0)
+}
+
+fn run_kind() -> impl Strategy<Value = Run> {
+    prop_oneof![
+        Just(Run::Replayed),
+        Just(Run::ReplayedInScope),
+        Just(Run::Submitted)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        max_shrink_iters: 2000,
+        failure_persistence: None,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn replays_mixed_with_submitted_runs_order_through_the_boundary_alone(
+        choices in proptest::collection::vec(any::<u32>(), 0..1200),
+        plan in proptest::collection::vec(run_kind(), 2..5),
+        verify in any::<bool>(),
+    ) {
+        let result = CHIP.with(|chip| check_mixed(chip, &choices, plan, verify));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
 }
 
 proptest! {

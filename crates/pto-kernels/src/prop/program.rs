@@ -572,9 +572,12 @@ pub struct Program {
 /// Interprets a program on a [`Scope`] (`run_ops`: submitted, inference wires it) or on a
 /// [`Recorder`] (`record_ops`: recorded as a graph whose inputs are the four external
 /// buffers). One body for both, so a replayed program is exactly the submitted one. With a
-/// `gate`, every task also waits for it (a program run several times needs one: the runtime
-/// does not track write-after-read, so a later run's writers must wait for an earlier run's
-/// readers through an explicit edge).
+/// `gate`, every task also waits for it (a program run several times needs one unless the job
+/// tracks write-after-read: a later run's writers must wait for an earlier run's readers).
+/// With `rerunnable`, every INPUT goes in as a `tracked_input` and every OUTPUT_EXISTING as an
+/// INOUT (the kernel still overwrites it, as its scalars say): then the TensorMap alone orders
+/// one run of the program after another (write-after-write with OUTPUT_EXISTING is the
+/// orchestration's to order, and a recording tracks only the reads tagged so).
 macro_rules! interpreter {
     ($name:ident, $scope:ident) => {
         pub fn $name<'s, 'p>(
@@ -584,6 +587,7 @@ macro_rules! interpreter {
             ids: &mut Vec<TaskId>,
             created: &mut Vec<Option<OrchTensor<'s>>>,
             gate: Option<TaskId>,
+            rerunnable: bool,
         ) -> OrchResult<()> {
             for op in ops {
                 match op {
@@ -592,7 +596,7 @@ macro_rules! interpreter {
                             let ext: Vec<OrchTensor<'_>> = ext.to_vec();
                             // Tensors created inside die with the scope: keep a scope-local table.
                             let mut local: Vec<Option<OrchTensor<'_>>> = created.to_vec();
-                            $name(s, inner, &ext, ids, &mut local, gate)
+                            $name(s, inner, &ext, ids, &mut local, gate, rerunnable)
                         })?;
                     }
                     Op::Task(t) => {
@@ -611,6 +615,7 @@ macro_rules! interpreter {
                                         Target::Created { id } => created[*id].expect("visible"),
                                     };
                                     args = match tag {
+                                        Tag::Input if rerunnable => args.tracked_input(tensor),
                                         Tag::Input => args.input(tensor),
                                         Tag::NoDep => args.no_dep(tensor),
                                         Tag::InOut => {
@@ -619,7 +624,11 @@ macro_rules! interpreter {
                                         }
                                         Tag::OutputExisting => {
                                             write |= 1 << i;
-                                            args.output_existing(tensor)
+                                            if rerunnable {
+                                                args.inout(tensor)
+                                            } else {
+                                                args.output_existing(tensor)
+                                            }
                                         }
                                     };
                                 }
@@ -743,11 +752,34 @@ pub fn record_program(name: &str, builder: &Builder, ops: &[Op]) -> RecordedGrap
         let mut ids: Vec<TaskId> = Vec::new();
         let mut created: Vec<Option<OrchTensor<'_>>> = vec![None; created_len];
         let gate = r.submit_dummy(KernelArgs::new().inout(ins[4]))?.task_id();
-        record_ops(r, ops, &ins[..4], &mut ids, &mut created, Some(gate))?;
+        record_ops(r, ops, &ins[..4], &mut ids, &mut created, Some(gate), false)?;
         let fence = ids
             .iter()
             .fold(KernelArgs::new().inout(ins[4]), |a, &id| a.dep_wait(id));
         r.submit_dummy(fence)?;
+        Ok(created.into_iter().flatten().collect())
+    })
+    .expect("a generated program is a valid graph")
+}
+
+/// Records a program built with [`Builder::track_war`] for a chip job with `track_war` on, as a
+/// graph whose inputs are the four external buffers and nothing else, rerunnable (see
+/// [`run_ops`]), with no gate or fence: the TensorMap alone orders replays against each other
+/// and against submitted runs, through the external buffers (the boundary).
+pub fn record_tracked_program(name: &str, builder: &Builder, ops: &[Op]) -> RecordedGraph {
+    assert!(
+        builder.track_war,
+        "a program that leaves write-after-read to the runtime"
+    );
+    let inputs: Vec<GraphInput> = EXT_SHAPES
+        .iter()
+        .map(|shape| GraphInput::new(shape, DType::U32).expect("valid shape"))
+        .collect();
+    let created_len = builder.created_len.len();
+    RecordedGraph::record(name, &inputs, |r, ins| {
+        let mut ids: Vec<TaskId> = Vec::new();
+        let mut created: Vec<Option<OrchTensor<'_>>> = vec![None; created_len];
+        record_ops(r, ops, ins, &mut ids, &mut created, None, true)?;
         Ok(created.into_iter().flatten().collect())
     })
     .expect("a generated program is a valid graph")
