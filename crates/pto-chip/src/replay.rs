@@ -1128,6 +1128,59 @@ mod tests {
     }
 
     #[test]
+    fn a_binding_names_what_does_not_fit_and_views_overlap_by_their_elements() {
+        let x = GraphInput::new(&[8, 4], DType::F32).unwrap();
+        let g = RecordedGraph::record("pair", &[x, x], |r, ins| {
+            r.submit_dummy(KernelArgs::new().inout(ins[0]).input(ins[1]))?;
+            Ok(vec![])
+        })
+        .unwrap();
+        let buf = TensorDesc::contiguous(0x1000, 64 * 8 * 4, &[64, 8], DType::F32).unwrap();
+        // Rows 0-7 and rows 8-15 of one buffer, each [8, 4] with the recorded strides.
+        let rows = |first: u32| {
+            let v = buf.view(&[8, 8], &[first, 0]).unwrap();
+            v.reshape(&[64])
+                .unwrap()
+                .slice(0, 0, 32)
+                .unwrap()
+                .reshape(&[8, 4])
+        };
+        let (a, b) = (rows(0).unwrap(), rows(8).unwrap());
+        assert_eq!(g.check_binding(&[a, b]), Ok(()));
+        // Half of one view over half of the other: overlapping, though neither is the other.
+        let shifted = buf
+            .reshape(&[512])
+            .unwrap()
+            .slice(0, 16, 32)
+            .unwrap()
+            .reshape(&[8, 4])
+            .unwrap();
+        let e = g.check_binding(&[a, shifted]).unwrap_err();
+        assert!(
+            e.contains("inputs 0 and 1 are bound to overlapping tensors"),
+            "{e}"
+        );
+        // The same shape with other strides: columns 0-3 of rows 0-7 of the [64, 8] buffer.
+        let strided = buf.view(&[8, 4], &[0, 0]).unwrap();
+        assert_eq!(strided.strides(), &[8, 1]);
+        let e = g.check_binding(&[strided, b]).unwrap_err();
+        assert!(
+            e.contains("input 0 is bound to a tensor with strides [8, 1] (recorded [4, 1])"),
+            "{e}"
+        );
+        let e = g.check_binding(&[a, b.with_version(1)]).unwrap_err();
+        assert!(
+            e.contains("input 1 is bound to a tensor with version 1 (recorded 0)"),
+            "{e}"
+        );
+        let e = g.check_binding(&[a.with_manual_dep(true), b]).unwrap_err();
+        assert!(
+            e.contains("input 0 is bound to a tensor with manual_dep true (recorded false)"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn fan_in_past_the_inline_edges_counts_spill_entries() {
         // 70 tracked readers of an input, then its overwrite: 70 edges found through the
         // boundary, 6 past the 64 held inline; then a reader of 3 tensors one `alloc_tensors`
