@@ -540,3 +540,104 @@ fn loom_handoff_strands_no_item_with_one_holder() {
 fn loom_handoff_strands_no_item_with_two_holders() {
     check_handoff(1, &[1, 1]);
 }
+
+/// An executor of the publication model: first (when `holds`) one hold of the graph lock that
+/// ends in HO2, publishing what was handed off meanwhile with a signal that wakes nobody, as
+/// pto-chip's `RunShared::serve_inbox` does for a holder that searches right after (its
+/// `Graph::signal_searching` counts it as coming back); then it searches and parks like
+/// [`work_signal_worker`] until told to stop, taking one item per find.
+fn publishing_executor(
+    handoff: Arc<Handoff<u32>>,
+    lock: Arc<ModelLock>,
+    signal: Arc<WorkSignal>,
+    taken: Arc<AtomicUsize>,
+    done: Arc<EventCount>,
+    stop: Arc<AtomicBool>,
+    holds: bool,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        if let Some(held) = holds.then(|| lock.try_lock()).flatten() {
+            drop(held);
+            while let Some(held) = handoff.after_unlock(|| lock.try_lock()) {
+                held.take_items(&handoff);
+                drop(held);
+                signal.signal(false);
+            }
+        }
+        let mut search = signal.search();
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            if search.news() {
+                search.look();
+                let item = lock.taken.lock().unwrap().pop();
+                if item.is_some() {
+                    search.found(None);
+                    taken.fetch_add(1, Ordering::SeqCst);
+                    done.notify_all();
+                    search = signal.search();
+                    continue;
+                }
+            }
+            search.park(|| stop.load(Ordering::SeqCst), None);
+        }
+    })
+}
+
+/// Publication and search together (issue 25): the orchestrator publishes its item itself,
+/// with a wake, when the graph lock is free, or hands it to the lock's holder (HO1); the
+/// holder is an executor that publishes handed items on unlock without waking anyone, because
+/// it searches right after; a second executor is parked. Every item is taken: an item
+/// stranded in the inbox, or a holder that published without a wake and then parked past its
+/// own publication, is a loom deadlock.
+#[test]
+fn loom_publication_by_a_searching_holder_never_strands_work() {
+    model_3(|| {
+        let handoff = Arc::new(Handoff::new());
+        let lock = Arc::new(ModelLock::new());
+        let signal = Arc::new(WorkSignal::new());
+        let taken = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(EventCount::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let executors: Vec<_> = [true, false]
+            .into_iter()
+            .map(|holds| {
+                publishing_executor(
+                    handoff.clone(),
+                    lock.clone(),
+                    signal.clone(),
+                    taken.clone(),
+                    done.clone(),
+                    stop.clone(),
+                    holds,
+                )
+            })
+            .collect();
+        // The orchestrator: one item, published directly with a wake (no executor runs a
+        // block) or handed off; the offer's own try may get the lock after all (HO1).
+        let published = match lock.try_lock() {
+            Some(held) => {
+                held.push(1);
+                Some(held)
+            }
+            None => handoff.offer(1, || lock.try_lock()).inspect(|held| {
+                held.take_items(&handoff);
+            }),
+        };
+        if let Some(held) = published {
+            drop(held);
+            signal.signal(true);
+        }
+        wait_until(&done, SpinPolicy::PARK_IMMEDIATELY, None, || {
+            (taken.load(Ordering::SeqCst) == 1).then_some(())
+        })
+        .expect("no deadline");
+        stop.store(true, Ordering::SeqCst);
+        signal.signal_all();
+        for e in executors {
+            e.join().unwrap();
+        }
+        assert!(lock.taken.lock().unwrap().is_empty());
+    });
+}
