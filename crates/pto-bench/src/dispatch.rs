@@ -337,13 +337,13 @@ fn submit_scaling(quick: bool) -> anyhow::Result<Vec<Point>> {
         submit_on_one_buffer(&w, gate, sub, sizes[sizes.len() - 1])?;
         let mut per_task = Vec::new();
         for &n in sizes {
-            let us = sample(3, || submit_on_one_buffer(&w, gate, sub, n))?.median;
-            per_task.push(us);
+            let stats = sample(3, || submit_on_one_buffer(&w, gate, sub, n))?;
+            per_task.push(stats.median);
             points.push(Point::new(
                 "dispatch",
                 format!("submit cost per task, {n} tasks on one buffer, {mode_name}"),
                 "us/task",
-                Stats::one(us),
+                stats,
             ));
         }
         let (first, last) = (per_task[0], per_task[per_task.len() - 1]);
@@ -452,8 +452,9 @@ pub fn run(quick: bool) -> anyhow::Result<Vec<Point>> {
                 Stats::cost(one_chip.median - empty_l2.median),
             )
             .with_anchor(format!(
-                "a run of one chip task {:.2} us minus the chip's empty L2 run {:.2} us",
-                one_chip.median, empty_l2.median
+                "a run of one chip task {} us minus the chip's empty L2 run {} us",
+                crate::figure(one_chip.median),
+                crate::figure(empty_l2.median)
             )),
         );
         let (floor_name, floor) = match mode {

@@ -460,7 +460,7 @@ efficient). anchor: a published figure to compare with, or how to read the row."
 /// A figure for the table: `-` when it was not measured; three decimals, or three significant
 /// digits when three decimals would round a measured figure to zero (a sequential loop's
 /// 0.0004 µs per task is not 0.000).
-fn figure(v: f64) -> String {
+pub(crate) fn figure(v: f64) -> String {
     if !v.is_finite() {
         "-".to_string()
     } else if v != 0.0 && v.abs() < 0.0005 {

@@ -123,6 +123,42 @@ fn the_table_and_an_unknown_bench() {
     assert!(stderr(&out).contains("submit"), "{}", stderr(&out));
 }
 
+#[test]
+fn the_table_of_every_bench_has_its_legend_and_no_impossible_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = pto(dir.path())
+        .args(["bench", "all", "--quick"])
+        .timeout(std::time::Duration::from_secs(110))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.starts_with("median, min, max:"), "{table}");
+    for bench in pto_bench::BENCHES {
+        assert!(table.contains(&format!("== {}", bench.name)), "{table}");
+    }
+    for bad in ["NaN", "inf", "-0.000"] {
+        assert!(!table.contains(bad), "{bad:?} in the table:\n{table}");
+    }
+    // Every figure line lines up under its header: the unit column starts where the header's
+    // does in each bench's block.
+    let (mut unit_at, mut rows) = (None, 0);
+    for line in table.lines() {
+        if line.starts_with("case ") {
+            unit_at = line.find(" unit");
+        } else if line.starts_with("== ") {
+            unit_at = None;
+        } else if let (Some(at), false) = (unit_at, line.starts_with(' ') || line.is_empty()) {
+            assert!(
+                line.len() > at && line.as_bytes()[at] == b' ',
+                "misaligned row under a header with unit at {at}: {line}"
+            );
+            rows += 1;
+        }
+    }
+    assert!(rows >= 30, "{rows} rows checked:\n{table}");
+}
+
 /// Never a figure that cannot be: min <= median <= max, and no negative cost or CPU time.
 fn figures_can_be(v: &serde_json::Value, line: &str) {
     let Some(median) = v["median"].as_f64() else {
