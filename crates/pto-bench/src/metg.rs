@@ -10,7 +10,7 @@
 //! grain. Task
 //! Bench's METG, the task granularity wall × W / tasks at the same crossing, is reported beside
 //! it. The peers, swept the same way in the same process: the same pattern as `omp task depend`
-//! tasks on a GCC libgomp team of W threads ([`crate::omp`]), issued as one graph and with a
+//! tasks on an OpenMP team of W threads ([`crate::omp`]; GCC's libgomp here), issued as one graph and with a
 //! `taskwait` every 8 steps (libgomp's best on this pattern), and as bulk-synchronous steps on
 //! a rayon pool of W threads (one parallel loop per step). The replayed row runs the same
 //! pattern by replaying a recorded graph of 16 steps (`pto_chip::replay`), one scope each,

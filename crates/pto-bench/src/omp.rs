@@ -1,6 +1,7 @@
 //! The OpenMP-tasks peer of `metg` (`csrc/stencil_omp.c`, built by `build.rs` with
 //! `-fopenmp`): the same stencil_1d pattern and spin kernel as `omp task depend` tasks on a
-//! team of GCC libgomp threads, called in this process so its rows come from the same run.
+//! team of OpenMP threads (the compiler's runtime: GCC's libgomp, or LLVM's libomp under clang),
+//! called in this process so its rows come from the same run.
 
 /// Why the peer cannot run in this build.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

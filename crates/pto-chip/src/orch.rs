@@ -538,11 +538,14 @@ impl<'s, 'p> Scope<'s, 'p> {
     ///
     /// # Errors
     ///
-    /// Each fails the run, as a failed submit does (the error is the run's, with its code):
+    /// `Err` when the run has failed already (nothing more is submitted), or fails it, as a
+    /// failed submit does (the error is the run's, with its code):
     /// - INVALID_ARGS, before anything is submitted: a binding that does not fit the recording
     ///   (input count, dtype, shape, strides, version, `manual_dep`, or two bound inputs that
     ///   overlap), a graph whose scopes would nest deeper than scopes may, or a chip job with
     ///   `track_war` on and a graph recorded with plain reads a later graph task overwrites;
+    /// - REQUIRE_SYNC_START_INVALID, before anything is submitted: a sync-start task of the
+    ///   graph that this chip cannot start at once;
     /// - SCOPE_DEADLOCK or HEAP_RING_DEADLOCK, before anything is submitted: the graph's task
     ///   slots or heap bytes cannot fit beside what the open scopes pin
     ///   ([`crate::replay::RecordedGraph::needs`]), with the ring and the recommended minimum;

@@ -154,12 +154,14 @@ pub struct RingNeed {
     /// The largest single heap allocation (slack for the ring heap's wrap).
     pub heap_largest_alloc: u64,
     /// Most dependency entries between graph tasks pinned at once: the dep pool's worst case
-    /// (every producer still running when its consumer is wired). It counts the edges the
-    /// recording wires and those a replay's lookups of graph inputs and outputs find between
-    /// graph tasks; edges to tasks outside the graph are not counted.
+    /// (every producer still running when its consumer is wired) with verify off (verify
+    /// mode wires every edge inference finds). It counts the edges the recording wires and
+    /// those a replay's lookups of graph inputs and outputs find between graph tasks; edges to
+    /// tasks outside the graph (an earlier replay's included) are not counted.
     pub dep_pool: u64,
     /// Most fan-in spill entries pinned at once (the edges of a task past the 64 it holds
-    /// inline), counted as `dep_pool` is; they share the ring's dep-pool capacity.
+    /// inline), counted as `dep_pool` is. The spill pool is a pool of its own, sized by the
+    /// same `ring_dep_pool` setting.
     pub fanin_spill: u64,
 }
 
@@ -355,6 +357,9 @@ pub(crate) struct RecordedEdge {
     /// recording: the replay's own lookup of those arguments finds it (at the bound tensors'
     /// real offsets, where a view's classification may differ from the recorded one).
     pub(crate) wirable: bool,
+    /// Some TensorMap hit through a boundary argument found it: the replay's lookup finds it
+    /// too, wired or not ([`RecordedTask::worst_fanin`]).
+    pub(crate) through_boundary: bool,
 }
 
 impl RecordedEdge {
@@ -412,13 +417,19 @@ pub(crate) struct RecordedTask {
 }
 
 impl RecordedTask {
-    /// The dependency entries a replay of this task takes at most (every producer still
-    /// running): one per edge the recording wires, and one per edge between graph tasks that
-    /// its lookups of boundary arguments find ([`RecordedEdge::wirable`]: the two are
-    /// disjoint). Edges to tasks outside the graph come on top.
+    /// The dependency entries a replay of this task takes at most with verify off (every
+    /// producer still running): one per edge the recording wires, and one per other edge
+    /// between graph tasks that its lookups of boundary arguments find — found only so, or
+    /// also through an intermediate but left out of the wiring because another path implies
+    /// it ([`reduce_edges`]). Edges to tasks outside the graph (an earlier replay's included)
+    /// come on top.
     pub(crate) fn worst_fanin(&self) -> u64 {
-        let found = self.edges.iter().filter(|e| !e.wirable).count();
-        (self.wiring.len() + found) as u64
+        let wired = |from: u32| self.wiring.iter().any(|&(p, _)| p == from);
+        let found = self
+            .edges
+            .iter()
+            .filter(|e| e.through_boundary && !wired(e.from));
+        (self.wiring.len() + found.count()) as u64
     }
 }
 
@@ -666,6 +677,7 @@ impl RecordState {
                 retain,
                 kinds: kind_bit(EdgeKind::Explicit),
                 wirable: true,
+                through_boundary: false,
             });
         }
         let virt_base = self.next_virt;
@@ -864,6 +876,8 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
                         kinds: kind_bit(kind),
                         wirable: !matches!(kind, EdgeKind::TensorMap | EdgeKind::War)
                             || !arg.boundary,
+                        through_boundary: matches!(kind, EdgeKind::TensorMap | EdgeKind::War)
+                            && arg.boundary,
                     });
                 },
                 |reader| {
@@ -898,6 +912,7 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
                     x.retain |= e.retain;
                     x.kinds |= e.kinds;
                     x.wirable |= e.wirable;
+                    x.through_boundary |= e.through_boundary;
                 }
                 None => task.edges.push(e),
             }
@@ -1181,6 +1196,30 @@ mod tests {
     }
 
     #[test]
+    fn an_edge_reduced_out_of_the_wiring_but_found_through_the_boundary_is_counted() {
+        // A creates b; P writes the input x and b; Q reads b into c; T reads x, b and c. P → T
+        // (through x and through b) only orders and P → Q → T implies it, so the wiring drops
+        // it; but T's lookup of the input x finds P at replay, and takes an entry for it.
+        let x = GraphInput::new(&[16], DType::F32).unwrap();
+        let g = RecordedGraph::record("reduced", &[x], |r, ins| {
+            let ci = TensorCreateInfo::new(&[16], DType::F32);
+            let b = r.submit_dummy(KernelArgs::new().output(ci))?.tensor(0);
+            r.submit_dummy(KernelArgs::new().inout(ins[0]).inout(b))?;
+            let c = r
+                .submit_dummy(KernelArgs::new().input(b).output(ci))?
+                .tensor(0);
+            r.submit_dummy(KernelArgs::new().input(ins[0]).input(b).input(c))?;
+            Ok(vec![])
+        })
+        .unwrap();
+        let t = &g.inner.tasks[3];
+        assert!(t.wiring.iter().all(|&(p, _)| p != 1), "{:?}", t.wiring);
+        assert_eq!((t.wiring.len(), t.worst_fanin()), (2, 3));
+        // A 0, P 1 (A), Q 2 (A, P), T 3.
+        assert_eq!(g.needs().at_depth(0)[0].dep_pool, 6);
+    }
+
+    #[test]
     fn fan_in_past_the_inline_edges_counts_spill_entries() {
         // 70 tracked readers of an input, then its overwrite: 70 edges found through the
         // boundary, 6 past the 64 held inline; then a reader of 3 tensors one `alloc_tensors`
@@ -1279,6 +1318,7 @@ mod tests {
             retain: false,
             kinds: kind_bit(EdgeKind::TensorMap),
             wirable: true,
+            through_boundary: false,
         });
         inner.tasks[2].wiring.push((1, false));
         let g = RecordedGraph {

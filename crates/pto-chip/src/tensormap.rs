@@ -63,6 +63,25 @@ fn classify(p_version: i32, p: &Geometry, e_version: i32, e: &Geometry) -> Overl
     p.classify(e)
 }
 
+/// Most contiguous runs per view walked to decide a reader entry's overlap exactly.
+const READER_EXACT_RUNS: usize = 4096;
+
+fn is_reader(role: Role) -> bool {
+    matches!(role, Role::Reader { .. })
+}
+
+/// A reader entry's overlap where the geometry cannot tell (`Other`), decided byte for byte
+/// ([`Geometry::shares_bytes`]): a reader found by a write that shares no byte with it would
+/// be a write-after-read hazard the check reports, or an edge `track_war` adds, for nothing.
+/// Past [`READER_EXACT_RUNS`] runs it stays `Other` (sound: an edge, or a report). Writer
+/// entries keep the cheaper classification: an edge too many only orders.
+fn exact_for_reader(probe: &Geometry, entry: &Geometry) -> Overlap {
+    match probe.shares_bytes(entry, READER_EXACT_RUNS) {
+        Some(false) => Overlap::NoOverlap,
+        _ => Overlap::Other,
+    }
+}
+
 /// The caller's decision for one lookup hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Visit {
@@ -569,7 +588,10 @@ impl TensorMap {
                     return;
                 }
                 classified += 1;
-                let overlap = classify(version, &geometry, e.version, &e.geometry);
+                let mut overlap = classify(version, &geometry, e.version, &e.geometry);
+                if overlap == Overlap::Other && is_reader(e.role) && e.version == version {
+                    overlap = exact_for_reader(&geometry, &e.geometry);
+                }
                 if overlap != Overlap::NoOverlap {
                     hits.push(Hit {
                         entry: EntryId(x),
@@ -675,6 +697,8 @@ mod tests {
     use proptest::prelude::*;
     use pto_types::DType;
 
+    use crate::tensor::BufferAddr;
+
     use super::*;
 
     const X: u64 = 0x1000;
@@ -723,6 +747,43 @@ mod tests {
         map.insert(id(0, 0), e).unwrap();
         assert_eq!(hits(&mut map, &probe, [0; 4]), expect);
         map.check_invariants();
+    }
+
+    #[test]
+    fn a_reader_entry_that_shares_no_byte_with_the_write_is_no_hit() {
+        // u32 views with strides [8, 1] of one buffer: the reader's rows (elements 47-48 and
+        // 55-56) interleave with the writer's (42-45, 50-53) without sharing a byte, which the
+        // geometry alone cannot tell.
+        let grid = |offset: u64, shape: &[u32]| {
+            TensorDesc::new(
+                BufferAddr::device(X, 256),
+                offset,
+                shape,
+                &[8, 1],
+                DType::U32,
+            )
+            .unwrap()
+        };
+        let (read, write, touching) = (grid(47, &[2, 2]), grid(42, &[2, 4]), grid(45, &[2, 2]));
+        for tracked in [false, true] {
+            let mut map = m_map();
+            map.insert_as(id(0, 0), read, Role::Reader { tracked })
+                .unwrap();
+            assert_eq!(hits(&mut map, &write, [0; 4]), vec![], "tracked {tracked}");
+            map.insert_as(id(0, 1), touching, Role::Reader { tracked })
+                .unwrap();
+            assert_eq!(
+                hits(&mut map, &write, [0; 4]),
+                vec![(id(0, 1), Overlap::Other)]
+            );
+        }
+        // A writer entry keeps the geometry's answer: an edge too many only orders.
+        let mut map = m_map();
+        map.insert(id(0, 0), read).unwrap();
+        assert_eq!(
+            hits(&mut map, &write, [0; 4]),
+            vec![(id(0, 0), Overlap::Other)]
+        );
     }
 
     impl TensorMap {

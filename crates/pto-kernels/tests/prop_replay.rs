@@ -112,12 +112,14 @@ fn check(
         .with_task_window(1024)
         .with_heap(4 << 20)
         .with_dep_pool(16384);
-    let result = chip.run_fn(
-        orchestrate,
-        &args,
-        &CallConfig::with_runtime_env(env),
-        &RunContext::default(),
-    );
+    // Strict: every plain read a later write overlaps is ordered by the program's explicit
+    // dependencies, so the write-after-read check (fed from the recording's `war_readers`
+    // with verify off) must find nothing.
+    let cfg = CallConfig {
+        war_check: WarCheck::Strict,
+        ..CallConfig::with_runtime_env(env)
+    };
+    let result = chip.run_fn(orchestrate, &args, &cfg, &RunContext::default());
     GRAPH.with(|g| *g.borrow_mut() = None);
     result.map_err(|e| format!("the run failed: {e}"))?;
     ext_mismatch(&buffers, &want, shift as usize)
@@ -162,8 +164,8 @@ fn orchestrate_mixed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<
 }
 
 /// Runs the track_war program of `choices` once per entry of `plan` in a `track_war` job (the
-/// strict write-after-read check on: it must find nothing); the buffers must hold what the
-/// sequential model computes for that many runs.
+/// strict write-after-read check on, though with every read tracked it has nothing to look
+/// at); the buffers must hold what the sequential model computes for that many runs.
 fn check_mixed(
     chip: &ChipWorker,
     choices: &[u32],

@@ -317,7 +317,9 @@ fn a_replay_that_cannot_fit_the_rings_fails_at_once_with_the_minimum() {
     });
 }
 
-/// 40 slow tracked reads of the input, then an overwrite of it: the overwrite's 40
+/// 40 slow tracked reads of the input (40 ms each: on the 4 AIV cores of `chip(2)`, more than 16
+/// are still running when the overwrite is published, even on a loaded host), then an
+/// overwrite of it: the overwrite's 40
 /// write-after-read edges go through the graph's boundary (the input), so the replay's lookup
 /// finds them, not the recording's wiring; they still count in the graph's dep-pool need.
 fn readers_graph() -> RecordedGraph {
@@ -326,7 +328,7 @@ fn readers_graph() -> RecordedGraph {
         let ci = TensorCreateInfo::new(&[N], DType::F32);
         for _ in 0..40 {
             let read = KernelArgs::new().tracked_input(ins[0]).output(ci);
-            r.submit_aiv(COPY_AFTER, read.scalar(5_000u64))?;
+            r.submit_aiv(COPY_AFTER, read.scalar(40_000u64))?;
         }
         let overwrite = KernelArgs::new().output_existing(ins[0]).scalar(OVERWRITE);
         r.submit_aiv(FILL_WITH, overwrite)?;
@@ -348,7 +350,7 @@ fn edges_found_through_the_boundary_count_in_the_dep_pool_need_and_advice() {
         let (buf, t) = f32_tensor(N as usize, 1.0);
         let args = TaskArgs::new().inout(&t);
         install(g.clone());
-        chip(1, &[])
+        chip(2, &[])
             .run_fn(
                 replay_once,
                 &args,

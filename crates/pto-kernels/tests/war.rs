@@ -71,6 +71,40 @@ fn an_untracked_overwrite_races_the_read_and_is_reported_once() {
     });
 }
 
+/// Entry (x, y): a slow plain read of x into y, then one task writing both halves of x
+/// through two arguments: one reader, overlapped twice, is one hazard.
+fn halves_overwritten<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let (x, y) = (a.tensor(0), a.tensor(1));
+    let read = KernelArgs::new().input(x).output_existing(y);
+    s.submit_aiv(COPY_AFTER, read.scalar(READ_WAIT_US))?;
+    let half = N as u32 / 2;
+    let (lo, hi) = match (x.slice(0, 0, half), x.slice(0, half, half)) {
+        (Ok(lo), Ok(hi)) => (lo, hi),
+        (Err(e), _) | (_, Err(e)) => return Err(s.report_fatal(e.to_string())),
+    };
+    let overwrite = KernelArgs::new().output_existing(lo).output_existing(hi);
+    s.submit_aiv(FILL_WITH, overwrite.scalar(OVERWRITE))?;
+    Ok(())
+}
+
+#[test]
+fn a_reader_overlapped_by_two_written_arguments_is_one_hazard() {
+    with_timeout(60, || {
+        let chip = chip(1, &[]);
+        let (_x, xt) = f32_tensor(N, 1.0);
+        let (_y, yt) = f32_tensor(N, 0.0);
+        let args = TaskArgs::new().input(&xt).output(&yt);
+        let cfg = config(false, WarCheck::Report);
+        let report = chip
+            .run_fn(halves_overwritten, &args, &cfg, &RunContext::default())
+            .expect("report mode does not fail the run");
+        assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+        let w = &report.warnings[0];
+        assert!(w.contains("write-after-read hazard"), "{w}");
+        assert!(!w.contains("more in this run"), "{w}");
+    });
+}
+
 #[test]
 fn track_war_makes_the_overwrite_wait_for_the_read() {
     with_timeout(60, || {

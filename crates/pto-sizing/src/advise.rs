@@ -415,11 +415,11 @@ pub fn advise_all(runs: &[ScopeStats], headroom: Headroom) -> Advice {
 /// Recommends a ring sizing for a chip job that replays `graph` `replays` times in a row in one
 /// scope at depth `depth`, before it ever runs: the graph's needs
 /// ([`pto_chip::replay::RecordedGraph::needs_of_replays`]: the most task slots, heap bytes and
-/// worst-case dependency and fan-in spill entries pinned at once per ring) take the place of measured peaks,
-/// through the same formulas as [`advise`]. Rings the graph does not use get the smallest legal
-/// value; capacities are the compile-time defaults (what the advice is compared with). The
-/// job's own tasks around the replays are not counted: size those from a run's scope stats and
-/// take the larger value.
+/// worst-case dependency and fan-in spill entries pinned at once per ring) take the place of
+/// measured peaks, through the same formulas as [`advise`]. Rings the graph does not use get
+/// the smallest legal value; capacities are the compile-time defaults (what the advice is
+/// compared with). The job's own tasks around the replays are not counted, nor are edges to
+/// them: size those from a run's scope stats and take the larger value.
 pub fn advise_graph(
     graph: &pto_chip::replay::RecordedGraph,
     depth: usize,

@@ -398,6 +398,71 @@ impl Geometry {
     }
 }
 
+impl Geometry {
+    /// Whether `self` and `other`, views of one buffer, share a byte, exactly: where
+    /// [`Geometry::classify`] cannot tell ([`Overlap::Other`]), by walking both views'
+    /// contiguous runs in address order. `None` when either view has more than `max_runs`
+    /// runs, and the walk would cost more than the caller allows.
+    pub fn shares_bytes(&self, other: &Geometry, max_runs: usize) -> Option<bool> {
+        match self.classify(other) {
+            Overlap::NoOverlap => return Some(false),
+            Overlap::Covered => return Some(true),
+            Overlap::Other => {}
+        }
+        let mut runs: Vec<(u64, u64, bool)> = Vec::new();
+        self.push_runs(true, max_runs, &mut runs)?;
+        other.push_runs(false, max_runs, &mut runs)?;
+        runs.sort_unstable();
+        // In start order, a run shares a byte with the other view's runs before it exactly
+        // when it starts below the furthest end among them.
+        let mut ends = [0u64; 2];
+        for (start, end, mine) in runs {
+            if start < ends[usize::from(!mine)] {
+                return Some(true);
+            }
+            let own = &mut ends[usize::from(mine)];
+            *own = (*own).max(end);
+        }
+        Some(false)
+    }
+
+    /// Appends the contiguous runs of bytes of `self` as `(start, end, tag)`; `None` when there
+    /// are more than `max_runs`.
+    fn push_runs(&self, tag: bool, max_runs: usize, out: &mut Vec<(u64, u64, bool)>) -> Option<()> {
+        if self.is_empty() {
+            return Some(());
+        }
+        let axes: Vec<(u64, u64)> = self.inner_first().collect();
+        let (run, outer) = match axes.split_first() {
+            Some((&(n, 1), outer)) => (n, outer),
+            _ => (1, &axes[..]),
+        };
+        let count = outer
+            .iter()
+            .try_fold(1u64, |c, &(n, _)| c.checked_mul(n))
+            .filter(|&c| c <= max_runs as u64)?;
+        out.reserve(usize::try_from(count).ok()?);
+        let mut index = vec![0u64; outer.len()];
+        loop {
+            let offset: u64 = outer.iter().zip(&index).map(|(&(_, s), &i)| i * s).sum();
+            out.push((self.start + offset, self.start + offset + run, tag));
+            // The next index, innermost axis first; past the last, every run is out.
+            let mut k = 0;
+            loop {
+                let Some(i) = index.get_mut(k) else {
+                    return Some(());
+                };
+                *i += 1;
+                if *i < outer[k].0 {
+                    break;
+                }
+                *i = 0;
+                k += 1;
+            }
+        }
+    }
+}
+
 /// Adds the axis `(n, s)` to the first `rank` axes, kept sorted by stride, smallest first (ties:
 /// smaller size first, so that equal sets of axes give equal forms).
 #[inline]

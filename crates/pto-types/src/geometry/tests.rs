@@ -301,6 +301,14 @@ proptest! {
     }
 
     #[test]
+    fn shares_bytes_is_the_byte_sets_meeting(a in any_view(), b in any_view()) {
+        let truth = !a.bytes().is_disjoint(&b.bytes());
+        let (ga, gb) = (a.geometry(), b.geometry());
+        prop_assert_eq!(ga.shares_bytes(&gb, 1 << 16), Some(truth), "{:?} vs {:?}", a, b);
+        prop_assert_eq!(gb.shares_bytes(&ga, 1 << 16), Some(truth), "{:?} vs {:?}", b, a);
+    }
+
+    #[test]
     fn pow2_views_are_exact_when_boxes(a in pow2_view(), b in pow2_view()) {
         check_pair(&a, &b)?;
     }
@@ -318,6 +326,22 @@ proptest! {
         check_pair(&a, &b)?;
         check_pair(&b, &a)?;
     }
+}
+
+#[test]
+fn shares_bytes_decides_rows_that_straddle_the_radix() {
+    // u32 rows of an 8-wide grid: [2, 4] at element 42 and [2, 2] at element 47 interleave
+    // without sharing a byte; `classify` cannot tell (the second's rows cross a row boundary).
+    let (writer, reader) = (
+        f32_view(42, &[2, 4], &[8, 1]),
+        f32_view(47, &[2, 2], &[8, 1]),
+    );
+    assert_eq!(writer.classify(&reader), Overlap::Other);
+    assert_eq!(writer.shares_bytes(&reader, 16), Some(false));
+    let touching = f32_view(45, &[2, 2], &[8, 1]);
+    assert_eq!(writer.shares_bytes(&touching, 16), Some(true));
+    // Past the run budget: not decided.
+    assert_eq!(writer.shares_bytes(&reader, 1), None);
 }
 
 #[track_caller]

@@ -267,13 +267,7 @@ impl OrchCore {
             t.block_num,
             t.sync_start,
         );
-        // With `war_check` on, the plain reads this task's writes overlap inside the graph
-        // are checked as a submit's lookups would have found them.
-        let war_readers = if self.settings.war_check == WarCheck::Off || st.index.is_some() {
-            &[][..]
-        } else {
-            &t.war_readers[..]
-        };
+        let war_readers = self.war_readers(st, t);
         let producers = if st.index.is_none() && !t.boundary && war_readers.is_empty() {
             // Every argument stays inside the graph: the recording has its edges, and no
             // lookup noted a reader for the write-after-read check. No argument list either:
@@ -321,6 +315,17 @@ impl OrchCore {
             self.trace_orch(format!("replay {id} {names} ({})", st.graph.name), start);
         }
         Ok(())
+    }
+
+    /// The plain reads inside the graph that `t`'s writes overlap, for the write-after-read
+    /// check as a submit's lookups would have fed it: none with `war_check` off, and none in
+    /// verify mode, whose full inference notes them itself.
+    fn war_readers<'g>(&self, st: &Replayed<'_>, t: &'g RecordedTask) -> &'g [(u32, u32)] {
+        if self.settings.war_check == WarCheck::Off || st.index.is_some() {
+            &[]
+        } else {
+            &t.war_readers
+        }
     }
 
     /// A task with boundary arguments: recorded edges, plus inference over those arguments.

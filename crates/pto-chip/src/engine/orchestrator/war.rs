@@ -88,7 +88,8 @@ impl OrchCore {
         self.flush()?;
         let mut candidates = std::mem::take(&mut self.war.unordered);
         candidates.retain(|(r, _)| *r != id && producers.iter().all(|(p, _)| p != r));
-        // A reader overlapped by several written arguments is one hazard, named by the first.
+        // A reader overlapped by several written arguments is one hazard, named by the first
+        // (the lists are a few entries long).
         let mut seen: Vec<TaskId> = Vec::with_capacity(candidates.len());
         candidates.retain(|&(r, _)| {
             let first = !seen.contains(&r);
@@ -121,10 +122,14 @@ impl OrchCore {
             Some(ArgTensor::Existing { tag, desc }) => format!("{} {desc}", tag.name()),
             _ => "a tensor".to_string(),
         };
+        let replaying = match &self.replaying {
+            Some(graph) => format!(", replaying graph {graph:?}"),
+            None => String::new(),
+        };
         let text = format!(
-            "task {id} ({}) writes {written} (argument {arg}) while task {reader_text} may still \
-             read it, and nothing orders the two: enable track_war for this chip job, tag the \
-             read TrackedInput, or order them with a dependency",
+            "task {id} ({}{replaying}) writes {written} (argument {arg}) while task \
+             {reader_text} may still read it, and nothing orders the two: enable track_war for \
+             this chip job, tag the read TrackedInput, or order them with a dependency",
             payload_names(kernels)
         );
         if self.settings.war_check == WarCheck::Strict {
