@@ -165,15 +165,17 @@ fn orchestrate_mixed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<
 
 /// Runs the track_war program of `choices` once per entry of `plan` in a `track_war` job (the
 /// strict write-after-read check on, though with every read tracked it has nothing to look
-/// at); the buffers must hold what the sequential model computes for that many runs.
+/// at), the graph exporting the root tensors `exported` names; the buffers must hold what the
+/// sequential model computes for that many runs.
 fn check_mixed(
     chip: &ChipWorker,
     choices: &[u32],
     plan: Vec<Run>,
     verify: bool,
+    exported: u64,
 ) -> Result<(), String> {
     let (builder, ops) = build_with(choices, true);
-    let graph = record_tracked_program("tracked", &builder, &ops).verified(verify);
+    let graph = record_tracked_program("tracked", &builder, &ops, exported).verified(verify);
     let want = expected(&builder, &ops, plan.len());
     let buffers = ext_buffers(0);
     let mut args = TaskArgs::new();
@@ -224,8 +226,9 @@ proptest! {
         choices in proptest::collection::vec(any::<u32>(), 0..1200),
         plan in proptest::collection::vec(run_kind(), 2..5),
         verify in any::<bool>(),
+        exported in any::<u64>(),
     ) {
-        let result = CHIP.with(|chip| check_mixed(chip, &choices, plan, verify));
+        let result = CHIP.with(|chip| check_mixed(chip, &choices, plan, verify, exported));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }

@@ -765,8 +765,16 @@ pub fn record_program(name: &str, builder: &Builder, ops: &[Op]) -> RecordedGrap
 /// Records a program built with [`Builder::track_war`] for a chip job with `track_war` on, as a
 /// graph whose inputs are the four external buffers and nothing else, rerunnable (see
 /// [`run_ops`]), with no gate or fence: the TensorMap alone orders replays against each other
-/// and against submitted runs, through the external buffers (the boundary).
-pub fn record_tracked_program(name: &str, builder: &Builder, ops: &[Op]) -> RecordedGraph {
+/// and against submitted runs, through the external buffers (the boundary). The root level's
+/// created tensors whose index is set in `exported` (bit `id % 64`) are the graph's outputs:
+/// their buffers go through the TensorMap too, the others stay inside, wired from the
+/// recording alone.
+pub fn record_tracked_program(
+    name: &str,
+    builder: &Builder,
+    ops: &[Op],
+    exported: u64,
+) -> RecordedGraph {
     assert!(
         builder.track_war,
         "a program that leaves write-after-read to the runtime"
@@ -780,7 +788,9 @@ pub fn record_tracked_program(name: &str, builder: &Builder, ops: &[Op]) -> Reco
         let mut ids: Vec<TaskId> = Vec::new();
         let mut created: Vec<Option<OrchTensor<'_>>> = vec![None; created_len];
         record_ops(r, ops, ins, &mut ids, &mut created, None, true)?;
-        Ok(created.into_iter().flatten().collect())
+        let outputs = created.into_iter().enumerate();
+        let outputs = outputs.filter(|(id, _)| exported >> (id % 64) & 1 == 1);
+        Ok(outputs.filter_map(|(_, t)| t).collect())
     })
     .expect("a generated program is a valid graph")
 }
