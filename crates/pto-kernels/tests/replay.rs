@@ -508,6 +508,38 @@ fn scope_stats_name_the_scopes_of_a_graph() {
         );
         // The ring's live tasks during the first scope: its own three.
         assert_eq!(ends[0]["task_window_peak"], 3, "{text}");
+        let counted = serde_json::json!([{"graph": "inc3s", "tasks": 3}]);
+        assert!(ends.iter().all(|r| r["graphs"] == counted), "{text}");
+    });
+}
+
+#[test]
+fn scope_stats_count_the_tasks_of_a_flat_graph_in_the_scope_that_replayed_it() {
+    with_timeout(60, || {
+        install(step_graph());
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = CallConfig {
+            enable_scope_stats: true,
+            output_prefix: Some(dir.path().to_str().unwrap().to_string()),
+            ..CallConfig::default()
+        };
+        run_chain(chain_replayed, 2, &cfg);
+        let path = walk(dir.path())
+            .into_iter()
+            .find(|p| p.file_name().is_some_and(|f| f == "scope_stats.jsonl"))
+            .expect("scope stats written");
+        let text = std::fs::read_to_string(path).unwrap();
+        let ends: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["phase"] == "end")
+            .collect();
+        // One scope, the root: two replays of three tasks, beside the copy submitted there.
+        assert_eq!(ends.len(), 1, "{text}");
+        let counted = serde_json::json!([{"graph": "step", "tasks": 6}]);
+        assert_eq!(ends[0]["graphs"], counted, "{text}");
+        // The file still reads back as scope stats (pto-sizing's parser).
+        pto_sizing::advise::ScopeStats::parse(&text).expect("valid scope stats");
     });
 }
 

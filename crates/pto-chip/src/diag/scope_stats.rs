@@ -117,6 +117,17 @@ pub struct Sample {
     pub spill_peak: Option<u64>,
     /// Microseconds since the run started, to 0.1 µs.
     pub t_us: f64,
+    /// End records: the tasks of the scope that replays of recorded graphs submitted, per
+    /// graph, in the order the graphs were first replayed in it; absent when none were.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<GraphTasks>,
+}
+
+/// Tasks a scope got from replays of one recorded graph ([`Sample::graphs`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphTasks {
+    pub graph: String,
+    pub tasks: u64,
 }
 
 /// Peaks of one scope, reported on its end record.
@@ -262,7 +273,8 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Records a scope boundary; `peaks` is `Some` on end records.
+    /// Records a scope boundary; `peaks` is `Some` on end records, and `graphs` the tasks
+    /// replays gave the scope, per graph.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &mut self,
@@ -274,6 +286,7 @@ impl Recorder {
         tensormap: usize,
         t_us: f64,
         peaks: Option<Peaks>,
+        graphs: &[(std::sync::Arc<str>, u64)],
     ) {
         if self.samples.len() >= MAX_SAMPLES {
             self.dropped += 1;
@@ -298,6 +311,13 @@ impl Recorder {
             dep_pool_peak: peaks.map(|p| p.dep_pool),
             spill_peak: peaks.map(|p| p.spill),
             t_us: (t_us * 10.0).round() / 10.0,
+            graphs: graphs
+                .iter()
+                .map(|(graph, tasks)| GraphTasks {
+                    graph: graph.to_string(),
+                    tasks: *tasks,
+                })
+                .collect(),
         });
     }
 
@@ -676,7 +696,7 @@ mod tests {
             dep_pool_end: 2,
             ..Counters::default()
         };
-        recorder.record("a.rs:1", Phase::Begin, 0, 0, c, 0, 0.04, None);
+        recorder.record("a.rs:1", Phase::Begin, 0, 0, c, 0, 0.04, None, &[]);
         let peaks = Peaks {
             task_window: 3,
             heap: 4096,
@@ -684,7 +704,18 @@ mod tests {
             dep_pool: 1,
             spill: 2,
         };
-        recorder.record("a.rs:1", Phase::End, 0, 0, c, 2, 17.25, Some(peaks));
+        let graphs = [(std::sync::Arc::from("step"), 6)];
+        recorder.record(
+            "a.rs:1",
+            Phase::End,
+            0,
+            0,
+            c,
+            2,
+            17.25,
+            Some(peaks),
+            &graphs,
+        );
         let error = ChipError::new(
             pto_types::ErrorCode::HeapRingDeadlock,
             crate::error::Detector::Structural,
@@ -705,6 +736,14 @@ mod tests {
         assert_eq!(samples[1].end_peaks(), Some(peaks));
         assert_eq!(samples[0].end_peaks(), None);
         assert_eq!(samples[1].t_us, 17.3);
+        let counted = GraphTasks {
+            graph: "step".to_string(),
+            tasks: 6,
+        };
+        assert_eq!(
+            (samples[0].graphs.len(), &samples[1].graphs[..]),
+            (0, &[counted][..])
+        );
         assert_eq!(meta.capacity(Resource::TaskWindow, 1).value, 8);
     }
 

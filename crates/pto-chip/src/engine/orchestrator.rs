@@ -163,6 +163,8 @@ struct ScopeFrame {
     heap: u64,
     /// Where the scope was opened, for scope stats and traces.
     site: Site,
+    /// With scope stats on: the tasks replays of each graph submitted here.
+    graphs: Vec<(Arc<str>, u64)>,
 }
 
 /// Where a scope was opened. Named (`file:line`, `graph <name>`, the callable's name) only
@@ -374,6 +376,7 @@ impl OrchCore {
                     tensormap,
                     t_us,
                     None,
+                    &[],
                 );
             }
         }
@@ -387,6 +390,7 @@ impl OrchCore {
             tasks,
             heap: 0,
             site,
+            graphs: Vec::new(),
         });
     }
 
@@ -1624,6 +1628,7 @@ impl OrchCore {
                     tensormap,
                     t_us,
                     Some(peaks),
+                    &self.scopes[depth].graphs,
                 );
             }
         }

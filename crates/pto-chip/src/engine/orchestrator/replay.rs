@@ -238,6 +238,9 @@ impl OrchCore {
         self.tensormap
             .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
         st.ids.push(id);
+        if self.scope_stats.is_some() {
+            self.count_graph_task(&st.graph.name);
+        }
         st.bases
             .push(self.memory.heap_device_base + self.heap_bases[ring] + offset);
         if let Some(index) = &mut st.index {
@@ -315,6 +318,18 @@ impl OrchCore {
             self.trace_orch(format!("replay {id} {names} ({})", st.graph.name), start);
         }
         Ok(())
+    }
+
+    /// Counts a task of graph `name` in the innermost scope's scope stats.
+    fn count_graph_task(&mut self, name: &Arc<str>) {
+        let graphs = &mut self.scopes.last_mut().expect("root scope").graphs;
+        match graphs
+            .iter_mut()
+            .find(|(g, _)| Arc::ptr_eq(g, name) || g == name)
+        {
+            Some((_, tasks)) => *tasks += 1,
+            None => graphs.push((Arc::clone(name), 1)),
+        }
     }
 
     /// The plain reads inside the graph that `t`'s writes overlap, for the write-after-read
