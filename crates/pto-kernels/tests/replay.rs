@@ -459,6 +459,21 @@ fn nested_replays<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()>
     s.replay(&g, &[a.tensor(0)]).map(|_| ())
 }
 
+/// The scope stats file written under `dir`, and its end records.
+fn scope_stat_ends(dir: &std::path::Path) -> (String, Vec<Value>) {
+    let path = walk(dir)
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|f| f == "scope_stats.jsonl"))
+        .expect("scope stats written");
+    let text = std::fs::read_to_string(path).unwrap();
+    let ends = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["phase"] == "end")
+        .collect();
+    (text, ends)
+}
+
 #[test]
 fn scope_stats_name_the_scopes_of_a_graph() {
     with_timeout(60, || {
@@ -491,15 +506,10 @@ fn scope_stats_name_the_scopes_of_a_graph() {
         )
         .unwrap();
         assert_eq!(buf.read_f32(0, 1), vec![6.0]);
-        let path = walk(dir.path())
+        let (text, ends) = scope_stat_ends(dir.path());
+        let ends: Vec<Value> = ends
             .into_iter()
-            .find(|p| p.file_name().is_some_and(|f| f == "scope_stats.jsonl"))
-            .expect("scope stats written");
-        let text = std::fs::read_to_string(path).unwrap();
-        let ends: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|r| r["site"] == "graph inc3s" && r["phase"] == "end")
+            .filter(|r| r["site"] == "graph inc3s")
             .collect();
         assert_eq!(ends.len(), 2, "{text}");
         assert!(
@@ -524,16 +534,7 @@ fn scope_stats_count_the_tasks_of_a_flat_graph_in_the_scope_that_replayed_it() {
             ..CallConfig::default()
         };
         run_chain(chain_replayed, 2, &cfg);
-        let path = walk(dir.path())
-            .into_iter()
-            .find(|p| p.file_name().is_some_and(|f| f == "scope_stats.jsonl"))
-            .expect("scope stats written");
-        let text = std::fs::read_to_string(path).unwrap();
-        let ends: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|r| r["phase"] == "end")
-            .collect();
+        let (text, ends) = scope_stat_ends(dir.path());
         // One scope, the root: two replays of three tasks, beside the copy submitted there.
         assert_eq!(ends.len(), 1, "{text}");
         let counted = serde_json::json!([{"graph": "step", "tasks": 6}]);
