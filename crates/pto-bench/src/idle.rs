@@ -30,7 +30,12 @@ pub struct ThreadSched {
 /// Every thread of this process now, for the profiling examples: what each used between two
 /// snapshots is the figure that `perf` misattributes on a VM.
 pub fn thread_scheds() -> Vec<ThreadSched> {
-    let tasks = std::fs::read_dir("/proc/self/task")
+    scheds_of("self")
+}
+
+/// Every live thread of process `pid` (`self` or a number) as the scheduler accounts it.
+fn scheds_of(pid: &str) -> Vec<ThreadSched> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
         .flatten();
@@ -72,18 +77,12 @@ pub fn print_thread_costs(before: &[ThreadSched], count: f64, what: &str) {
     }
 }
 
-/// CPU time of the live threads of process `pid`, ns (`/proc/<pid>/task/*/schedstat`, to the
-/// nanosecond: the 10 ms clock ticks of `/proc/<pid>/stat` would round an idle tree's few
-/// milliseconds to 0 or a multiple of a tick); 0 once it is gone.
-pub(crate) fn cpu_ns(pid: u32) -> u64 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten();
-    tasks
-        .filter_map(|entry| std::fs::read_to_string(entry.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+/// CPU time of the live threads of process `pid`, ns (their schedstat, to the nanosecond: the
+/// 10 ms clock ticks of `/proc/<pid>/stat` would round an idle tree's few milliseconds to 0 or
+/// a multiple of a tick); 0 once it is gone.
+fn cpu_ns(pid: u32) -> u64 {
+    let threads = scheds_of(&pid.to_string());
+    threads.iter().map(|t| t.on_cpu_ns).sum()
 }
 
 /// CPU time of this process (exited threads included) and of the live threads of `children`,

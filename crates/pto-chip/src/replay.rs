@@ -998,6 +998,7 @@ fn pinned_peaks(
         spill: u64,
     }
     let ring_of = |rel: usize| pto_types::ring_config::ring_for_depth(depth + rel);
+    let fanin: Vec<u64> = tasks.iter().map(RecordedTask::worst_fanin).collect();
     // Open frames (ids), the graph's own level first; a frame id is never reused.
     let mut open: Vec<usize> = vec![0];
     let mut next_frame = 1;
@@ -1016,7 +1017,7 @@ fn pinned_peaks(
             Step::Task(k) => {
                 let t = &tasks[k as usize];
                 let ring = ring_of(open.len() - 1);
-                let (heap, deps) = (align_heap(t.heap_bytes), t.worst_fanin());
+                let (heap, deps) = (align_heap(t.heap_bytes), fanin[k as usize]);
                 let spill = deps.saturating_sub(INLINE_FANIN);
                 let span = &mut rings[ring];
                 span.tasks.push(Live {

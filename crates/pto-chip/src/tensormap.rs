@@ -66,10 +66,6 @@ fn classify(p_version: i32, p: &Geometry, e_version: i32, e: &Geometry) -> Overl
 /// Most contiguous runs per view walked to decide a reader entry's overlap exactly.
 const READER_EXACT_RUNS: usize = 4096;
 
-fn is_reader(role: Role) -> bool {
-    matches!(role, Role::Reader { .. })
-}
-
 /// A reader entry's overlap where the geometry cannot tell (`Other`), decided byte for byte
 /// ([`Geometry::shares_bytes`]): a reader found by a write that shares no byte with it would
 /// be a write-after-read hazard the check reports, or an edge `track_war` adds, for nothing.
@@ -589,7 +585,8 @@ impl TensorMap {
                 }
                 classified += 1;
                 let mut overlap = classify(version, &geometry, e.version, &e.geometry);
-                if overlap == Overlap::Other && is_reader(e.role) && e.version == version {
+                let reader = matches!(e.role, Role::Reader { .. });
+                if overlap == Overlap::Other && reader && e.version == version {
                     overlap = exact_for_reader(&geometry, &e.geometry);
                 }
                 if overlap != Overlap::NoOverlap {

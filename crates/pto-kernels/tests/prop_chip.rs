@@ -24,13 +24,10 @@ use pto_chip::kernel::block_chunk;
 use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
 use pto_chip::{ChipSpec, ChipWorker, Detector, RunContext, TaskId};
 use pto_kernels::prop::program::{
-    Builder, Choices, EXT_SHAPES, Model, Op, Program, ext_buffers, ext_mismatch, initial_ext,
-    run_ops,
+    Builder, Choices, Model, Op, Program, ext_args, ext_buffers, ext_mismatch, initial_ext, run_ops,
 };
 use pto_types::ring_config::env::EnvSource;
-use pto_types::{
-    BufferId, CallConfig, DType, ErrorCode, RING_COUNT, RuntimeEnv, TaskArgs, WarCheck,
-};
+use pto_types::{CallConfig, ErrorCode, RING_COUNT, RuntimeEnv, WarCheck};
 
 thread_local! {
     static PROGRAM: RefCell<Option<Arc<Program>>> = const { RefCell::new(None) };
@@ -103,16 +100,7 @@ fn run_program(
     };
     model.run(&builder, &ops);
     let buffers = ext_buffers(0);
-    let mut args = TaskArgs::new();
-    for (i, b) in buffers.iter().enumerate() {
-        let id = BufferId {
-            owner_uid: 9,
-            buffer_id: i as u64,
-            generation: 0,
-        };
-        let t = pto_types::Tensor::contiguous(b.buffer_ref(id), EXT_SHAPES[i], DType::U32).unwrap();
-        args = args.inout(&t);
-    }
+    let args = ext_args(&buffers, 9);
     let program = Arc::new(Program { builder, ops });
     PROGRAM.with(|p| *p.borrow_mut() = Some(program));
     let cfg = CallConfig {

@@ -23,7 +23,7 @@ use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
 use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_kernels::prop::program::{
-    Builder, EXT_SHAPES, Op, build, build_with, expected, ext_buffers, ext_mismatch,
+    Builder, EXT_SHAPES, Op, build, build_with, expected, ext_args, ext_buffers, ext_mismatch,
     record_program, record_tracked_program, replay_plan, run_ops, seeded_choices,
 };
 use pto_types::ring_config::env::EnvSource;
@@ -178,16 +178,7 @@ fn check_mixed(
     let graph = record_tracked_program("tracked", &builder, &ops, exported).verified(verify);
     let want = expected(&builder, &ops, plan.len());
     let buffers = ext_buffers(0);
-    let mut args = TaskArgs::new();
-    for (i, b) in buffers.iter().enumerate() {
-        let id = BufferId {
-            owner_uid: 12,
-            buffer_id: i as u64,
-            generation: 0,
-        };
-        let t = pto_types::Tensor::contiguous(b.buffer_ref(id), EXT_SHAPES[i], DType::U32).unwrap();
-        args = args.inout(&t);
-    }
+    let args = ext_args(&buffers, 12);
     let created_len = builder.created_len.len();
     MIXED.with(|m| *m.borrow_mut() = Some((graph, ops, created_len, plan)));
     let env = RuntimeEnv::default()

@@ -20,7 +20,7 @@ use pto_chip::orch::{
     KernelArgs, MixedKernels, OrchResult, OrchTensor, RootScope, Scope, TensorCreateInfo,
 };
 use pto_chip::replay::{GraphInput, RecordedGraph, Recorder};
-use pto_types::{DType, RING_COUNT, RuntimeEnv};
+use pto_types::{BufferId, DType, RING_COUNT, RuntimeEnv, TaskArgs, Tensor};
 
 use super::{APPLY_AIC, APPLY_AIV, unflatten};
 
@@ -836,6 +836,22 @@ pub fn ext_buffers(shift: usize) -> Vec<Arc<HostMemory>> {
             b
         })
         .collect()
+}
+
+/// The four external tensors of a run over `buffers` (from [`ext_buffers`] at shift 0), each
+/// INOUT with its [`EXT_SHAPES`] shape, ids under `owner_uid`.
+pub fn ext_args(buffers: &[Arc<HostMemory>], owner_uid: u64) -> TaskArgs {
+    let mut args = TaskArgs::new();
+    for (i, b) in buffers.iter().enumerate() {
+        let id = BufferId {
+            owner_uid,
+            buffer_id: i as u64,
+            generation: 0,
+        };
+        let t = Tensor::contiguous(b.buffer_ref(id), EXT_SHAPES[i], DType::U32).expect("valid");
+        args = args.inout(&t);
+    }
+    args
 }
 
 /// Whether `buffers` (from [`ext_buffers`]) hold `want` from `shift` on and zeros before it;

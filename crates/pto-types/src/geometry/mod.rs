@@ -396,9 +396,7 @@ impl Geometry {
         }
         true
     }
-}
 
-impl Geometry {
     /// Whether `self` and `other`, views of one buffer, share a byte, exactly: where
     /// [`Geometry::classify`] cannot tell ([`Overlap::Other`]), by walking both views'
     /// contiguous runs in address order. `None` when either view has more than `max_runs`

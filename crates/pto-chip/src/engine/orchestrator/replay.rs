@@ -323,10 +323,7 @@ impl OrchCore {
     /// Counts a task of graph `name` in the innermost scope's scope stats.
     fn count_graph_task(&mut self, name: &Arc<str>) {
         let graphs = &mut self.scopes.last_mut().expect("root scope").graphs;
-        match graphs
-            .iter_mut()
-            .find(|(g, _)| Arc::ptr_eq(g, name) || g == name)
-        {
+        match graphs.iter_mut().find(|(g, _)| g == name) {
             Some((_, tasks)) => *tasks += 1,
             None => graphs.push((Arc::clone(name), 1)),
         }
