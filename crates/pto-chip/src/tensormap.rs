@@ -67,12 +67,12 @@ fn classify(p_version: i32, p: &Geometry, e_version: i32, e: &Geometry) -> Overl
 const READER_EXACT_RUNS: usize = 4096;
 
 /// A reader entry's overlap where the geometry cannot tell (`Other`), decided byte for byte
-/// ([`Geometry::shares_bytes`]): a reader found by a write that shares no byte with it would
+/// ([`Geometry::runs_share_bytes`]): a reader found by a write that shares no byte with it would
 /// be a write-after-read hazard the check reports, or an edge `track_war` adds, for nothing.
 /// Past [`READER_EXACT_RUNS`] runs it stays `Other` (sound: an edge, or a report). Writer
 /// entries keep the cheaper classification: an edge too many only orders.
 fn exact_for_reader(probe: &Geometry, entry: &Geometry) -> Overlap {
-    match probe.shares_bytes(entry, READER_EXACT_RUNS) {
+    match probe.runs_share_bytes(entry, READER_EXACT_RUNS) {
         Some(false) => Overlap::NoOverlap,
         _ => Overlap::Other,
     }

@@ -403,18 +403,37 @@ impl Geometry {
     /// runs, and the walk would cost more than the caller allows.
     pub fn shares_bytes(&self, other: &Geometry, max_runs: usize) -> Option<bool> {
         match self.classify(other) {
-            Overlap::NoOverlap => return Some(false),
-            Overlap::Covered => return Some(true),
-            Overlap::Other => {}
+            Overlap::NoOverlap => Some(false),
+            Overlap::Covered => Some(true),
+            Overlap::Other => self.runs_share_bytes(other, max_runs),
         }
-        let mut runs: Vec<(u64, u64, bool)> = Vec::new();
-        self.push_runs(true, max_runs, &mut runs)?;
-        other.push_runs(false, max_runs, &mut runs)?;
+    }
+
+    /// [`Geometry::shares_bytes`] for a pair [`Geometry::classify`] already found `Other`:
+    /// the walk alone.
+    pub fn runs_share_bytes(&self, other: &Geometry, max_runs: usize) -> Option<bool> {
+        let total = self.run_count(max_runs)? + other.run_count(max_runs)?;
+        // A lookup of the chip's TensorMap asks this per hit: few runs need no allocation.
+        let mut stack = [(0u64, 0u64, false); STACK_RUNS];
+        let mut heap = Vec::new();
+        let runs = if total <= STACK_RUNS {
+            &mut stack[..total]
+        } else {
+            heap.resize(total, (0, 0, false));
+            &mut heap[..]
+        };
+        let mut n = 0;
+        for (view, mine) in [(self, true), (other, false)] {
+            view.for_each_run(|start, end| {
+                runs[n] = (start, end, mine);
+                n += 1;
+            });
+        }
         runs.sort_unstable();
         // In start order, a run shares a byte with the other view's runs before it exactly
         // when it starts below the furthest end among them.
         let mut ends = [0u64; 2];
-        for (start, end, mine) in runs {
+        for &(start, end, mine) in runs.iter() {
             if start < ends[usize::from(!mine)] {
                 return Some(true);
             }
@@ -424,42 +443,56 @@ impl Geometry {
         Some(false)
     }
 
-    /// Appends the contiguous runs of bytes of `self` as `(start, end, tag)`; `None` when there
-    /// are more than `max_runs`.
-    fn push_runs(&self, tag: bool, max_runs: usize, out: &mut Vec<(u64, u64, bool)>) -> Option<()> {
-        if self.is_empty() {
-            return Some(());
+    /// The view's contiguous runs of bytes: the innermost axis when it has stride 1, and each
+    /// combination of the axes outside it.
+    fn run_axes(&self) -> (u64, &[u64], &[u64]) {
+        let rank = usize::from(self.rank);
+        let (sizes, strides) = (&self.sizes[..rank], &self.strides[..rank]);
+        match strides.first() {
+            Some(1) => (sizes[0], &sizes[1..], &strides[1..]),
+            _ => (1, sizes, strides),
         }
-        let axes: Vec<(u64, u64)> = self.inner_first().collect();
-        let (run, outer) = match axes.split_first() {
-            Some((&(n, 1), outer)) => (n, outer),
-            _ => (1, &axes[..]),
-        };
-        let count = outer
-            .iter()
-            .try_fold(1u64, |c, &(n, _)| c.checked_mul(n))
-            .filter(|&c| c <= max_runs as u64)?;
-        out.reserve(usize::try_from(count).ok()?);
-        let mut index = vec![0u64; outer.len()];
+    }
+
+    /// How many contiguous runs of bytes the view has; `None` past `max_runs`.
+    fn run_count(&self, max_runs: usize) -> Option<usize> {
+        if self.is_empty() {
+            return Some(0);
+        }
+        let (_, sizes, _) = self.run_axes();
+        let count = sizes.iter().try_fold(1u64, |c, &n| c.checked_mul(n))?;
+        usize::try_from(count).ok().filter(|&c| c <= max_runs)
+    }
+
+    /// Calls `f(start, end)` for each contiguous run of bytes of a non-empty view.
+    fn for_each_run(&self, mut f: impl FnMut(u64, u64)) {
+        if self.is_empty() {
+            return;
+        }
+        let (run, sizes, strides) = self.run_axes();
+        let mut index = [0u64; MAX_AXES];
         loop {
-            let offset: u64 = outer.iter().zip(&index).map(|(&(_, s), &i)| i * s).sum();
-            out.push((self.start + offset, self.start + offset + run, tag));
-            // The next index, innermost axis first; past the last, every run is out.
+            let offset: u64 = strides.iter().zip(&index).map(|(&s, &i)| i * s).sum();
+            f(self.start + offset, self.start + offset + run);
+            // The next index, innermost axis first; past the last, every run was seen.
             let mut k = 0;
             loop {
-                let Some(i) = index.get_mut(k) else {
-                    return Some(());
-                };
-                *i += 1;
-                if *i < outer[k].0 {
+                if k == sizes.len() {
+                    return;
+                }
+                index[k] += 1;
+                if index[k] < sizes[k] {
                     break;
                 }
-                *i = 0;
+                index[k] = 0;
                 k += 1;
             }
         }
     }
 }
+
+/// Runs [`Geometry::shares_bytes`] sorts on the stack.
+const STACK_RUNS: usize = 64;
 
 /// Adds the axis `(n, s)` to the first `rank` axes, kept sorted by stride, smallest first (ties:
 /// smaller size first, so that equal sets of axes give equal forms).

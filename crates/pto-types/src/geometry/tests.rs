@@ -342,6 +342,15 @@ fn shares_bytes_decides_rows_that_straddle_the_radix() {
     assert_eq!(writer.shares_bytes(&touching, 16), Some(true));
     // Past the run budget: not decided.
     assert_eq!(writer.shares_bytes(&reader, 1), None);
+    // 40 rows each, more runs than the walk keeps on the stack.
+    let (writer, reader) = (
+        f32_view(2, &[40, 4], &[8, 1]),
+        f32_view(7, &[40, 2], &[8, 1]),
+    );
+    assert_eq!(writer.classify(&reader), Overlap::Other);
+    assert_eq!(writer.shares_bytes(&reader, 64), Some(false));
+    let touching = f32_view(5, &[40, 2], &[8, 1]);
+    assert_eq!(writer.shares_bytes(&touching, 64), Some(true));
 }
 
 #[track_caller]
