@@ -137,6 +137,7 @@ impl ReadyLanes {
             scalars: Default::default(),
             block_num: 1,
             sync_start: false,
+            fused: None,
         });
         ReadyLanes {
             chip,

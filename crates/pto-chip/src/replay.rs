@@ -26,6 +26,19 @@
 //!   replays through full inference as well and fails the run with INTERNAL_ERROR on any
 //!   difference in edges.
 //!
+//! **Fused replay.** A replay with verify off may run as *one task*: when the graph has no
+//! MIX or sync-start task ([`RecordedGraph::fusable`]), no DAG dump, trace or scope stats
+//! observe the run, every write-after-read pair inside the graph is ordered by its edges
+//! (when `war_check` is on), and the caller's ring heap holds the graph's whole heap twice
+//! over beside what open scopes pin. The orchestrator then makes one heap allocation for all
+//! the graph's tasks, looks the boundary up in the TensorMap as the one task, and publishes
+//! it; each of its blocks (one per thread that runs kernels) runs the graph's tasks, ordered
+//! by counters copied from the recording (`engine/fused.rs`; a multi-block task's blocks
+//! run one after another). Tasks before and after the replay order against the whole
+//! graph, and its kernels see the one task's id. The upfront check is the same either way
+//! (the task-by-task needs), so a job sized for a replay runs it whichever way it goes.
+//! Otherwise the replay runs task by task as described above.
+//!
 //! A replay is checked against its recording before anything is submitted: the number of
 //! inputs, each input's dtype, shape, strides, version and `manual_dep`, and that no two bound
 //! inputs overlap (the recording had them disjoint). A mismatch is INVALID_ARGS naming the graph
@@ -260,6 +273,14 @@ impl RecordedGraph {
         self.verify
     }
 
+    /// Whether a replay of this graph can run as one task (module docs, "Fused replay"): it
+    /// has at least two tasks to run and no MIX or sync-start task. A replay runs so when
+    /// this holds, verify mode is off, no DAG dump, trace or scope stats observe the run,
+    /// the write-after-read check has nothing to look for inside, and the heap fits.
+    pub fn fusable(&self) -> bool {
+        self.inner.fused.is_some()
+    }
+
     pub fn name(&self) -> &str {
         &self.inner.name
     }
@@ -414,6 +435,10 @@ pub(crate) struct RecordedTask {
     /// write-after-read check looks at when the chip job has `war_check` on (a submit's
     /// lookup would find them; a replay does not look intermediates up).
     pub(crate) war_readers: Vec<(u32, u32)>,
+    /// The same for arguments over a graph input or output: earlier graph tasks whose plain
+    /// read this task's writes there overlap. A replay task by task finds them by lookup; a
+    /// fused one runs only when the graph's edges order them (`FusedPlan::war_ordered`).
+    pub(crate) boundary_war_readers: Vec<u32>,
 }
 
 impl RecordedTask {
@@ -452,6 +477,8 @@ pub(crate) struct GraphInner {
     pub(crate) needs: GraphNeeds,
     /// Deepest relative scope depth (0 = no nested scope).
     pub(crate) max_depth: usize,
+    /// How the graph runs as one task, when it can (`engine/fused.rs`).
+    pub(crate) fused: Option<Arc<crate::engine::fused::FusedPlan>>,
 }
 
 impl GraphInner {
@@ -729,6 +756,7 @@ impl RecordState {
             wiring: Vec::new(),
             boundary: false,
             war_readers: Vec::new(),
+            boundary_war_readers: Vec::new(),
         });
         Ok(outputs)
     }
@@ -813,8 +841,10 @@ impl RecordState {
             per_depth: per_depth.map(|(peak, _)| peak),
             totals: per_depth.map(|(_, total)| total),
         };
+        let fused = crate::engine::fused::FusedPlan::of(&self.tasks).map(Arc::new);
         Ok(GraphInner {
             name,
+            fused,
             inputs: self.inputs,
             steps: self.steps,
             tasks: self.tasks,
@@ -860,6 +890,7 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
     for (k, task) in tasks.iter_mut().enumerate() {
         let mut found: Vec<RecordedEdge> = Vec::new();
         let mut war_readers: Vec<(u32, u32)> = Vec::new();
+        let mut boundary_war_readers: Vec<u32> = Vec::new();
         for (i, arg) in task.args.iter().enumerate() {
             let ArgTensor::Existing { tag, desc } = arg.arg else {
                 continue;
@@ -882,8 +913,14 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
                 },
                 |reader| {
                     let reader = (reader.local() & LOCAL_MASK) as u32;
-                    // A boundary argument's replay lookup finds its readers itself.
-                    if !arg.boundary && reader as usize != k {
+                    if reader as usize == k {
+                        return;
+                    }
+                    // A boundary argument's replay lookup finds its readers itself, unless
+                    // the replay runs as one task (`engine/fused.rs`).
+                    if arg.boundary {
+                        boundary_war_readers.push(reader);
+                    } else {
                         war_readers.push((reader, i as u32));
                     }
                 },
@@ -918,6 +955,7 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
             }
         }
         task.war_readers = war_readers;
+        task.boundary_war_readers = boundary_war_readers;
     }
 }
 

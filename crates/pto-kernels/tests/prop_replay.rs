@@ -23,15 +23,20 @@ use pto_chip::orch::{OrchArgs, OrchResult, OrchTensor, RootScope};
 use pto_chip::replay::RecordedGraph;
 use pto_chip::{ChipSpec, ChipWorker, RunContext};
 use pto_kernels::prop::program::{
-    Builder, EXT_SHAPES, Op, build, build_with, expected, ext_args, ext_buffers, ext_mismatch,
-    record_program, record_tracked_program, replay_plan, run_ops, seeded_choices,
+    Builder, EXT_SHAPES, Op, build, build_fusable, build_with, expected, ext_args, ext_buffers,
+    ext_mismatch, record_program, record_tracked_program, replay_plan, run_ops, seeded_choices,
 };
 use pto_types::ring_config::env::EnvSource;
 use pto_types::{BufferId, CallConfig, DType, RuntimeEnv, TaskArgs, WarCheck};
 
-/// Records the program of `choices`; returns it with its builder (for the model).
-fn record(choices: &[u32]) -> (Builder, Vec<Op>, RecordedGraph) {
-    let (builder, ops) = build(choices);
+/// Records the program of `choices` (without MIX tasks when `fusable`); returns it with its
+/// builder (for the model).
+fn record(choices: &[u32], fusable: bool) -> (Builder, Vec<Op>, RecordedGraph) {
+    let (builder, ops) = if fusable {
+        build_fusable(choices)
+    } else {
+        build(choices)
+    };
     let graph = record_program("prop", &builder, &ops);
     (builder, ops, graph)
 }
@@ -78,8 +83,9 @@ fn check(
     plan: Vec<bool>,
     verify: bool,
     shift: u32,
+    fusable: bool,
 ) -> Result<(), String> {
-    let (builder, ops, graph) = record(choices);
+    let (builder, ops, graph) = record(choices, fusable);
     assert!(
         graph.verifies(),
         "verify mode is the default of debug builds"
@@ -239,7 +245,21 @@ proptest! {
         verify in any::<bool>(),
         shift in prop_oneof![Just(0u32), 1u32..12],
     ) {
-        let result = CHIP.with(|chip| check(chip, &choices, plan, verify, shift));
+        let result = CHIP.with(|chip| check(chip, &choices, plan, verify, shift, false));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    /// Programs without MIX tasks, replayed with verify off: each replay runs as one task
+    /// whose blocks run the graph's tasks in the recording's order (when its write-after-read
+    /// pairs are ordered, which the programs' explicit dependencies see to), and must compute
+    /// what the sequential model does.
+    #[test]
+    fn fused_replays_of_random_programs_match_sequential(
+        choices in proptest::collection::vec(any::<u32>(), 0..1200),
+        plan in proptest::collection::vec(any::<bool>(), 2..4),
+        shift in prop_oneof![Just(0u32), 1u32..12],
+    ) {
+        let result = CHIP.with(|chip| check(chip, &choices, plan, false, shift, true));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
@@ -258,10 +278,33 @@ fn a_long_fixed_program_replays_to_sequential() {
                 vec![false, true, false, true],
                 verify,
                 shift,
+                false,
             )
             .unwrap();
         }
     });
+}
+
+#[test]
+fn programs_without_mix_tasks_record_graphs_that_run_fused() {
+    // Guards the fused property: nearly all of its graphs must run as one task (a program
+    // that runs no kernel at all does not).
+    let fusable = (0..100)
+        .filter(|seed| {
+            record(&seeded_choices(0x5EED + seed, 800), true)
+                .2
+                .fusable()
+        })
+        .count();
+    assert!(fusable >= 90, "{fusable} of 100");
+    let with_mix = (0..100)
+        .filter(|seed| {
+            record(&seeded_choices(0x5EED + seed, 800), false)
+                .2
+                .fusable()
+        })
+        .count();
+    assert!(with_mix < fusable, "{with_mix} of 100 with MIX tasks");
 }
 
 #[test]
@@ -270,7 +313,7 @@ fn recorded_programs_have_internal_edges_and_a_boundary() {
     // lookups) and outputs, or replay == inference proves little.
     let (mut edges, mut outputs, mut tasks) = (0, 0, 0);
     for seed in 0..100 {
-        let (_, _, graph) = record(&seeded_choices(0x9E37_79B9 + seed, 800));
+        let (_, _, graph) = record(&seeded_choices(0x9E37_79B9 + seed, 800), false);
         edges += graph.edges().count();
         outputs += graph.num_outputs();
         tasks += graph.num_tasks();

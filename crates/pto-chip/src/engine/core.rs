@@ -51,14 +51,26 @@ pub(crate) fn run_block_from(
         ctx = ctx.with_mix_lanes(mask.count_ones());
     }
     let kernel = a.kernel;
-    let panic = catch_unwind(AssertUnwindSafe(|| kernel.call(&mut ctx)))
-        .err()
-        .map(|p| panic_message(p.as_ref()));
+    let panic = match &payload.fused {
+        // Each node's kernel records its own time.
+        Some(fused) => fused.run_block(
+            CoreId(a.core),
+            a.sub_block_id,
+            a.task,
+            &run.cancelled,
+            &run.last_kernel_ns,
+        ),
+        None => catch_unwind(AssertUnwindSafe(|| kernel.call(&mut ctx)))
+            .err()
+            .map(|p| panic_message(p.as_ref())),
+    };
     let ended = Instant::now();
     let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
-    // Never 0: 0 means "no kernel of the run has finished" (`Graph::signal`).
-    run.last_kernel_ns.store(ran.max(1), Ordering::Relaxed);
-    kernel.record_run(ran, LONG_KERNEL_NS);
+    if payload.fused.is_none() {
+        // Never 0: 0 means "no kernel of the run has finished" (`Graph::signal`).
+        run.last_kernel_ns.store(ran.max(1), Ordering::Relaxed);
+        kernel.record_run(ran, LONG_KERNEL_NS);
+    }
     let micros = |t: Instant| if tracing { run.micros(t) } else { 0.0 };
     let completion = Completion {
         core: a.core,

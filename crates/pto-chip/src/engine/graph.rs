@@ -773,6 +773,25 @@ impl Graph {
         }
     }
 
+    /// Takes a block of the next task when it is a fused replay whose kernels have all
+    /// returned before, for a waiting orchestrator that is one of the chip's workers to run
+    /// at once (`orchestrator/help.rs`, H8).
+    pub(crate) fn take_fused_block(
+        &mut self,
+        run: &Arc<RunShared>,
+        chip: &ChipShared,
+    ) -> Option<Assignment> {
+        let lane = self
+            .pick()
+            .filter(|&l| matches!(l, Lane::Aic | Lane::Aiv))?;
+        let id = *self.lanes[lane as usize].front()?;
+        let payload = self.slot(id).payload.as_ref().expect("payload");
+        if !payload.fused.as_ref().is_some_and(|f| f.has_returned()) {
+            return None;
+        }
+        self.take_block(run, chip)
+    }
+
     /// Takes one more block for a batch of short kernels: only a one-block AIC or AIV task, so
     /// that an unstarted one can be given back whole ([`Graph::give_back`]).
     pub(crate) fn take_one_block(

@@ -47,6 +47,7 @@
 
 pub(crate) mod core;
 pub(crate) mod executor;
+pub(crate) mod fused;
 pub(crate) mod graph;
 pub(crate) mod infer;
 // Host pointers of run memory (rules H1, H2).
@@ -113,6 +114,8 @@ pub(crate) struct TaskPayload {
     pub(crate) scalars: Scalars,
     pub(crate) block_num: u32,
     pub(crate) sync_start: bool,
+    /// A fused replay (`fused.rs`): each block runs the graph's tasks instead of `kernels`.
+    pub(crate) fused: Option<Arc<fused::FusedRun>>,
 }
 
 impl TaskPayload {
@@ -134,6 +137,7 @@ impl TaskPayload {
             p.scalars.extend_from_slice(scalars);
             p.block_num = block_num;
             p.sync_start = sync_start;
+            p.fused = None;
         };
         if let Some(mut arc) = reuse
             && let Some(p) = Arc::get_mut(&mut arc)
@@ -148,13 +152,17 @@ impl TaskPayload {
             scalars: Scalars::from_slice(scalars),
             block_num,
             sync_start,
+            fused: None,
         })
     }
 
     /// A one-block AIC or AIV task outside any sync-start cohort: one thread runs all of it,
     /// and an unstarted one can be given back whole.
     pub(crate) fn is_one_block(&self) -> bool {
-        self.block_num == 1 && !self.sync_start && matches!(self.shape, Shape::Aic | Shape::Aiv)
+        self.block_num == 1
+            && !self.sync_start
+            && self.fused.is_none()
+            && matches!(self.shape, Shape::Aic | Shape::Aiv)
     }
 
     /// The kernel names, for messages.

@@ -38,6 +38,7 @@ use super::run::{GraphGuard, RunShared, Watch};
 use super::{ChipShared, INLINE_ARGS, Scalars, Shape, TaskPayload};
 use help::Helper;
 
+mod fused_replay;
 pub(crate) mod help;
 mod replay;
 mod war;
@@ -1065,8 +1066,19 @@ impl OrchCore {
         let bound = &mut Arc::get_mut(payload)
             .expect("a fresh payload is not shared")
             .tensors;
+        let next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
+        self.bind_into(id, next, tensors, bound)
+    }
+
+    /// [`OrchCore::bind_tensors`] into `bound`, its OUTPUTs laid out from device address `next`.
+    fn bind_into(
+        &mut self,
+        id: TaskId,
+        mut next: u64,
+        tensors: impl IntoIterator<Item = ArgTensor>,
+        bound: &mut impl Extend<BoundTensor>,
+    ) -> Vec<TensorDesc> {
         let mut outputs = Vec::new();
-        let mut next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
         for t in tensors {
             let (desc, writable) = match t {
                 ArgTensor::Existing { tag, desc } => (desc, tag.writes()),
@@ -1086,11 +1098,11 @@ impl OrchCore {
                     (desc, true)
                 }
             };
-            bound.push(BoundTensor {
+            bound.extend(std::iter::once(BoundTensor {
                 desc,
                 base_ptr: self.memory.buffer_ptr(&desc),
                 writable,
-            });
+            }));
         }
         outputs
     }

@@ -408,6 +408,7 @@ mod tests {
                 scalars: Default::default(),
                 block_num: 1,
                 sync_start: false,
+                fused: None,
             }),
             producers: Vec::new(),
             completed: false,

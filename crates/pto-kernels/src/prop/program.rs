@@ -127,6 +127,9 @@ pub struct Builder {
     /// Write-after-read is left to the runtime (`CallConfig::track_war`): no explicit
     /// dependency orders a writer after the readers before it.
     pub track_war: bool,
+    /// No MIX task: a recording of the program can replay as one task (`pto_chip::replay`,
+    /// "Fused replay"); what would have been a MIX task is an AIV one.
+    pub no_mix: bool,
     pub tasks: usize,
     pub created_len: Vec<u32>,
     /// Created tensors visible per open scope.
@@ -154,6 +157,7 @@ impl Builder {
     pub fn new() -> Builder {
         Builder {
             track_war: false,
+            no_mix: false,
             tasks: 0,
             created_len: Vec::new(),
             visible: vec![Vec::new()],
@@ -241,7 +245,7 @@ impl Builder {
         self.tasks += 1;
         let kind = match c.next(8) {
             0 => Kind::Aic,
-            1 => Kind::Mix,
+            1 if !self.no_mix => Kind::Mix,
             2 => Kind::Dummy,
             _ => Kind::Aiv,
         };
@@ -709,10 +713,21 @@ pub fn build(choices: &[u32]) -> (Builder, Vec<Op>) {
     build_with(choices, false)
 }
 
+/// [`build`] without MIX tasks ([`Builder::no_mix`]).
+pub fn build_fusable(choices: &[u32]) -> (Builder, Vec<Op>) {
+    let mut builder = Builder::new();
+    builder.no_mix = true;
+    build_from(builder, choices)
+}
+
 /// [`build`], leaving write-after-read to the runtime when `track_war` ([`Builder::track_war`]).
 pub fn build_with(choices: &[u32], track_war: bool) -> (Builder, Vec<Op>) {
     let mut builder = Builder::new();
     builder.track_war = track_war;
+    build_from(builder, choices)
+}
+
+fn build_from(mut builder: Builder, choices: &[u32]) -> (Builder, Vec<Op>) {
     let mut budget = 60;
     let mut c = Choices {
         data: choices,

@@ -75,7 +75,16 @@
 //!   inbox). After a look that found nothing it looks again only when another thread moved
 //!   the work epoch or one of its own publications made a task ready, so such submits cost
 //!   no lock. At trace level 4 a submit's span includes the kernels it helped with.
+//! - H8. Fused replays (`engine/fused.rs`). In a wait where it takes any returned work (H1),
+//!   a worker orchestrator with nothing helpable takes a block of a fused replay whose
+//!   kernels have all returned before ([`Graph::take_fused_block`]) and runs it at once,
+//!   instead of handing it to the stand-in: one wake less before the block's CPU runs the
+//!   graph (stencil_1d replayed at 0.3 µs grains: efficiency 0.57-0.62 against 0.33-0.45
+//!   through the stand-in). It never holds such a block unstarted, so H3's give-back never
+//!   meets one; the block returns once the graph has nothing ready for it (F3), or runs
+//!   its kernels as an executor would.
 //!
+//! [`Graph::take_fused_block`]: super::super::graph::Graph::take_fused_block
 //! [`Graph::take_surplus`]: super::super::graph::Graph::take_surplus
 //! [`ChipShared::orchestrator_is_worker`]: super::super::ChipShared::orchestrator_is_worker
 //! [`StandIn`]: super::super::StandIn
@@ -207,7 +216,14 @@ impl<'a> Helper<'a> {
                         self.trace_pass(pass_start, "take");
                         a
                     }
-                    None => return self.delegate(graph, pass_start),
+                    None => match self.take_fused(&mut graph) {
+                        Some(a) => {
+                            drop(graph);
+                            self.trace_pass(pass_start, "take");
+                            a
+                        }
+                        None => return self.delegate(graph, pass_start),
+                    },
                 }
             }
         };
@@ -238,6 +254,14 @@ impl<'a> Helper<'a> {
             Takes::AnyReturned => graph.take_helpable(self.run, self.chip, true),
             Takes::Quick => graph.take_helpable(self.run, self.chip, false),
             Takes::Surplus(keep) => graph.take_surplus(self.run, self.chip, keep),
+        }
+    }
+
+    /// H8: a block of a fused replay, for a worker's wait that runs long kernels too.
+    fn take_fused(&self, graph: &mut GraphGuard<'_>) -> Option<Assignment> {
+        match self.takes {
+            Takes::AnyReturned => graph.take_fused_block(self.run, self.chip),
+            Takes::Quick | Takes::Surplus(_) => None,
         }
     }
 

@@ -33,18 +33,18 @@ use super::{
 };
 
 /// The ids and heap bases this replay gave the graph's tasks so far.
-struct Replayed<'a> {
-    graph: &'a GraphInner,
-    bound: &'a [TensorDesc],
-    ids: Vec<TaskId>,
-    bases: Vec<u64>,
+pub(super) struct Replayed<'a> {
+    pub(super) graph: &'a GraphInner,
+    pub(super) bound: &'a [TensorDesc],
+    pub(super) ids: Vec<TaskId>,
+    pub(super) bases: Vec<u64>,
     /// Verify mode: graph task index by id.
-    index: Option<HashMap<TaskId, u32>>,
+    pub(super) index: Option<HashMap<TaskId, u32>>,
 }
 
 impl Replayed<'_> {
     /// A recorded argument over this replay's buffers.
-    fn arg(&self, a: &RecordedArg) -> ArgTensor {
+    pub(super) fn arg(&self, a: &RecordedArg) -> ArgTensor {
         match (a.arg, a.origin) {
             (ArgTensor::Existing { tag, desc }, Some(origin)) => ArgTensor::Existing {
                 tag,
@@ -55,7 +55,7 @@ impl Replayed<'_> {
     }
 
     /// `desc` (recorded over `origin`) moved onto this replay's buffers.
-    fn rebase(&self, desc: &TensorDesc, origin: Origin) -> TensorDesc {
+    pub(super) fn rebase(&self, desc: &TensorDesc, origin: Origin) -> TensorDesc {
         match origin {
             Origin::Input(i) => {
                 let (b, r) = (&self.bound[i as usize], &self.graph.inputs[i as usize]);
@@ -120,6 +120,12 @@ impl OrchCore {
             self.check_sync_start(t.shape, t.block_num)?;
         }
         self.check_needs(graph)?;
+        if let Some(plan) = self.fusable(graph) {
+            self.replaying = Some(Arc::clone(&inner.name));
+            let replayed = self.replay_fused(inner, plan, bound);
+            self.replaying = None;
+            return replayed;
+        }
         let mut state = Replayed {
             graph: inner,
             bound,
@@ -349,6 +355,20 @@ impl OrchCore {
         tensors: &ArgTensors,
     ) -> OrchResult<Vec<(TaskId, bool)>> {
         let mut producers = self.wired_producers(st, t);
+        self.boundary_lookups(t, id, tensors, &mut producers)?;
+        dedup_producers(&mut producers, id);
+        Ok(producers)
+    }
+
+    /// Inference over `t`'s boundary arguments as task `id`: the producers it finds are
+    /// pushed onto `producers`, and `id` registers as their writer (or reader).
+    pub(super) fn boundary_lookups(
+        &mut self,
+        t: &RecordedTask,
+        id: TaskId,
+        tensors: &ArgTensors,
+        producers: &mut Vec<(TaskId, bool)>,
+    ) -> OrchResult<()> {
         let observed = self.observed;
         let mut writers = ArgTensors::new();
         for (i, (a, arg)) in t.args.iter().zip(tensors).enumerate() {
@@ -374,9 +394,7 @@ impl OrchCore {
             );
             writers.push(*arg);
         }
-        self.register_entries(id, &writers)?;
-        dedup_producers(&mut producers, id);
-        Ok(producers)
+        self.register_entries(id, &writers)
     }
 
     /// Verify mode: full inference over every argument, compared with the recording.

@@ -1,0 +1,126 @@
+//! A replay run as one task (`engine/fused.rs`): the orchestrator's side. The graph's tasks
+//! get one heap allocation, the boundary goes through the TensorMap as task by task (every
+//! lookup and registration made as the one fused task), and one task is published.
+
+use std::sync::Arc;
+
+use pto_types::WarCheck;
+
+use crate::engine::fused::{FusedPlan, FusedRun, kernel_slot};
+use crate::engine::graph::NewTask;
+use crate::engine::{Shape, TaskPayload};
+use crate::error::OrchResult;
+use crate::replay::{GraphInner, Origin, RecordedGraph};
+use crate::tensor::TensorDesc;
+
+use super::replay::Replayed;
+use super::{ArgTensors, OrchCore, dedup_producers};
+
+impl OrchCore {
+    /// The plan to replay `graph` fused with, when this replay may run so:
+    /// - not in verify mode, which infers every task's edges;
+    /// - not while a DAG dump, a trace or scope stats show each task with its own id;
+    /// - not when the write-after-read check must see reads inside the graph, that is when a
+    ///   plain read inside it is not ordered before a later overwrite by the graph's edges
+    ///   (`FusedPlan::war_ordered`; a task-by-task replay then checks as a submit does);
+    /// - only when the caller's ring heap holds the graph's whole heap (one allocation, for
+    ///   as long as the fused task lives) beside what the open scopes pin, with the same
+    ///   slack for the wrap the upfront check asks of a task-by-task replay.
+    ///
+    /// Otherwise the replay runs task by task, which the upfront check has just shown fits.
+    pub(super) fn fusable<'g>(&self, graph: &'g RecordedGraph) -> Option<&'g Arc<FusedPlan>> {
+        let inner = &*graph.inner;
+        let plan = inner.fused.as_ref()?;
+        let war_inside = self.settings.war_check != WarCheck::Off && !plan.war_ordered;
+        let observed =
+            self.deps.is_some() || self.run.trace.is_some() || self.scope_stats.is_some();
+        let ring = self.scopes.last().expect("root scope").ring;
+        let pinned: u64 = self
+            .scopes
+            .iter()
+            .filter(|f| f.ring == ring)
+            .map(|f| f.heap)
+            .sum();
+        let fits =
+            pinned.saturating_add(plan.heap_bytes.saturating_mul(2)) <= self.sizing.heap(ring);
+        (!graph.verifies() && !observed && !war_inside && fits).then_some(plan)
+    }
+
+    /// Submits `graph` as one task running `plan`, its inputs bound to `bound`.
+    pub(super) fn replay_fused(
+        &mut self,
+        graph: &GraphInner,
+        plan: &Arc<FusedPlan>,
+        bound: &[TensorDesc],
+    ) -> OrchResult<Vec<TensorDesc>> {
+        let (id, offset) = self.admit_and_allocate(plan.heap_bytes)?;
+        let ring = usize::from(id.ring());
+        self.tensormap
+            .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
+        let base = self.memory.heap_device_base + self.heap_bases[ring] + offset;
+        let st = Replayed {
+            graph,
+            bound,
+            ids: vec![id; graph.tasks.len()],
+            bases: plan.heap_offsets.iter().map(|o| base + o).collect(),
+            index: None,
+        };
+        let mut producers = self.spare_lists.pop().unwrap_or_default();
+        producers.clear();
+        let mut payload = self.spare_payloads.pop();
+        let old = payload
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(|p| p.fused.take())
+            .and_then(Arc::into_inner);
+        let mut run = FusedRun::start(
+            old,
+            Arc::clone(plan),
+            Arc::clone(&graph.name),
+            self.chip.spin,
+        );
+        for (k, t) in graph.tasks.iter().enumerate() {
+            let tensors: ArgTensors = t.args.iter().map(|a| st.arg(a)).collect();
+            if t.boundary {
+                self.boundary_lookups(t, id, &tensors, &mut producers)?;
+                self.check_war(id, &t.kernels, &tensors, &producers)?;
+            }
+            if t.alloc {
+                // Binds (and fills) its buffers; no node runs it.
+                let mut unused = Vec::new();
+                self.bind_into(id, st.bases[k], tensors.iter().copied(), &mut unused);
+            } else {
+                self.bind_into(id, st.bases[k], tensors.iter().copied(), run.tensors_mut());
+                let kernel = match t.shape {
+                    Shape::Dummy => None,
+                    shape => t.kernels[kernel_slot(shape)],
+                };
+                run.push_node(kernel, t.block_num, &t.scalars);
+            }
+        }
+        run.arm();
+        dedup_producers(&mut producers, id);
+        // A block per thread that runs kernels: the executors, and the orchestrator's
+        // stand-in when the orchestrator is one of the chip's workers (`help.rs`, H5).
+        let workers = self.chip.executors + usize::from(self.chip.orchestrator_is_worker);
+        let blocks = workers.clamp(1, plan.nodes()) as u32;
+        let mut payload = TaskPayload::fresh(payload, plan.shape, plan.nominal, &[], blocks, false);
+        Arc::get_mut(&mut payload)
+            .expect("a fresh payload is not shared")
+            .fused = Some(Arc::new(run));
+        self.publish(
+            NewTask {
+                id,
+                payload,
+                producers,
+                completed: false,
+            },
+            true,
+        )?;
+        Ok(graph
+            .outputs
+            .iter()
+            .map(|o| st.rebase(&o.desc, Origin::Task(o.task)))
+            .collect())
+    }
+}
