@@ -29,8 +29,9 @@
 //! **Fused replay.** A replay with verify off may run as *one task*: when the graph has no
 //! MIX or sync-start task ([`RecordedGraph::fusable`]), no DAG dump, trace or scope stats
 //! observe the run, every write-after-read pair inside the graph is ordered by its edges
-//! (when `war_check` is on), and the caller's ring heap holds the graph's whole heap twice
-//! over beside what open scopes pin. The orchestrator then makes one heap allocation for all
+//! (when `track_war` or `war_check` is on), the caller's ring heap holds the graph's whole
+//! heap twice over beside what open scopes pin, and its boundary arguments take at most half
+//! the TensorMap. The orchestrator then makes one heap allocation for all
 //! the graph's tasks, looks the boundary up in the TensorMap as the one task, and publishes
 //! it; each of its blocks (one per thread that runs kernels) runs the graph's tasks, ordered
 //! by counters copied from the recording (`engine/fused.rs`; a multi-block task's blocks
@@ -276,7 +277,8 @@ impl RecordedGraph {
     /// Whether a replay of this graph can run as one task (module docs, "Fused replay"): it
     /// has at least two tasks to run and no MIX or sync-start task. A replay runs so when
     /// this holds, verify mode is off, no DAG dump, trace or scope stats observe the run,
-    /// the write-after-read check has nothing to look for inside, and the heap fits.
+    /// write-after-read inside is ordered by the graph's edges (when `track_war` or
+    /// `war_check` is on), and the heap and the TensorMap have room (module docs).
     pub fn fusable(&self) -> bool {
         self.inner.fused.is_some()
     }

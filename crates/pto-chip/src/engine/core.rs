@@ -50,16 +50,21 @@ pub(crate) fn run_block_from(
     if let Shape::Mix(mask) = payload.shape {
         ctx = ctx.with_mix_lanes(mask.count_ones());
     }
-    let kernel = a.kernel;
+    let mut kernel = a.kernel;
     let panic = match &payload.fused {
-        // Each node's kernel records its own time.
-        Some(fused) => fused.run_block(
-            CoreId(a.core),
-            a.sub_block_id,
-            a.task,
-            &run.cancelled,
-            &run.last_kernel_ns,
-        ),
+        // Each node's kernel records its own time; a panic names the node's kernel.
+        Some(fused) => fused
+            .run_block(
+                CoreId(a.core),
+                a.sub_block_id,
+                a.task,
+                &run.cancelled,
+                &run.last_kernel_ns,
+            )
+            .map(|(k, message)| {
+                kernel = k;
+                message
+            }),
         None => catch_unwind(AssertUnwindSafe(|| kernel.call(&mut ctx)))
             .err()
             .map(|p| panic_message(p.as_ref())),
@@ -76,7 +81,7 @@ pub(crate) fn run_block_from(
         core: a.core,
         task: a.task,
         block_idx: a.block_idx,
-        kernel: a.kernel,
+        kernel,
         panic,
         ran_ns: ran,
         start_us: micros(started),

@@ -1,29 +1,25 @@
 //! A replayed graph run as one task (`docs/decisions/graph-replay.md`, "Fused replay").
 //!
-//! A replay whose tasks are all one-block kernels of one core type can skip the shared graph
-//! for its inside: the orchestrator publishes a single task (the *fused task*) whose blocks run
-//! the graph's tasks themselves, ordered by counters copied from the recording. What crosses
-//! threads per graph task is then one atomic decrement per edge and one pop from a queue that
-//! is filled once, instead of a publication, a take and a finish under the graph lock.
+//! A replay of a graph without MIX or sync-start tasks can skip the shared graph for its
+//! inside: the orchestrator publishes a single task (the *fused task*) whose blocks run the
+//! graph's tasks themselves, ordered by counters copied from the recording. What crosses
+//! threads per graph task is then one atomic decrement per edge and one take from a queue
+//! that is filled once, instead of a publication, a take and a finish under the graph lock.
 //!
-//! Invariants (the fused property of `pto-kernels/tests/prop_replay.rs` runs random graphs
-//! through them):
-//! - **F1** a node is pushed onto the ready queue exactly once: by the orchestrator when it has
-//!   no producer inside the graph, else by the block whose decrement took its counter to zero;
-//!   so the queue never holds more than the graph's nodes and never wraps.
-//! - **F2** a block that pushes pops again before it leaves; a block leaves only when its pop
-//!   finds the queue empty (or a push not yet stored, which its pusher will pop). So no ready
-//!   node is stranded, and when the last block leaves, every node has run (the recording is a
-//!   DAG), or the replay failed.
-//! - **F3** a block waits for nothing but its own pops: its spin is bounded by the chip's spin
-//!   window, after which it leaves, so a fused task never holds a CPU for a sibling's kernel.
+//! The counters and the ready queue are `pto_types::wait::Countdown`, whose rules F1 (a node
+//! is made ready once) and F2 (a block may stop whenever it finds nothing ready: no ready node
+//! is stranded) the loom models of `pto-types/src/wait/loom_tests.rs` check, and which the
+//! fused property of `pto-kernels/tests/prop_replay.rs` runs over random graphs. Here:
+//! - **F3** a block waits for nothing but the queue: it spins at most the chip's spin window
+//!   while nothing is ready and then leaves (at once when every node is done), so a fused
+//!   task never holds a CPU for long behind a sibling's kernel.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use pto_types::wait::{SpinPolicy, SpinWindow};
+use pto_types::wait::{Countdown, SpinPolicy, SpinWindow, Take};
 
 use crate::kernel::{BoundTensor, CoreId, KernelCtx, KernelRef};
 use crate::replay::RecordedTask;
@@ -49,11 +45,11 @@ pub(crate) struct FusedPlan {
     succ: Vec<u32>,
     /// Producers inside the graph, per node.
     fanin: Vec<u32>,
-    /// Nodes without one, in graph order.
-    roots: Vec<u32>,
     /// Each graph task's heap offset inside the fused task's one allocation, and its size.
     pub(crate) heap_offsets: Vec<u64>,
     pub(crate) heap_bytes: u64,
+    /// Arguments over a graph input or output: at most this many TensorMap entries.
+    pub(crate) boundary_args: usize,
     /// The kernels its nodes run, each once.
     kernels: Vec<KernelRef>,
     /// Every write-after-read pair inside the graph (`RecordedTask::war_readers` and
@@ -153,9 +149,6 @@ impl FusedPlan {
             readers.all(|r| reaches(&preds, node_of[r as usize], node_of[k]))
         });
         let fanin: Vec<u32> = preds.iter().map(|p| p.len() as u32).collect();
-        let roots = (0..nodes.len() as u32)
-            .filter(|&n| fanin[n as usize] == 0)
-            .collect();
         let mut heap_offsets = Vec::with_capacity(tasks.len());
         let mut heap_bytes = 0u64;
         for t in tasks {
@@ -169,9 +162,12 @@ impl FusedPlan {
             succ_start,
             succ,
             fanin,
-            roots,
             heap_offsets,
             heap_bytes,
+            boundary_args: tasks
+                .iter()
+                .map(|t| t.args.iter().filter(|a| a.boundary).count())
+                .sum(),
             kernels,
             war_ordered,
         })
@@ -195,72 +191,6 @@ pub(crate) fn kernel_slot(shape: Shape) -> usize {
     }
 }
 
-/// The ready nodes of one fused replay: a queue each node enters once (F1), so a slot array as
-/// long as the nodes never wraps. A slot holds its node + 1 once stored (0: not yet).
-#[derive(Debug)]
-struct ReadyQueue {
-    slots: Box<[AtomicU32]>,
-    head: AtomicUsize,
-    tail: AtomicUsize,
-}
-
-/// What a pop found.
-#[derive(Debug, PartialEq, Eq)]
-enum Pop {
-    Node(u32),
-    /// Nothing pushed that is not taken.
-    Empty,
-    /// A push reserved the head slot and has not stored it yet; its pusher pops it (F2).
-    Storing,
-}
-
-impl ReadyQueue {
-    fn new(len: usize) -> ReadyQueue {
-        ReadyQueue {
-            slots: (0..len).map(|_| AtomicU32::new(0)).collect(),
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
-        }
-    }
-
-    /// Empty again, for `len` nodes.
-    fn reset(&mut self, len: usize) {
-        if self.slots.len() < len {
-            self.slots = (0..len).map(|_| AtomicU32::new(0)).collect();
-        }
-        for s in &mut self.slots[..len] {
-            *s.get_mut() = 0;
-        }
-        *self.head.get_mut() = 0;
-        *self.tail.get_mut() = 0;
-    }
-
-    fn push(&self, node: u32) {
-        let i = self.tail.fetch_add(1, Ordering::AcqRel);
-        self.slots[i].store(node + 1, Ordering::Release);
-    }
-
-    fn pop(&self) -> Pop {
-        loop {
-            let h = self.head.load(Ordering::Acquire);
-            if h >= self.tail.load(Ordering::Acquire) {
-                return Pop::Empty;
-            }
-            let v = self.slots[h].load(Ordering::Acquire);
-            if v == 0 {
-                return Pop::Storing;
-            }
-            if self
-                .head
-                .compare_exchange_weak(h, h + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return Pop::Node(v - 1);
-            }
-        }
-    }
-}
-
 /// One fused replay in flight: the fused task's payload holds it, and each of its blocks
 /// runs [`FusedRun::run_block`]. Its buffers are reused by later replays (the orchestrator
 /// recycles consumed payloads), so a replay binds its nodes into memory already in cache.
@@ -270,20 +200,17 @@ pub(crate) struct FusedRun {
     graph: Arc<str>,
     /// Per node: its kernel (none for a dummy task) and block count, and where its tensors
     /// and scalars start (one more entry each closes the last node's).
-    kernels: Vec<(Option<KernelRef>, u32)>,
+    kernels: Vec<(Option<KernelRef>, u32, Shape)>,
     tensor_start: Vec<u32>,
     tensors: Vec<BoundTensor>,
     scalar_start: Vec<u32>,
     scalars: Vec<u64>,
-    /// Producers not yet run, per node.
-    waiting: Vec<AtomicU32>,
-    ready: ReadyQueue,
-    /// Nodes run to the end.
-    done: AtomicUsize,
+    /// Producers not yet run, per node, and the ready queue (F1, F2).
+    countdown: Countdown,
     spin: SpinPolicy,
     failed: AtomicBool,
     /// The first kernel panic, as graph task, kernel and message.
-    panic: Mutex<Option<(u32, &'static str, String)>>,
+    panic: Mutex<Option<(u32, KernelRef, String)>>,
 }
 
 impl FusedRun {
@@ -303,9 +230,7 @@ impl FusedRun {
             tensors: Vec::new(),
             scalar_start: Vec::new(),
             scalars: Vec::new(),
-            waiting: Vec::new(),
-            ready: ReadyQueue::new(0),
-            done: AtomicUsize::new(0),
+            countdown: Countdown::new(),
             spin,
             failed: AtomicBool::new(false),
             panic: Mutex::new(None),
@@ -329,8 +254,14 @@ impl FusedRun {
     }
 
     /// Closes the next node: its kernel, blocks and scalars (its tensors were bound already).
-    pub(crate) fn push_node(&mut self, kernel: Option<KernelRef>, blocks: u32, scalars: &[u64]) {
-        self.kernels.push((kernel, blocks));
+    pub(crate) fn push_node(
+        &mut self,
+        shape: Shape,
+        kernel: Option<KernelRef>,
+        blocks: u32,
+        scalars: &[u64],
+    ) {
+        self.kernels.push((kernel, blocks, shape));
         self.tensor_start.push(self.tensors.len() as u32);
         self.scalars.extend_from_slice(scalars);
         self.scalar_start.push(self.scalars.len() as u32);
@@ -338,16 +269,8 @@ impl FusedRun {
 
     /// Sets every node's counter from the plan and makes the roots ready.
     pub(crate) fn arm(&mut self) {
-        let plan = &self.plan;
-        debug_assert_eq!(self.kernels.len(), plan.nodes());
-        self.waiting.clear();
-        self.waiting
-            .extend(plan.fanin.iter().map(|&f| AtomicU32::new(f)));
-        self.ready.reset(plan.nodes());
-        for &r in &plan.roots {
-            self.ready.push(r);
-        }
-        *self.done.get_mut() = 0;
+        debug_assert_eq!(self.kernels.len(), self.plan.nodes());
+        self.countdown.arm(&self.plan.fanin);
         *self.failed.get_mut() = false;
         *self.panic.get_mut() = None;
     }
@@ -359,8 +282,9 @@ impl FusedRun {
     }
 
     /// Runs ready nodes on the calling thread until none is left for it (F2, F3). Returns the
-    /// panic message for the fused task's block when a node's kernel panicked (in this block
-    /// or another: the first block to finish after it reports it, so exactly one does).
+    /// kernel that panicked and its message (naming the graph task) when a node's kernel
+    /// panicked, in this block or another: the first block to stop after it reports it (a
+    /// second panic in another block may be reported too; the run keeps the first error).
     pub(crate) fn run_block(
         &self,
         core: CoreId,
@@ -368,34 +292,39 @@ impl FusedRun {
         task: TaskId,
         cancelled: &AtomicBool,
         last_kernel_ns: &std::sync::atomic::AtomicU64,
-    ) -> Option<String> {
+    ) -> Option<(KernelRef, String)> {
         let mut window = SpinWindow::new(self.spin).reading_clock_every(SPIN_CLOCK_EVERY);
-        let mut next: Option<u32> = None;
+        let mut held: Option<u32> = None;
         let mut started = Instant::now();
+        let mut spun = false;
         loop {
             if self.failed.load(Ordering::Acquire) || cancelled.load(Ordering::Relaxed) {
                 break;
             }
-            let n = match next.take() {
-                Some(n) => n,
-                None => match self.ready.pop() {
-                    Pop::Node(n) => n,
-                    Pop::Empty | Pop::Storing => {
-                        let all_done = self.done.load(Ordering::Acquire) == self.kernels.len();
-                        if !all_done && window.step().is_spinning() {
-                            continue;
-                        }
-                        break;
-                    }
-                },
+            let n = match self.countdown.take(&mut held) {
+                Take::Node(n) => n,
+                Take::Done => break,
+                // F2: stopping is safe; the spin only keeps this CPU on the graph while its
+                // other blocks may make more ready.
+                Take::Empty | Take::Storing if window.step().is_spinning() => {
+                    spun = true;
+                    continue;
+                }
+                Take::Empty | Take::Storing => break,
             };
             window.reset();
+            if std::mem::take(&mut spun) {
+                // A kernel's time starts where it does, not where the wait for it did.
+                started = Instant::now();
+            }
             let i = n as usize;
             let tensors =
                 &self.tensors[self.tensor_start[i] as usize..self.tensor_start[i + 1] as usize];
             let scalars =
                 &self.scalars[self.scalar_start[i] as usize..self.scalar_start[i + 1] as usize];
-            let (kernel, blocks) = self.kernels[i];
+            let (kernel, blocks, shape) = self.kernels[i];
+            // An AIC kernel has no sub-block (`KernelCtx::sub_block_id`), wherever it runs.
+            let sub_block_id = if shape == Shape::Aic { 0 } else { sub_block_id };
             let panicked = kernel.map_or(Ok(()), |kernel| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     for b in 0..blocks {
@@ -423,30 +352,17 @@ impl FusedRun {
             if let Err(p) = panicked {
                 let message = super::core::panic_message(p.as_ref());
                 let mut first = self.panic.lock();
-                if first.is_none() {
-                    let name = kernel.map_or("dummy", |k| k.name());
-                    *first = Some((self.plan.tasks[n as usize], name, message));
+                if let (None, Some(kernel)) = (&*first, kernel) {
+                    *first = Some((self.plan.tasks[n as usize], kernel, message));
                 }
                 self.failed.store(true, Ordering::Release);
                 break;
             }
-            self.done.fetch_add(1, Ordering::AcqRel);
-            // The first successor this node made ready runs next on this thread: no queue
-            // round trip, and its inputs are in this CPU's cache.
-            for &s in self.plan.successors(n) {
-                if self.waiting[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                    match next {
-                        None => next = Some(s),
-                        Some(_) => self.ready.push(s),
-                    }
-                }
-            }
+            self.countdown.finish(n, self.plan.successors(n), &mut held);
         }
         self.panic.lock().take().map(|(k, kernel, message)| {
-            format!(
-                "graph {:?} task {k} (kernel {kernel}) panicked: {message}",
-                self.graph
-            )
+            let message = format!("graph {:?} task {k}: {message}", self.graph);
+            (kernel, message)
         })
     }
 }

@@ -860,7 +860,9 @@ impl Graph {
             .filter(|&l| matches!(l, Lane::Aic | Lane::Aiv))?;
         let id = *self.lanes[lane as usize].front()?;
         let payload = self.slot(id).payload.as_ref().expect("payload");
-        if payload.block_num != 1 || !accept(payload) {
+        // A fused replay's block runs a whole graph: never a batch's extra block, nor quick
+        // work for a waiting orchestrator (H8 takes it apart).
+        if payload.block_num != 1 || payload.fused.is_some() || !accept(payload) {
             return None;
         }
         let payload = self.slot_mut(id).payload.take().expect("payload");

@@ -21,6 +21,9 @@
 //!   park when they find none (a chip's executors), built on an [`EventCount`].
 //! - [`Handoff`]: items a thread leaves for the holder of a busy lock instead of waiting for it
 //!   (a chip's orchestrator publishing while an executor holds the graph lock).
+//! - [`Countdown`]: a fixed DAG run by several threads without a lock (a chip's fused
+//!   replay): per-node producer counters and a ready queue each node enters once; a thread
+//!   that finds nothing may stop at any time (rules F1-F2 in `countdown.rs`).
 //!
 //! A park has a timeout only when the caller passes a deadline, so an idle runtime has every
 //! thread parked and costs ~0 % CPU. The protocol, its states and named steps, the lost-wake-up
@@ -32,6 +35,7 @@
 //! memory) live in `pto-node` and follow the same steps; the README gives their two-word
 //! variant of the steps and of the proof.
 
+mod countdown;
 mod event_count;
 mod handoff;
 mod spin;
@@ -45,6 +49,7 @@ mod tests;
 
 use std::fmt;
 
+pub use countdown::{Countdown, Take};
 pub use event_count::{EventCount, Key, MAX_WAITERS};
 pub use handoff::Handoff;
 pub use spin::{

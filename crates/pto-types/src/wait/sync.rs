@@ -17,7 +17,7 @@ pub(super) use std::{
     hint::spin_loop,
     sync::{
         Condvar, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     },
     thread::yield_now,
 };
@@ -27,7 +27,7 @@ pub(super) use loom::{
     hint::spin_loop,
     sync::{
         Condvar, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     },
     thread::yield_now,
 };

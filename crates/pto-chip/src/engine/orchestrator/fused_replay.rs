@@ -20,9 +20,11 @@ impl OrchCore {
     /// The plan to replay `graph` fused with, when this replay may run so:
     /// - not in verify mode, which infers every task's edges;
     /// - not while a DAG dump, a trace or scope stats show each task with its own id;
-    /// - not when the write-after-read check must see reads inside the graph, that is when a
-    ///   plain read inside it is not ordered before a later overwrite by the graph's edges
-    ///   (`FusedPlan::war_ordered`; a task-by-task replay then checks as a submit does);
+    /// - not when write-after-read inside the graph is the runtime's to order or check
+    ///   (`track_war` or `war_check` on) and a plain read inside it is not ordered before a
+    ///   later overwrite by the graph's edges (`FusedPlan::war_ordered`; task by task, the
+    ///   overwrite waits for the tracked reader, or the check looks at it, as a submit's);
+    /// - only while the graph's boundary arguments take at most half the TensorMap;
     /// - only when the caller's ring heap holds the graph's whole heap (one allocation, for
     ///   as long as the fused task lives) beside what the open scopes pin, with the same
     ///   slack for the wrap the upfront check asks of a task-by-task replay.
@@ -31,7 +33,15 @@ impl OrchCore {
     pub(super) fn fusable<'g>(&self, graph: &'g RecordedGraph) -> Option<&'g Arc<FusedPlan>> {
         let inner = &*graph.inner;
         let plan = inner.fused.as_ref()?;
-        let war_inside = self.settings.war_check != WarCheck::Off && !plan.war_ordered;
+        // Task by task, a plain read of a graph input that a later graph task overwrites is a
+        // tracked reader under `track_war` (its writer waits for it) and a checked one under
+        // `war_check`; fused, only the graph's own edges order the two.
+        let war_matters = self.settings.war_check != WarCheck::Off || self.settings.war.track_all;
+        let war_inside = war_matters && !plan.war_ordered;
+        // Every boundary entry stays registered under the one task until it retires, where
+        // task by task the earlier tasks' entries could be cleaned up before the later ones
+        // register: fused only while they take at most half the TensorMap.
+        let entries_fit = plan.boundary_args <= self.tensormap.capacity() / 2;
         let observed =
             self.deps.is_some() || self.run.trace.is_some() || self.scope_stats.is_some();
         let ring = self.scopes.last().expect("root scope").ring;
@@ -43,7 +53,7 @@ impl OrchCore {
             .sum();
         let fits =
             pinned.saturating_add(plan.heap_bytes.saturating_mul(2)) <= self.sizing.heap(ring);
-        (!graph.verifies() && !observed && !war_inside && fits).then_some(plan)
+        (!graph.verifies() && !observed && !war_inside && fits && entries_fit).then_some(plan)
     }
 
     /// Submits `graph` as one task running `plan`, its inputs bound to `bound`.
@@ -95,7 +105,7 @@ impl OrchCore {
                     Shape::Dummy => None,
                     shape => t.kernels[kernel_slot(shape)],
                 };
-                run.push_node(kernel, t.block_num, &t.scalars);
+                run.push_node(t.shape, kernel, t.block_num, &t.scalars);
             }
         }
         run.arm();
