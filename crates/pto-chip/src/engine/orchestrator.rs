@@ -1067,18 +1067,21 @@ impl OrchCore {
             .expect("a fresh payload is not shared")
             .tensors;
         let next = self.memory.heap_device_base + self.heap_bases[ring] + offset;
-        self.bind_into(id, next, tensors, bound)
+        let mut outputs = Vec::new();
+        self.bind_into(id, next, tensors, bound, &mut outputs);
+        outputs
     }
 
-    /// [`OrchCore::bind_tensors`] into `bound`, its OUTPUTs laid out from device address `next`.
+    /// [`OrchCore::bind_tensors`] into `bound`, its OUTPUTs laid out from device address `next`
+    /// and pushed onto `outputs`.
     fn bind_into(
         &mut self,
         id: TaskId,
         mut next: u64,
         tensors: impl IntoIterator<Item = ArgTensor>,
         bound: &mut impl Extend<BoundTensor>,
-    ) -> Vec<TensorDesc> {
-        let mut outputs = Vec::new();
+        outputs: &mut Vec<TensorDesc>,
+    ) {
         for t in tensors {
             let (desc, writable) = match t {
                 ArgTensor::Existing { tag, desc } => (desc, tag.writes()),
@@ -1104,7 +1107,6 @@ impl OrchCore {
                 writable,
             }));
         }
-        outputs
     }
 
     /// Step 12: wire and publish `new` under the graph lock, after the tasks handed off before

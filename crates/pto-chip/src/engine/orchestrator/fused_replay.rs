@@ -10,6 +10,7 @@ use crate::engine::fused::{FusedPlan, FusedRun, kernel_slot};
 use crate::engine::graph::NewTask;
 use crate::engine::{Shape, TaskPayload};
 use crate::error::OrchResult;
+use crate::kernel::BoundTensor;
 use crate::replay::{GraphInner, Origin, RecordedGraph};
 use crate::tensor::TensorDesc;
 
@@ -89,24 +90,32 @@ impl OrchCore {
             Arc::clone(&graph.name),
             self.chip.spin,
         );
+        // Created tensors' descriptors: the fused task returns only the graph's outputs.
+        let mut created: Vec<TensorDesc> = Vec::new();
+        let mut unbound: Vec<BoundTensor> = Vec::new();
         for (k, t) in graph.tasks.iter().enumerate() {
-            let tensors: ArgTensors = t.args.iter().map(|a| st.arg(a)).collect();
-            if t.boundary {
-                self.boundary_lookups(t, id, &tensors, &mut producers)?;
-                self.check_war(id, &t.kernels, &tensors, &producers)?;
-            }
+            let args = t.args.iter().map(|a| st.arg(a));
+            created.clear();
             if t.alloc {
                 // Binds (and fills) its buffers; no node runs it.
-                let mut unused = Vec::new();
-                self.bind_into(id, st.bases[k], tensors.iter().copied(), &mut unused);
-            } else {
-                self.bind_into(id, st.bases[k], tensors.iter().copied(), run.tensors_mut());
-                let kernel = match t.shape {
-                    Shape::Dummy => None,
-                    shape => t.kernels[kernel_slot(shape)],
-                };
-                run.push_node(t.shape, kernel, t.block_num, &t.scalars);
+                unbound.clear();
+                self.bind_into(id, st.bases[k], args, &mut unbound, &mut created);
+                continue;
             }
+            if t.boundary {
+                let tensors: ArgTensors = args.collect();
+                self.boundary_lookups(t, id, &tensors, &mut producers)?;
+                self.check_war(id, &t.kernels, &tensors, &producers)?;
+                let base = st.bases[k];
+                self.bind_into(id, base, tensors, run.tensors_mut(), &mut created);
+            } else {
+                self.bind_into(id, st.bases[k], args, run.tensors_mut(), &mut created);
+            }
+            let kernel = match t.shape {
+                Shape::Dummy => None,
+                shape => t.kernels[kernel_slot(shape)],
+            };
+            run.push_node(t.shape, kernel, t.block_num, &t.scalars);
         }
         run.arm();
         dedup_producers(&mut producers, id);
