@@ -56,6 +56,9 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 /// past it the orchestrator waits for the lock.
 const HANDOFF_LIMIT: u64 = 8;
 
+/// Most spare payloads that keep a fused replay's buffers ([`OrchCore::recycle`]).
+const SPARE_FUSED: usize = 2;
+
 /// Replayed tasks queued while every executor is active before a hold of the graph lock
 /// publishes them ([`OrchCore::enqueue`]). `submit_point`'s replayed chain and stencil rows
 /// measured 3-10 % faster with 4 than with a lock hold per task (stop 45).
@@ -1443,10 +1446,31 @@ impl OrchCore {
         if self.spare_lists.len() < HANDOFF_LIMIT as usize {
             self.spare_lists.push(recycled.producers);
         }
-        if let Some(payload) = recycled.payload
+        if let Some(mut payload) = recycled.payload
             && self.spare_payloads.len() < HANDOFF_LIMIT as usize
         {
+            // A fused replay's bindings are as large as its graph: the spares keep the
+            // buffers of at most `SPARE_FUSED` of them, enough for replays one after another.
+            let kept = self
+                .spare_payloads
+                .iter()
+                .filter(|p| p.fused.is_some())
+                .count();
+            if kept >= SPARE_FUSED
+                && let Some(p) = Arc::get_mut(&mut payload)
+            {
+                p.fused = None;
+            }
             self.spare_payloads.push(payload);
+        }
+    }
+
+    /// A spare payload for a fused replay: one that keeps a fused replay's buffers, if any.
+    fn spare_for_fused(&mut self) -> Option<Arc<TaskPayload>> {
+        let at = self.spare_payloads.iter().rposition(|p| p.fused.is_some());
+        match at {
+            Some(i) => Some(self.spare_payloads.swap_remove(i)),
+            None => self.spare_payloads.pop(),
         }
     }
 

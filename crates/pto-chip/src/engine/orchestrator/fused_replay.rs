@@ -78,7 +78,7 @@ impl OrchCore {
         };
         let mut producers = self.spare_lists.pop().unwrap_or_default();
         producers.clear();
-        let mut payload = self.spare_payloads.pop();
+        let mut payload = self.spare_for_fused();
         let old = payload
             .as_mut()
             .and_then(Arc::get_mut)
