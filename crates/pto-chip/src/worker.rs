@@ -480,7 +480,7 @@ impl ChipWorker {
         run_orchestration(&callable, &mut core, entry_tensors, args, &run);
         core.finish();
         let usage_marks = core.high_water();
-        let tasks = core.published;
+        let tasks = core.tasks_submitted();
         let warnings = core.war_report();
         let poisoned = self.wait_for_end(&run);
         self.shared.install(None);
@@ -557,7 +557,7 @@ impl ChipWorker {
                 clusters: self.spec.clusters,
                 aicpu_thread_num: threads,
                 tensormap_max: core.tensormap.capacity(),
-                total: core.published,
+                total: core.tasks_submitted(),
                 error,
             };
             write("scope_stats", "scope_stats.jsonl", stats.render(&run_info));

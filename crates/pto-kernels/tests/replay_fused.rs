@@ -118,13 +118,13 @@ fn chain<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
     Ok(())
 }
 
-/// Runs `steps` replays of `g` with `env`; returns the output and how many task ids the test
-/// kernels saw, or the run's error.
+/// Runs `steps` replays of `g` with `env`; returns the output, how many task ids the test
+/// kernels saw and the tasks the run report counts, or the run's error.
 fn run(
     g: RecordedGraph,
     steps: u64,
     env: RuntimeEnv,
-) -> Result<(Vec<f32>, usize), Box<pto_chip::ChipError>> {
+) -> Result<(Vec<f32>, usize, u64), Box<pto_chip::ChipError>> {
     GRAPH.with(|slot| *slot.borrow_mut() = Some(g));
     SEEN.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -141,18 +141,18 @@ fn run(
     let cfg = CallConfig::with_runtime_env(env);
     let result = chip.run_fn(chain, &args, &cfg, &RunContext::default());
     GRAPH.with(|slot| *slot.borrow_mut() = None);
-    match result {
-        Ok(_) => {}
+    let report = match result {
+        Ok(report) => report,
         Err(pto_chip::ChipRunError::Run(e)) => return Err(e),
         Err(other) => panic!("expected a run error, got {other:?}"),
-    }
+    };
     let ids: BTreeSet<TaskId> = SEEN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .copied()
         .collect();
-    Ok((out.read_f32(0, N as usize), ids.len()))
+    Ok((out.read_f32(0, N as usize), ids.len(), report.tasks))
 }
 
 #[test]
@@ -161,9 +161,15 @@ fn a_fused_replay_computes_what_a_replay_task_by_task_does() {
     with_timeout(60, || {
         let steps = 4;
         let env = RuntimeEnv::default;
-        let (by_task, by_task_ids) = run(mixed_graph(false).verified(true), steps, env()).unwrap();
-        let (fused, fused_ids) = run(mixed_graph(false).verified(false), steps, env()).unwrap();
+        let (by_task, by_task_ids, by_task_count) =
+            run(mixed_graph(false).verified(true), steps, env()).unwrap();
+        let (fused, fused_ids, fused_count) =
+            run(mixed_graph(false).verified(false), steps, env()).unwrap();
         assert_eq!(fused, by_task);
+        // The report counts what the orchestration submitted either way: 6 graph tasks (the
+        // hidden alloc task included) per replay, and the final copy.
+        assert_eq!(by_task_count, 6 * steps + 1);
+        assert_eq!(fused_count, by_task_count);
         // x ← 6x + 1 (element 0: + 2), four times from 1.
         let mut want = [1.0f32, 1.0];
         for _ in 0..steps {

@@ -259,6 +259,9 @@ pub(crate) struct OrchCore {
     spare_payloads: Vec<Arc<TaskPayload>>,
     /// Tasks published so far (alloc tasks included).
     pub(crate) published: u64,
+    /// Graph tasks that fused replays ran beyond the one task each published
+    /// ([`OrchCore::tasks_submitted`]).
+    fused_extra: u64,
     /// Diagnostics recorded on this thread (each `Some` only when enabled).
     pub(crate) scope_stats: Option<Recorder>,
     pub(crate) deps: Option<DepGraph>,
@@ -343,6 +346,7 @@ impl OrchCore {
             spare_frames: Vec::new(),
             spare_payloads: Vec::new(),
             published: 0,
+            fused_extra: 0,
             sizing,
             scope_stats,
             deps,
@@ -1699,6 +1703,13 @@ impl OrchCore {
         self.run
             .total_tasks
             .store(self.published, Ordering::Release);
+    }
+
+    /// The tasks the orchestration submitted, replayed ones included, whichever way a replay
+    /// ran: a fused replay counts its graph's tasks (hidden alloc tasks included), as task by
+    /// task, though the engine ran one.
+    pub(crate) fn tasks_submitted(&self) -> u64 {
+        self.published + self.fused_extra
     }
 
     /// Run-long peaks per ring: (live tasks, heap bytes, dep-list entries).

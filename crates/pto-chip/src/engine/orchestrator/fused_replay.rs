@@ -127,6 +127,7 @@ impl OrchCore {
         Arc::get_mut(&mut payload)
             .expect("a fresh payload is not shared")
             .fused = Some(Arc::new(run));
+        self.fused_extra += graph.tasks.len() as u64 - 1;
         self.publish(
             NewTask {
                 id,
