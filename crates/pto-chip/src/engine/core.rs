@@ -7,7 +7,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use pto_types::ErrorCode;
@@ -15,7 +15,7 @@ use pto_types::wait::Waiter;
 
 use crate::diag::trace::{AicpuSpan, BlockSpan};
 use crate::error::{ChipError, Detector};
-use crate::kernel::{CoreId, KernelCtx};
+use crate::kernel::{CoreId, KernelCtx, KernelRef};
 
 use super::graph::{Effects, LONG_KERNEL_NS, Signal};
 use super::run::RunShared;
@@ -72,9 +72,7 @@ pub(crate) fn run_block_from(
     let ended = Instant::now();
     let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
     if payload.fused.is_none() {
-        // Never 0: 0 means "no kernel of the run has finished" (`Graph::signal`).
-        run.last_kernel_ns.store(ran.max(1), Ordering::Relaxed);
-        kernel.record_run(ran, LONG_KERNEL_NS);
+        note_kernel_time(&run.last_kernel_ns, kernel, ran);
     }
     let micros = |t: Instant| if tracing { run.micros(t) } else { 0.0 };
     let completion = Completion {
@@ -91,6 +89,14 @@ pub(crate) fn run_block_from(
         block_num: payload.block_num,
     };
     (completion, ended)
+}
+
+/// Records that `kernel` just ran for `ns`: the run's last kernel time (what `Graph::signal` and
+/// the orchestrator's helping read) and the kernel's quick-or-long mark.
+pub(crate) fn note_kernel_time(last_kernel_ns: &AtomicU64, kernel: KernelRef, ns: u64) {
+    // Never 0: 0 means "no kernel of the run has finished" (`Graph::signal`).
+    last_kernel_ns.store(ns.max(1), Ordering::Relaxed);
+    kernel.record_run(ns, LONG_KERNEL_NS);
 }
 
 /// Records a finished block in the graph (under the lock the caller holds): latches a kernel

@@ -27,7 +27,7 @@ use crate::ring::align_heap;
 use crate::task_id::TaskId;
 
 use super::Shape;
-use super::graph::LONG_KERNEL_NS;
+use super::core::note_kernel_time;
 
 /// A waiting block reads the clock on every 64th step (as a searching executor does).
 const SPIN_CLOCK_EVERY: u32 = 64;
@@ -222,22 +222,27 @@ impl FusedRun {
         graph: Arc<str>,
         spin: SpinPolicy,
     ) -> FusedRun {
-        let mut run = old.unwrap_or_else(|| FusedRun {
-            plan: Arc::clone(&plan),
-            graph: Arc::clone(&graph),
-            kernels: Vec::new(),
-            tensor_start: Vec::new(),
-            tensors: Vec::new(),
-            scalar_start: Vec::new(),
-            scalars: Vec::new(),
-            countdown: Countdown::new(),
-            spin,
-            failed: AtomicBool::new(false),
-            panic: Mutex::new(None),
-        });
-        run.plan = plan;
-        run.graph = graph;
-        run.spin = spin;
+        let mut run = match old {
+            Some(run) => FusedRun {
+                plan,
+                graph,
+                spin,
+                ..run
+            },
+            None => FusedRun {
+                plan,
+                graph,
+                kernels: Vec::new(),
+                tensor_start: Vec::new(),
+                tensors: Vec::new(),
+                scalar_start: Vec::new(),
+                scalars: Vec::new(),
+                countdown: Countdown::new(),
+                spin,
+                failed: AtomicBool::new(false),
+                panic: Mutex::new(None),
+            },
+        };
         run.kernels.clear();
         run.tensors.clear();
         run.scalars.clear();
@@ -346,8 +351,8 @@ impl FusedRun {
                 let ended = Instant::now();
                 let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
                 started = ended;
-                last_kernel_ns.store(ran.max(1), Ordering::Relaxed);
-                kernel.record_run(ran / u64::from(blocks), LONG_KERNEL_NS);
+                // Per block, as the kernel's own blocks are timed outside a fused replay.
+                note_kernel_time(last_kernel_ns, kernel, ran / u64::from(blocks));
             }
             if let Err(p) = panicked {
                 let message = super::core::panic_message(p.as_ref());

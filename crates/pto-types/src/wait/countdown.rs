@@ -53,10 +53,7 @@ impl Countdown {
         self.waiting.clear();
         self.waiting
             .extend(fanin.iter().map(|&f| AtomicU32::new(f)));
-        self.slots.truncate(len);
-        for s in &mut self.slots {
-            *s = AtomicU32::new(0);
-        }
+        self.slots.clear();
         self.slots.resize_with(len, || AtomicU32::new(0));
         self.head = AtomicUsize::new(0);
         self.tail = AtomicUsize::new(0);

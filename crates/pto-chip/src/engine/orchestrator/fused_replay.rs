@@ -46,12 +46,7 @@ impl OrchCore {
         let observed =
             self.deps.is_some() || self.run.trace.is_some() || self.scope_stats.is_some();
         let ring = self.scopes.last().expect("root scope").ring;
-        let pinned: u64 = self
-            .scopes
-            .iter()
-            .filter(|f| f.ring == ring)
-            .map(|f| f.heap)
-            .sum();
+        let pinned = self.pinned_heap(ring);
         let fits =
             pinned.saturating_add(plan.heap_bytes.saturating_mul(2)) <= self.sizing.heap(ring);
         (!graph.verifies() && !observed && !war_inside && fits && entries_fit).then_some(plan)

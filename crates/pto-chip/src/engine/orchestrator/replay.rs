@@ -182,9 +182,9 @@ impl OrchCore {
             // A ring retires in order: from the first task of a scope still open on it, every
             // task stays live — and so does every task the graph puts there.
             let frames = self.scopes.iter().filter(|f| f.ring == ring);
-            let first_pinned = frames.clone().filter_map(|f| f.tasks.first()).min();
+            let first_pinned = frames.filter_map(|f| f.tasks.first()).min();
             let tasks = first_pinned.map_or(0, |id| self.rings[ring].next_id() - id.local());
-            let heap: u64 = frames.map(|f| f.heap).sum();
+            let heap = self.pinned_heap(ring);
             let need = if tasks > 0 {
                 &totals[ring]
             } else {
@@ -232,6 +232,12 @@ impl OrchCore {
             return Err(self.fail(e));
         }
         Ok(())
+    }
+
+    /// Heap bytes that the open scopes on `ring` pin: a replay's heap comes on top of them.
+    pub(super) fn pinned_heap(&self, ring: usize) -> u64 {
+        let frames = self.scopes.iter().filter(|f| f.ring == ring);
+        frames.map(|f| f.heap).sum()
     }
 
     /// Submits graph task `k`.
