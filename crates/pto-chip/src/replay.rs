@@ -368,6 +368,19 @@ pub(crate) struct RecordedArg {
     pub(crate) boundary: bool,
 }
 
+impl RecordedArg {
+    /// A tensor the task creates with an initial value: binding it fills the buffer.
+    pub(crate) fn fills(&self) -> bool {
+        matches!(self.arg, ArgTensor::Create(ci) if ci.initial_value.is_some())
+    }
+}
+
+/// How far `desc`, recorded over the graph input `recorded`, starts after that input's start:
+/// a replay starts it as far after the bound view's start (elements, wrapping).
+pub(crate) fn start_delta(desc: &TensorDesc, recorded: &TensorDesc) -> u64 {
+    desc.start_offset().wrapping_sub(recorded.start_offset())
+}
+
 /// One recorded edge into a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RecordedEdge {
@@ -843,7 +856,7 @@ impl RecordState {
             per_depth: per_depth.map(|(peak, _)| peak),
             totals: per_depth.map(|(_, total)| total),
         };
-        let fused = crate::engine::fused::FusedPlan::of(&self.tasks).map(Arc::new);
+        let fused = crate::engine::fused::FusedPlan::of(&self.tasks, &self.inputs).map(Arc::new);
         Ok(GraphInner {
             name,
             fused,

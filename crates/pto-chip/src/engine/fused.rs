@@ -13,24 +13,35 @@
 //! - **F3** a block waits for nothing but the queue: it spins at most the chip's spin window
 //!   while nothing is ready and then leaves (at once when every node is done), so a fused
 //!   task never holds a CPU for long behind a sibling's kernel.
+//! - **F4** a block times a kernel's first run (so the quick-or-long mark the orchestrator's
+//!   helping reads is set, `orchestrator/help.rs` H1 and H8) and then one node in
+//!   [`TIMED_EVERY`]: two clock reads per node were a sixth of a no-op node's cost, and the
+//!   run's last kernel time and each kernel's mark are what a sample tells as well.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
 use pto_types::wait::{Countdown, SpinPolicy, SpinWindow, Take};
+use smallvec::SmallVec;
 
+use crate::engine::orchestrator::ArgTensor;
+use crate::engine::{BoundTensors, INLINE_ARGS};
 use crate::kernel::{BoundTensor, CoreId, KernelCtx, KernelRef};
-use crate::replay::RecordedTask;
+use crate::replay::{Origin, RecordedTask};
 use crate::ring::align_heap;
 use crate::task_id::TaskId;
+use crate::tensor::{BufferAddr, TensorDesc};
 
 use super::Shape;
 use super::core::note_kernel_time;
 
 /// A waiting block reads the clock on every 64th step (as a searching executor does).
 const SPIN_CLOCK_EVERY: u32 = 64;
+
+/// A block times one node in this many (F4).
+const TIMED_EVERY: u32 = 16;
 
 /// What a graph's fused replays share, computed once from the recording.
 #[derive(Debug)]
@@ -40,6 +51,17 @@ pub(crate) struct FusedPlan {
     pub(crate) nominal: [Option<KernelRef>; 3],
     /// The graph task of each node: every task but the hidden tasks of `alloc_tensors`.
     pub(crate) tasks: Vec<u32>,
+    /// Per node: its kernel (none for a dummy task), block count and shape, and where its
+    /// tensors and scalars start (one more entry each closes the last node's).
+    kernels_of: Vec<(Option<KernelRef>, u32, Shape)>,
+    tensor_start: Vec<u32>,
+    tensors: Vec<NodeTensor>,
+    scalar_start: Vec<u32>,
+    scalars: Vec<u64>,
+    /// Graph tasks the orchestrator binds at each replay, in order: the hidden tasks of
+    /// `alloc_tensors` and the tasks that create a tensor with an initial value (binding fills
+    /// it). Every other node is bound by the block that runs it.
+    pub(crate) eager: Vec<bool>,
     /// Node successors, CSR: node `n`'s are `succ[succ_start[n]..succ_start[n + 1]]`.
     succ_start: Vec<u32>,
     succ: Vec<u32>,
@@ -57,6 +79,74 @@ pub(crate) struct FusedPlan {
     /// by the plan's edges: the reader always runs before the writer, so the write-after-read
     /// check has nothing to find in a fused replay, whatever the timing.
     pub(crate) war_ordered: bool,
+}
+
+/// Where a node's tensor lies in a replay: its recorded descriptor, moved onto the replay's
+/// buffers as `Replayed::rebase` moves it (the block that runs the node binds it).
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// In the fused task's one heap allocation, at this offset (the buffer's base).
+    Heap(u64),
+    /// Over bound input `index`, starting `delta` elements after the bound view's start.
+    Input { index: u32, delta: u64 },
+}
+
+/// A node's tensor argument, bound at run time ([`FusedRun::bind`]).
+#[derive(Clone, Copy, Debug)]
+struct NodeTensor {
+    desc: TensorDesc,
+    place: Place,
+    writable: bool,
+}
+
+/// Node task `k`'s tensors as [`NodeTensor`]s; `None` when one has no place a replay moves
+/// (recordings give every existing tensor an origin, so this is a guard).
+fn node_tensors(
+    tasks: &[RecordedTask],
+    inputs: &[TensorDesc],
+    heap_offsets: &[u64],
+    k: usize,
+) -> Option<SmallVec<[NodeTensor; INLINE_ARGS]>> {
+    let t = &tasks[k];
+    let mut next = heap_offsets[k];
+    let mut out = SmallVec::new();
+    for a in &t.args {
+        let tensor = match (a.arg, a.origin) {
+            (ArgTensor::Existing { tag, desc }, Some(Origin::Input(i))) => NodeTensor {
+                desc,
+                place: Place::Input {
+                    index: i,
+                    delta: crate::replay::start_delta(&desc, inputs.get(i as usize)?),
+                },
+                writable: tag.writes(),
+            },
+            (ArgTensor::Existing { tag, desc }, Some(Origin::Task(p))) => {
+                let p = p as usize;
+                let offset = heap_offsets[p] + (desc.base() - tasks[p].virt_base);
+                NodeTensor {
+                    desc,
+                    place: Place::Heap(offset),
+                    writable: tag.writes(),
+                }
+            }
+            (ArgTensor::Create(ci), _) => {
+                let bytes = ci.padded_bytes();
+                let desc = TensorDesc::contiguous(next, bytes, ci.shape(), ci.dtype)
+                    .ok()?
+                    .with_manual_dep(ci.manual_dep);
+                let tensor = NodeTensor {
+                    desc,
+                    place: Place::Heap(next),
+                    writable: true,
+                };
+                next += bytes;
+                tensor
+            }
+            (ArgTensor::Existing { .. }, None) => return None,
+        };
+        out.push(tensor);
+    }
+    Some(out)
 }
 
 /// Whether node `to` waits for node `from` through `preds` (the nodes' producers).
@@ -84,7 +174,7 @@ impl FusedPlan {
     /// gang) and no sync-start task (its blocks must start together), at least two tasks to
     /// run. `None` otherwise. A node of several blocks runs them one after another, which a
     /// task without sync start allows.
-    pub(crate) fn of(tasks: &[RecordedTask]) -> Option<FusedPlan> {
+    pub(crate) fn of(tasks: &[RecordedTask], inputs: &[TensorDesc]) -> Option<FusedPlan> {
         let mut nodes = Vec::new();
         let mut node_of = vec![u32::MAX; tasks.len()];
         let mut kernels = Vec::new();
@@ -155,10 +245,35 @@ impl FusedPlan {
             heap_offsets.push(heap_bytes);
             heap_bytes = heap_bytes.saturating_add(align_heap(t.heap_bytes));
         }
+        let mut kernels_of = Vec::with_capacity(nodes.len());
+        let (mut tensor_start, mut tensors) = (vec![0u32], Vec::new());
+        let (mut scalar_start, mut scalars) = (vec![0u32], Vec::new());
+        for &k in &nodes {
+            let t = &tasks[k as usize];
+            let kernel = match t.shape {
+                Shape::Dummy => None,
+                shape => t.kernels[kernel_slot(shape)],
+            };
+            kernels_of.push((kernel, t.block_num, t.shape));
+            tensors.extend(node_tensors(tasks, inputs, &heap_offsets, k as usize)?);
+            tensor_start.push(tensors.len() as u32);
+            scalars.extend_from_slice(&t.scalars);
+            scalar_start.push(scalars.len() as u32);
+        }
+        let eager = tasks
+            .iter()
+            .map(|t| t.alloc || t.args.iter().any(|a| a.fills()))
+            .collect();
         Some(FusedPlan {
             shape,
             nominal,
             tasks: nodes,
+            kernels_of,
+            tensor_start,
+            tensors,
+            scalar_start,
+            scalars,
+            eager,
             succ_start,
             succ,
             fanin,
@@ -192,19 +307,21 @@ pub(crate) fn kernel_slot(shape: Shape) -> usize {
 }
 
 /// One fused replay in flight: the fused task's payload holds it, and each of its blocks
-/// runs [`FusedRun::run_block`]. Its buffers are reused by later replays (the orchestrator
-/// recycles consumed payloads), so a replay binds its nodes into memory already in cache.
+/// runs [`FusedRun::run_block`]. A replay holds only where its buffers are; a block binds each
+/// node's tensors from the plan just before running it. Its counters are reused by later
+/// replays (the orchestrator recycles consumed payloads).
 #[derive(Debug)]
 pub(crate) struct FusedRun {
     plan: Arc<FusedPlan>,
     graph: Arc<str>,
-    /// Per node: its kernel (none for a dummy task) and block count, and where its tensors
-    /// and scalars start (one more entry each closes the last node's).
-    kernels: Vec<(Option<KernelRef>, u32, Shape)>,
-    tensor_start: Vec<u32>,
-    tensors: Vec<BoundTensor>,
-    scalar_start: Vec<u32>,
-    scalars: Vec<u64>,
+    /// The device address of the fused task's heap allocation, and its host address (atomic
+    /// only to be `Send` and `Sync` without `unsafe`: it is stored before the task is
+    /// published, which orders the store before every block's load).
+    heap: u64,
+    heap_host: AtomicPtr<u8>,
+    /// The tensors bound to the graph's inputs (not writable here: a node's own argument
+    /// says whether it writes).
+    inputs: Vec<BoundTensor>,
     /// Producers not yet run, per node, and the ready queue (F1, F2).
     countdown: Countdown,
     spin: SpinPolicy,
@@ -213,68 +330,73 @@ pub(crate) struct FusedRun {
     panic: Mutex<Option<(u32, KernelRef, String)>>,
 }
 
+/// Where a fused replay's buffers are: its heap allocation (device address and host address)
+/// and the tensors bound to the graph's inputs.
+pub(crate) struct Buffers<'a> {
+    pub(crate) heap: u64,
+    pub(crate) heap_host: *mut u8,
+    pub(crate) inputs: &'a mut dyn Iterator<Item = BoundTensor>,
+}
+
 impl FusedRun {
-    /// An empty replay of `plan`, reusing `old`'s buffers: push its nodes in plan order,
-    /// then [`FusedRun::arm`] it.
+    /// A replay of `plan` over `buffers`, reusing `old`'s memory; then [`FusedRun::arm`] it.
     pub(crate) fn start(
         old: Option<FusedRun>,
         plan: Arc<FusedPlan>,
         graph: Arc<str>,
         spin: SpinPolicy,
+        buffers: Buffers<'_>,
     ) -> FusedRun {
-        let mut run = match old {
-            Some(run) => FusedRun {
-                plan,
-                graph,
-                spin,
-                ..run
-            },
-            None => FusedRun {
-                plan,
-                graph,
-                kernels: Vec::new(),
-                tensor_start: Vec::new(),
-                tensors: Vec::new(),
-                scalar_start: Vec::new(),
-                scalars: Vec::new(),
-                countdown: Countdown::new(),
-                spin,
-                failed: AtomicBool::new(false),
-                panic: Mutex::new(None),
-            },
+        let (mut inputs, countdown) = match old {
+            Some(run) => (run.inputs, run.countdown),
+            None => (Vec::new(), Countdown::new()),
         };
-        run.kernels.clear();
-        run.tensors.clear();
-        run.scalars.clear();
-        run.tensor_start.clear();
-        run.tensor_start.push(0);
-        run.scalar_start.clear();
-        run.scalar_start.push(0);
-        run
+        inputs.clear();
+        inputs.extend(buffers.inputs);
+        FusedRun {
+            plan,
+            graph,
+            heap: buffers.heap,
+            heap_host: AtomicPtr::new(buffers.heap_host),
+            inputs,
+            countdown,
+            spin,
+            failed: AtomicBool::new(false),
+            panic: Mutex::new(None),
+        }
     }
 
-    /// Where the next node's bound tensors go: extend it, then [`FusedRun::push_node`].
-    pub(crate) fn tensors_mut(&mut self) -> &mut Vec<BoundTensor> {
-        &mut self.tensors
-    }
-
-    /// Closes the next node: its kernel, blocks and scalars (its tensors were bound already).
-    pub(crate) fn push_node(
-        &mut self,
-        shape: Shape,
-        kernel: Option<KernelRef>,
-        blocks: u32,
-        scalars: &[u64],
-    ) {
-        self.kernels.push((kernel, blocks, shape));
-        self.tensor_start.push(self.tensors.len() as u32);
-        self.scalars.extend_from_slice(scalars);
-        self.scalar_start.push(self.scalars.len() as u32);
+    /// Node `n`'s tensors in this replay (owned, where the graph's heap holds them, by the
+    /// fused task `task`), onto `out`: what the orchestrator's binding gives a task-by-task
+    /// replay of the same graph task.
+    fn bind(&self, n: usize, task: TaskId, out: &mut BoundTensors) {
+        let plan = &*self.plan;
+        let range = plan.tensor_start[n] as usize..plan.tensor_start[n + 1] as usize;
+        let heap_host = self.heap_host.load(Ordering::Relaxed);
+        out.extend(plan.tensors[range].iter().map(|t| {
+            let (desc, base_ptr) = match t.place {
+                Place::Heap(offset) => {
+                    let buffer = BufferAddr::device(self.heap + offset, t.desc.buffer_bytes());
+                    let desc = t.desc.relocated(buffer, t.desc.start_offset(), Some(task));
+                    (desc, heap_host.wrapping_add(offset as usize))
+                }
+                Place::Input { index, delta } => {
+                    let b = &self.inputs[index as usize];
+                    let start = b.desc.start_offset().wrapping_add(delta);
+                    let desc = t.desc.relocated(b.desc.buffer(), start, b.desc.owner());
+                    (desc, b.base_ptr)
+                }
+            };
+            BoundTensor {
+                desc,
+                base_ptr,
+                writable: t.writable,
+            }
+        }));
     }
 
     /// Sets every node's counter from the plan and makes the roots ready.
     pub(crate) fn arm(&mut self) {
-        debug_assert_eq!(self.kernels.len(), self.plan.nodes());
         self.countdown.arm(&self.plan.fanin);
         *self.failed.get_mut() = false;
         *self.panic.get_mut() = None;
@@ -300,8 +422,8 @@ impl FusedRun {
     ) -> Option<(KernelRef, String)> {
         let mut window = SpinWindow::new(self.spin).reading_clock_every(SPIN_CLOCK_EVERY);
         let mut held: Option<u32> = None;
-        let mut started = Instant::now();
-        let mut spun = false;
+        let mut untimed = 0u32;
+        let mut tensors = BoundTensors::new();
         loop {
             if self.failed.load(Ordering::Acquire) || cancelled.load(Ordering::Relaxed) {
                 break;
@@ -311,30 +433,29 @@ impl FusedRun {
                 Take::Done => break,
                 // F2: stopping is safe; the spin only keeps this CPU on the graph while its
                 // other blocks may make more ready.
-                Take::Empty | Take::Storing if window.step().is_spinning() => {
-                    spun = true;
-                    continue;
-                }
+                Take::Empty | Take::Storing if window.step().is_spinning() => continue,
                 Take::Empty | Take::Storing => break,
             };
             window.reset();
-            if std::mem::take(&mut spun) {
-                // A kernel's time starts where it does, not where the wait for it did.
-                started = Instant::now();
-            }
             let i = n as usize;
-            let tensors =
-                &self.tensors[self.tensor_start[i] as usize..self.tensor_start[i + 1] as usize];
+            let plan = &*self.plan;
+            tensors.clear();
+            self.bind(i, task, &mut tensors);
             let scalars =
-                &self.scalars[self.scalar_start[i] as usize..self.scalar_start[i + 1] as usize];
-            let (kernel, blocks, shape) = self.kernels[i];
+                &plan.scalars[plan.scalar_start[i] as usize..plan.scalar_start[i + 1] as usize];
+            let (kernel, blocks, shape) = plan.kernels_of[i];
+            // F4: a kernel's first run is timed, then one node in TIMED_EVERY.
+            let started = kernel
+                .filter(|k| !k.has_returned() || untimed + 1 >= TIMED_EVERY)
+                .map(|_| Instant::now());
+            untimed += 1;
             // An AIC kernel has no sub-block (`KernelCtx::sub_block_id`), wherever it runs.
             let sub_block_id = if shape == Shape::Aic { 0 } else { sub_block_id };
             let panicked = kernel.map_or(Ok(()), |kernel| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     for b in 0..blocks {
                         let mut ctx = KernelCtx::new(
-                            tensors,
+                            &tensors,
                             scalars,
                             b,
                             blocks,
@@ -347,10 +468,9 @@ impl FusedRun {
                     }
                 }))
             });
-            if let Some(kernel) = kernel {
-                let ended = Instant::now();
-                let ran = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
-                started = ended;
+            if let (Some(kernel), Some(started)) = (kernel, started) {
+                untimed = 0;
+                let ran = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 // Per block, as the kernel's own blocks are timed outside a fused replay.
                 note_kernel_time(last_kernel_ns, kernel, ran / u64::from(blocks));
             }

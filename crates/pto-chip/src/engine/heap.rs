@@ -37,11 +37,19 @@ impl RunMemory {
         match desc.space() {
             AddrSpace::Host => self.regions[desc.region().0 as usize].ptr,
             AddrSpace::Device => {
-                let offset = desc.base() - self.heap_device_base;
-                debug_assert!(offset + desc.buffer_bytes() <= self.heap_len);
-                self.heap_ptr.wrapping_add(offset as usize)
+                debug_assert!(
+                    desc.base() - self.heap_device_base + desc.buffer_bytes() <= self.heap_len
+                );
+                self.heap_ptr_at(desc.base())
             }
         }
+    }
+
+    /// The host address of the heap byte at device address `addr`.
+    pub(crate) fn heap_ptr_at(&self, addr: u64) -> *mut u8 {
+        let offset = addr - self.heap_device_base;
+        debug_assert!(offset <= self.heap_len);
+        self.heap_ptr.wrapping_add(offset as usize)
     }
 
     /// Fills `bytes` bytes of heap at device address `addr` with copies of `pattern`.

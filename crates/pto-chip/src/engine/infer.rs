@@ -106,3 +106,100 @@ pub(crate) fn arg_producers(
         _ => Visit::Keep,
     });
 }
+
+/// Frees the writer entries whose bytes `desc` (an argument the calling task writes) covers
+/// and whose producer that task waits for (`waits_for`; its own entries count). This is the
+/// supersession an INOUT makes, for a write that does not read: a later reader of those bytes
+/// finds the calling task, which runs after the freed entries' producers, so the reader is
+/// ordered after them as before. Only writer entries go; a reader entry is superseded only as
+/// [`arg_producers`] says. Without it, a region rewritten by tasks that each wait for the last
+/// writer (consecutive replays of a graph) holds one entry per task still running, and every
+/// lookup of it finds them all.
+pub(crate) fn supersede(
+    map: &mut TensorMap,
+    observed: &[u64; RING_COUNT],
+    desc: &TensorDesc,
+    waits_for: impl Fn(TaskId) -> bool,
+) {
+    map.lookup(desc, observed, |hit| match hit.role {
+        Role::Writer if hit.overlap == Overlap::Covered && waits_for(hit.producer) => Visit::Remove,
+        _ => Visit::Keep,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use pto_types::DType;
+
+    use super::*;
+
+    const X: u64 = 0x1000;
+
+    fn id(local: u64) -> TaskId {
+        TaskId::new(0, local)
+    }
+
+    /// Elements `start..start + len` of a 64-element f32 buffer at `X`.
+    fn cells(start: u64, len: u32) -> TensorDesc {
+        let buffer = TensorDesc::contiguous(X, 64 * 4, &[64], DType::F32).unwrap();
+        buffer.view(&[len], &[start as u32]).unwrap()
+    }
+
+    /// The producers a read of `probe` finds, sorted.
+    fn readers_find(map: &mut TensorMap, probe: &TensorDesc) -> Vec<TaskId> {
+        let mut found = Vec::new();
+        let observed = [0; RING_COUNT];
+        arg_producers(
+            map,
+            &observed,
+            TensorTag::Input,
+            probe,
+            |p, _, _| found.push(p),
+            |_| {},
+        );
+        found.sort_unstable();
+        found
+    }
+
+    #[test]
+    fn a_write_supersedes_only_covered_writers_it_waits_for() {
+        let mut map = TensorMap::new(64, 16, [32; RING_COUNT]);
+        let observed = [0; RING_COUNT];
+        map.insert(id(0), cells(0, 4)).unwrap();
+        map.insert(id(1), cells(4, 4)).unwrap();
+        map.insert(id(2), cells(6, 4)).unwrap();
+        map.insert_as(id(3), cells(0, 8), Role::Reader { tracked: true })
+            .unwrap();
+        // Task 4 writes elements 0..8 and waits for task 0 (and for 2, which it only half
+        // covers), not for task 1.
+        let waits = [id(0), id(2)];
+        supersede(&mut map, &observed, &cells(0, 8), |p| waits.contains(&p));
+        map.insert(id(4), cells(0, 8)).unwrap();
+        // Task 0's entry is gone: a reader finds task 4, which runs after it. Task 1 (not
+        // waited for) and task 2 (not covered) stay, as does the reader entry.
+        assert_eq!(
+            readers_find(&mut map, &cells(0, 10)),
+            vec![id(1), id(2), id(4)]
+        );
+        let mut readers = 0;
+        map.lookup(&cells(0, 8), &observed, |hit| {
+            readers += usize::from(matches!(hit.role, Role::Reader { .. }));
+            Visit::Keep
+        });
+        assert_eq!(readers, 1);
+    }
+
+    #[test]
+    fn rewriting_a_region_after_waiting_for_its_writer_keeps_one_entry() {
+        // Consecutive replays: each writer waits for the last and rewrites the same bytes.
+        let mut map = TensorMap::new(64, 16, [32; RING_COUNT]);
+        let observed = [0; RING_COUNT];
+        for k in 0..20u64 {
+            let last = k.checked_sub(1).map(id);
+            supersede(&mut map, &observed, &cells(8, 8), |p| Some(p) == last);
+            map.insert(id(k), cells(8, 8)).unwrap();
+            assert_eq!(readers_find(&mut map, &cells(9, 2)), vec![id(k)]);
+        }
+        assert_eq!(map.available(), 63);
+    }
+}

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use pto_types::WarCheck;
 
-use crate::engine::fused::{FusedPlan, FusedRun, kernel_slot};
+use crate::engine::TaskPayload;
+use crate::engine::fused::{Buffers, FusedPlan, FusedRun};
 use crate::engine::graph::NewTask;
-use crate::engine::{Shape, TaskPayload};
 use crate::error::OrchResult;
 use crate::kernel::BoundTensor;
 use crate::replay::{GraphInner, Origin, RecordedGraph};
@@ -79,38 +79,44 @@ impl OrchCore {
             .and_then(Arc::get_mut)
             .and_then(|p| p.fused.take())
             .and_then(Arc::into_inner);
+        let memory = &self.memory;
+        let mut inputs = bound.iter().map(|desc| BoundTensor {
+            desc: *desc,
+            base_ptr: memory.buffer_ptr(desc),
+            writable: false,
+        });
+        let buffers = Buffers {
+            heap: base,
+            heap_host: memory.heap_ptr_at(base),
+            inputs: &mut inputs,
+        };
         let mut run = FusedRun::start(
             old,
             Arc::clone(plan),
             Arc::clone(&graph.name),
             self.chip.spin,
+            buffers,
         );
-        // Created tensors' descriptors: the fused task returns only the graph's outputs.
+        // Nodes bind their own tensors as they run; here only what binding fills, and the
+        // boundary, which goes through the TensorMap as the one fused task.
         let mut created: Vec<TensorDesc> = Vec::new();
         let mut unbound: Vec<BoundTensor> = Vec::new();
         for (k, t) in graph.tasks.iter().enumerate() {
-            let args = t.args.iter().map(|a| st.arg(a));
-            created.clear();
-            if t.alloc {
-                // Binds (and fills) its buffers; no node runs it.
-                unbound.clear();
-                self.bind_into(id, st.bases[k], args, &mut unbound, &mut created);
+            let eager = plan.eager[k];
+            if !(eager || t.boundary) {
                 continue;
             }
-            if t.boundary {
+            let args = t.args.iter().map(|a| st.arg(a));
+            if eager {
+                created.clear();
+                unbound.clear();
+                self.bind_into(id, st.bases[k], args.clone(), &mut unbound, &mut created);
+            }
+            if t.boundary && !t.alloc {
                 let tensors: ArgTensors = args.collect();
                 self.boundary_lookups(t, id, &tensors, &mut producers)?;
                 self.check_war(id, &t.kernels, &tensors, &producers)?;
-                let base = st.bases[k];
-                self.bind_into(id, base, tensors, run.tensors_mut(), &mut created);
-            } else {
-                self.bind_into(id, st.bases[k], args, run.tensors_mut(), &mut created);
             }
-            let kernel = match t.shape {
-                Shape::Dummy => None,
-                shape => t.kernels[kernel_slot(shape)],
-            };
-            run.push_node(t.shape, kernel, t.block_num, &t.scalars);
         }
         run.arm();
         dedup_producers(&mut producers, id);

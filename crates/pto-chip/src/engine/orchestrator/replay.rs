@@ -22,7 +22,7 @@ use crate::engine::graph::ProducerState;
 use crate::engine::infer;
 use crate::error::{ChipError, Detector, OrchResult, ResourceKind};
 use crate::replay::{
-    GraphInner, Origin, RecordedArg, RecordedEdge, RecordedGraph, RecordedTask, Step,
+    GraphInner, Origin, RecordedArg, RecordedEdge, RecordedGraph, RecordedTask, Step, start_delta,
 };
 use crate::task_id::TaskId;
 use crate::tensor::{BufferAddr, TensorDesc};
@@ -59,9 +59,7 @@ impl Replayed<'_> {
         match origin {
             Origin::Input(i) => {
                 let (b, r) = (&self.bound[i as usize], &self.graph.inputs[i as usize]);
-                let start = b
-                    .start_offset()
-                    .wrapping_add(desc.start_offset().wrapping_sub(r.start_offset()));
+                let start = b.start_offset().wrapping_add(start_delta(desc, r));
                 desc.relocated(b.buffer(), start, b.owner())
             }
             Origin::Task(k) => {
@@ -399,6 +397,17 @@ impl OrchCore {
                 |reader| war.note(reader, i),
             );
             writers.push(*arg);
+        }
+        // A boundary write covering the entries of writers this task waits for supersedes
+        // them (`infer::supersede`): consecutive replays that rewrite a graph input leave one
+        // generation of its writers in the TensorMap, not one per replay still running.
+        for arg in &writers {
+            if let ArgTensor::Existing { tag, desc } = *arg
+                && infer::writes(tag, &desc)
+            {
+                let waits_for = |p: TaskId| p == id || producers.iter().any(|&(q, _)| q == p);
+                infer::supersede(&mut self.tensormap, &observed, &desc, waits_for);
+            }
         }
         self.register_entries(id, &writers)
     }
