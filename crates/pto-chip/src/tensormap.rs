@@ -659,9 +659,15 @@ impl TensorMap {
     pub(crate) fn cleanup_all(&mut self, last_alive: &[u64; RING_COUNT]) -> usize {
         let mut freed = 0;
         for (r, &alive) in last_alive.iter().enumerate() {
-            freed += self.cleanup_retired(r as u8, self.cursors[r], alive);
+            freed += self.cleanup_ring(r as u8, alive);
         }
         freed
+    }
+
+    /// Cleans `ring` up to its watermark now, whatever [`cleanup_due`] says. Returns entries
+    /// freed.
+    pub(crate) fn cleanup_ring(&mut self, ring: u8, last_alive: u64) -> usize {
+        self.cleanup_retired(ring, self.cursors[usize::from(ring)], last_alive)
     }
 }
 

@@ -7,13 +7,13 @@
 //! that is filled once, instead of a publication, a take and a finish under the graph lock.
 //!
 //! The counters and the ready queue are `pto_types::wait::Countdown`, whose rules F1 (a node
-//! is made ready once) and F2 (a block may stop whenever it finds nothing ready: no ready node
-//! is stranded) the loom models of `pto-types/src/wait/loom_tests.rs` check, and which the
+//! is made ready once), F2 (a block may stop whenever it finds nothing ready: no ready node
+//! is stranded) and F3 (finished nodes are counted in batches; `Done` is never early) the loom models of `pto-types/src/wait/loom_tests.rs` check, and which the
 //! fused property of `pto-kernels/tests/prop_replay.rs` runs over random graphs. Here:
-//! - **F3** a block waits for nothing but the queue: it spins at most the chip's spin window
+//! - **F4** a block waits for nothing but the queue: it spins at most the chip's spin window
 //!   while nothing is ready and then leaves (at once when every node is done), so a fused
 //!   task never holds a CPU for long behind a sibling's kernel.
-//! - **F4** a block times a kernel's first run (so the quick-or-long mark the orchestrator's
+//! - **F5** a block times a kernel's first run (so the quick-or-long mark the orchestrator's
 //!   helping reads is set, `orchestrator/help.rs` H1 and H8) and then one node in
 //!   [`TIMED_EVERY`]: two clock reads per node were a sixth of a no-op node's cost, and the
 //!   run's last kernel time and each kernel's mark are what a sample tells as well.
@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use pto_types::wait::{Countdown, SpinPolicy, SpinWindow, Take};
+use pto_types::TensorTag;
+use pto_types::wait::{Countdown, Cursor, SpinPolicy, SpinWindow, Take};
 use smallvec::SmallVec;
 
 use crate::engine::orchestrator::ArgTensor;
@@ -40,7 +41,7 @@ use super::core::note_kernel_time;
 /// A waiting block reads the clock on every 64th step (as a searching executor does).
 const SPIN_CLOCK_EVERY: u32 = 64;
 
-/// A block times one node in this many (F4).
+/// A block times one node in this many (F5).
 const TIMED_EVERY: u32 = 16;
 
 /// What a graph's fused replays share, computed once from the recording.
@@ -72,6 +73,9 @@ pub(crate) struct FusedPlan {
     pub(crate) heap_bytes: u64,
     /// Arguments over a graph input or output: at most this many TensorMap entries.
     pub(crate) boundary_args: usize,
+    /// The boundary arguments as the fused task looks them up and registers them: merged
+    /// where their bytes make one run ([`merged_boundary`]).
+    pub(crate) boundary: Vec<BoundaryArg>,
     /// The kernels its nodes run, each once.
     kernels: Vec<KernelRef>,
     /// Every write-after-read pair inside the graph (`RecordedTask::war_readers` and
@@ -79,6 +83,78 @@ pub(crate) struct FusedPlan {
     /// by the plan's edges: the reader always runs before the writer, so the write-after-read
     /// check has nothing to find in a fused replay, whatever the timing.
     pub(crate) war_ordered: bool,
+}
+
+/// A boundary argument of the fused task, over graph input or output `origin`: one of the
+/// graph's, or the union of several ([`merged_boundary`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BoundaryArg {
+    pub(crate) origin: Origin,
+    pub(crate) tag: TensorTag,
+    pub(crate) desc: TensorDesc,
+}
+
+/// The graph's boundary arguments, those of one tag over one buffer (same element type,
+/// version and `manual_dep`) merged where their elements make one contiguous run. Looking a
+/// run up finds what its arguments would, and registering it leaves what theirs would for a
+/// later lookup to find, because each of its bytes is some argument's and all are the one
+/// fused task's (an INOUT's or a write's supersession frees only entries whose bytes the task
+/// writes, as before). One TensorMap operation per run instead of one per argument: the
+/// stencil's 32 boundary arguments per replay are 2 runs. A replay moves every argument over
+/// one origin by the same offset, so runs stay runs.
+fn merged_boundary(tasks: &[RecordedTask]) -> Vec<BoundaryArg> {
+    let mut out = Vec::new();
+    // Mergeable arguments by key, each group's arguments.
+    let mut groups: Vec<Vec<BoundaryArg>> = Vec::new();
+    let args = tasks.iter().filter(|t| !t.alloc).flat_map(|t| &t.args);
+    for a in args.filter(|a| a.boundary) {
+        let (ArgTensor::Existing { tag, desc }, Some(origin)) = (a.arg, a.origin) else {
+            continue;
+        };
+        let arg = BoundaryArg { origin, tag, desc };
+        if desc.is_empty() || !desc.is_contiguous() {
+            out.push(arg);
+            continue;
+        }
+        let key = |b: &BoundaryArg| {
+            let d = &b.desc;
+            (b.origin, b.tag, d.dtype(), d.version(), d.manual_dep())
+        };
+        match groups.iter_mut().find(|g| key(&g[0]) == key(&arg)) {
+            Some(group) => group.push(arg),
+            None => groups.push(vec![arg]),
+        }
+    }
+    for mut group in groups {
+        group.sort_unstable_by_key(|b| b.desc.start_offset());
+        let mut rest = &group[..];
+        while let Some(first) = rest.first() {
+            // The longest prefix whose elements make one run.
+            let mut end = first.desc.start_offset() + first.desc.numel();
+            let mut n = 1;
+            while let Some(b) = rest.get(n).filter(|b| b.desc.start_offset() <= end) {
+                end = end.max(b.desc.start_offset() + b.desc.numel());
+                n += 1;
+            }
+            let d = &first.desc;
+            let start = d.start_offset();
+            let run = u32::try_from(end - start)
+                .ok()
+                .and_then(|len| TensorDesc::new(d.buffer(), start, &[len], &[1], d.dtype()).ok());
+            match run {
+                Some(run) => out.push(BoundaryArg {
+                    desc: run
+                        .with_version(d.version())
+                        .with_manual_dep(d.manual_dep())
+                        .with_owner(d.owner()),
+                    ..*first
+                }),
+                None => out.extend_from_slice(&rest[..n]),
+            }
+            rest = &rest[n..];
+        }
+    }
+    out
 }
 
 /// Where a node's tensor lies in a replay: its recorded descriptor, moved onto the replay's
@@ -279,6 +355,7 @@ impl FusedPlan {
             fanin,
             heap_offsets,
             heap_bytes,
+            boundary: merged_boundary(tasks),
             boundary_args: tasks
                 .iter()
                 .map(|t| t.args.iter().filter(|a| a.boundary).count())
@@ -408,7 +485,7 @@ impl FusedRun {
         self.plan.kernels.iter().all(KernelRef::has_returned)
     }
 
-    /// Runs ready nodes on the calling thread until none is left for it (F2, F3). Returns the
+    /// Runs ready nodes on the calling thread until none is left for it (F2, F4). Returns the
     /// kernel that panicked and its message (naming the graph task) when a node's kernel
     /// panicked, in this block or another: the first block to stop after it reports it (a
     /// second panic in another block may be reported too; the run keeps the first error).
@@ -421,7 +498,7 @@ impl FusedRun {
         last_kernel_ns: &std::sync::atomic::AtomicU64,
     ) -> Option<(KernelRef, String)> {
         let mut window = SpinWindow::new(self.spin).reading_clock_every(SPIN_CLOCK_EVERY);
-        let mut held: Option<u32> = None;
+        let mut held = Cursor::new();
         let mut untimed = 0u32;
         let mut tensors = BoundTensors::new();
         loop {
@@ -444,7 +521,7 @@ impl FusedRun {
             let scalars =
                 &plan.scalars[plan.scalar_start[i] as usize..plan.scalar_start[i + 1] as usize];
             let (kernel, blocks, shape) = plan.kernels_of[i];
-            // F4: a kernel's first run is timed, then one node in TIMED_EVERY.
+            // F5: a kernel's first run is timed, then one node in TIMED_EVERY.
             let started = kernel
                 .filter(|k| !k.has_returned() || untimed + 1 >= TIMED_EVERY)
                 .map(|_| Instant::now());
@@ -489,5 +566,54 @@ impl FusedRun {
             let message = format!("graph {:?} task {k}: {message}", self.graph);
             (kernel, message)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pto_types::DType;
+
+    use super::*;
+    use crate::orch::KernelArgs;
+    use crate::replay::{GraphInput, RecordedGraph};
+
+    /// `(tag, first element, elements)` of each boundary argument the plan looks up.
+    fn runs(graph: &RecordedGraph) -> Vec<(TensorTag, u64, u64)> {
+        let mut out: Vec<_> = merged_boundary(&graph.inner.tasks)
+            .iter()
+            .map(|b| (b.tag, b.desc.start_offset(), b.desc.numel()))
+            .collect();
+        out.sort_unstable_by_key(|&(tag, start, n)| (tag as u8, start, n));
+        out
+    }
+
+    #[test]
+    fn boundary_arguments_merge_where_their_elements_make_one_run() {
+        let grid = GraphInput::new(&[2, 16], DType::F32).unwrap();
+        let graph = RecordedGraph::record("runs", &[grid], |r, ins| {
+            let g = ins[0];
+            let view = |shape: &[u32], at: &[u32]| g.view(shape, at).expect("inside the grid");
+            // Row 1, columns 0-2 and 2-5 (overlapping) then 6-7 (adjacent): one run, 16..24.
+            for (col, len) in [(0, 3), (2, 4), (6, 2)] {
+                r.submit_dummy(KernelArgs::new().input(view(&[1, len], &[1, col])))?;
+            }
+            // Columns 10-11 of row 1: a gap before them, so a run of its own.
+            r.submit_dummy(KernelArgs::new().input(view(&[1, 2], &[1, 10])))?;
+            // Row 0 written: another tag, another run, even where elements touch row 1's.
+            r.submit_dummy(KernelArgs::new().output_existing(view(&[1, 16], &[0, 0])))?;
+            // A column (stride 16) is not contiguous: looked up as it is.
+            r.submit_dummy(KernelArgs::new().input(view(&[2, 1], &[0, 12])))?;
+            Ok(vec![])
+        })
+        .unwrap();
+        assert_eq!(
+            runs(&graph),
+            vec![
+                (TensorTag::Input, 12, 2),
+                (TensorTag::Input, 16, 8),
+                (TensorTag::Input, 26, 2),
+                (TensorTag::OutputExisting, 0, 16),
+            ]
+        );
     }
 }

@@ -12,6 +12,12 @@
 //!   reserved its slot and has not stored it yet, which its pusher takes). So no ready node is
 //!   stranded: when the last thread stops, every node was taken and finished (the graph is a
 //!   DAG), whatever the others did. Stopping is always safe; waiting is only for speed.
+//! - **F3** a thread counts the nodes it finished when it next takes from the queue (its
+//!   [`Cursor`] keeps the count until then), not one shared increment per node: the count
+//!   only lags, so [`Take::Done`] is never early, and it is exact once every thread that
+//!   finished a node has taken again, which F2 makes every thread do before it stops.
+
+use crossbeam_utils::CachePadded;
 
 use super::sync::{AtomicU32, AtomicUsize, Ordering};
 
@@ -28,6 +34,21 @@ pub enum Take {
     Storing,
 }
 
+/// One thread's place in a run of a [`Countdown`]: the node it holds to run next, and the
+/// nodes it finished that [`Countdown::take`] has not counted yet (F3).
+#[derive(Debug, Default)]
+pub struct Cursor {
+    held: Option<u32>,
+    uncounted: usize,
+}
+
+impl Cursor {
+    /// A thread's place before it takes its first node.
+    pub fn new() -> Cursor {
+        Cursor::default()
+    }
+}
+
 /// The counters and ready queue of one run of a DAG.
 #[derive(Debug, Default)]
 pub struct Countdown {
@@ -35,9 +56,11 @@ pub struct Countdown {
     waiting: Vec<AtomicU32>,
     /// The ready queue: node + 1 once stored (0: not yet), taken from `head`, pushed at `tail`.
     slots: Vec<AtomicU32>,
-    head: AtomicUsize,
-    tail: AtomicUsize,
-    finished: AtomicUsize,
+    // Each on a cache line of its own: the blocks of a run update all three per node, and
+    // sharing a line made each update a miss on the other CPU's.
+    head: CachePadded<AtomicUsize>,
+    tail: CachePadded<AtomicUsize>,
+    finished: CachePadded<AtomicUsize>,
 }
 
 impl Countdown {
@@ -55,9 +78,9 @@ impl Countdown {
             .extend(fanin.iter().map(|&f| AtomicU32::new(f)));
         self.slots.clear();
         self.slots.resize_with(len, || AtomicU32::new(0));
-        self.head = AtomicUsize::new(0);
-        self.tail = AtomicUsize::new(0);
-        self.finished = AtomicUsize::new(0);
+        self.head = CachePadded::new(AtomicUsize::new(0));
+        self.tail = CachePadded::new(AtomicUsize::new(0));
+        self.finished = CachePadded::new(AtomicUsize::new(0));
         for (n, &f) in fanin.iter().enumerate() {
             if f == 0 {
                 self.push(n as u32);
@@ -75,11 +98,16 @@ impl Countdown {
         self.waiting.is_empty()
     }
 
-    /// The next node to run: the one `held` (a successor the caller's last
-    /// [`Countdown::finish`] made ready) or one from the queue.
-    pub fn take(&self, held: &mut Option<u32>) -> Take {
-        if let Some(n) = held.take() {
+    /// The next node to run: the one `cursor` holds (a successor the caller's last
+    /// [`Countdown::finish`] made ready) or one from the queue. Before it looks at the queue it
+    /// counts the nodes the caller finished (F3).
+    pub fn take(&self, cursor: &mut Cursor) -> Take {
+        if let Some(n) = cursor.held.take() {
             return Take::Node(n);
+        }
+        if cursor.uncounted > 0 {
+            self.finished
+                .fetch_add(std::mem::take(&mut cursor.uncounted), Ordering::AcqRel);
         }
         loop {
             let h = self.head.load(Ordering::Acquire);
@@ -105,15 +133,15 @@ impl Countdown {
     }
 
     /// Node `n` ran: its `successors` lose a producer, and those that became ready are
-    /// pushed, but the first, which goes to `held` for the caller to run next (no queue
-    /// round trip, and its inputs are in this CPU's cache). `held` must be empty.
-    pub fn finish(&self, n: u32, successors: &[u32], held: &mut Option<u32>) {
-        debug_assert!(held.is_none(), "node {n} finished while one is held");
-        self.finished.fetch_add(1, Ordering::AcqRel);
+    /// pushed, but the first, which `cursor` holds for the caller to run next (no queue
+    /// round trip, and its inputs are in this CPU's cache). `cursor` must hold nothing.
+    pub fn finish(&self, n: u32, successors: &[u32], cursor: &mut Cursor) {
+        debug_assert!(cursor.held.is_none(), "node {n} finished while one is held");
+        cursor.uncounted += 1;
         for &s in successors {
             if self.waiting[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                match held {
-                    None => *held = Some(s),
+                match cursor.held {
+                    None => cursor.held = Some(s),
                     Some(_) => self.push(s),
                 }
             }
@@ -129,7 +157,7 @@ impl Countdown {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{Countdown, Take};
+    use super::{Countdown, Cursor, Take};
 
     /// Runs `succ` (node → successors) on one thread; returns the order the nodes ran in.
     fn run_alone(succ: &[Vec<u32>]) -> Vec<u32> {
@@ -139,7 +167,7 @@ mod tests {
         }
         let mut c = Countdown::new();
         c.arm(&fanin);
-        let (mut held, mut order) = (None, Vec::new());
+        let (mut held, mut order) = (Cursor::new(), Vec::new());
         loop {
             match c.take(&mut held) {
                 Take::Node(n) => {
@@ -168,7 +196,7 @@ mod tests {
     fn a_rearmed_countdown_runs_the_next_dag_from_scratch() {
         let mut c = Countdown::new();
         c.arm(&[0, 1]);
-        let mut held = None;
+        let mut held = Cursor::new();
         assert_eq!(c.take(&mut held), Take::Node(0));
         assert_eq!(c.take(&mut held), Take::Empty, "node 1 waits for node 0");
         c.arm(&[0, 0, 0]);

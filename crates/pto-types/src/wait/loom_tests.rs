@@ -651,7 +651,7 @@ fn countdown_block(
     preds: &[Vec<u32>],
     ran: &[AtomicUsize],
 ) {
-    let mut held = None;
+    let mut held = super::Cursor::new();
     loop {
         match countdown.take(&mut held) {
             super::Take::Node(n) => {
@@ -688,7 +688,7 @@ fn loom_countdown_blocks_that_stop_on_nothing_ready_strand_no_node() {
         for (n, r) in ran.iter().enumerate() {
             assert_eq!(r.load(Ordering::SeqCst), 1, "node {n}");
         }
-        let mut held = None;
+        let mut held = super::Cursor::new();
         assert_eq!(countdown.take(&mut held), super::Take::Done);
     });
 }

@@ -49,7 +49,7 @@ mod tests;
 
 use std::fmt;
 
-pub use countdown::{Countdown, Take};
+pub use countdown::{Countdown, Cursor, Take};
 pub use event_count::{EventCount, Key, MAX_WAITERS};
 pub use handoff::Handoff;
 pub use spin::{

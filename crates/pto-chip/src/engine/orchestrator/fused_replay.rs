@@ -15,7 +15,7 @@ use crate::replay::{GraphInner, Origin, RecordedGraph};
 use crate::tensor::TensorDesc;
 
 use super::replay::Replayed;
-use super::{ArgTensors, OrchCore, dedup_producers};
+use super::{ArgTensor, ArgTensors, OrchCore, dedup_producers};
 
 impl OrchCore {
     /// The plan to replay `graph` fused with, when this replay may run so:
@@ -61,8 +61,10 @@ impl OrchCore {
     ) -> OrchResult<Vec<TensorDesc>> {
         let (id, offset) = self.admit_and_allocate(plan.heap_bytes)?;
         let ring = usize::from(id.ring());
-        self.tensormap
-            .sync_ring(id.ring(), self.observed[ring], id.local() + 1);
+        // A fused task is a whole graph, so the batch of retired ids `sync_ring` waits for
+        // would leave that many graphs' boundary entries to every lookup of the input: their
+        // retired entries go at once.
+        self.tensormap.cleanup_ring(id.ring(), self.observed[ring]);
         let base = self.memory.heap_device_base + self.heap_bases[ring] + offset;
         let st = Replayed {
             graph,
@@ -101,9 +103,14 @@ impl OrchCore {
         // boundary, which goes through the TensorMap as the one fused task.
         let mut created: Vec<TensorDesc> = Vec::new();
         let mut unbound: Vec<BoundTensor> = Vec::new();
+        // With the write-after-read check off, the boundary goes through the TensorMap as the
+        // plan's merged runs (`FusedPlan::boundary`); with it on, argument by argument, so
+        // that a hazard names its task and argument.
+        let merged = self.settings.war_check == WarCheck::Off;
         for (k, t) in graph.tasks.iter().enumerate() {
             let eager = plan.eager[k];
-            if !(eager || t.boundary) {
+            let boundary = t.boundary && !t.alloc && !merged;
+            if !(eager || boundary) {
                 continue;
             }
             let args = t.args.iter().map(|a| st.arg(a));
@@ -112,11 +119,18 @@ impl OrchCore {
                 unbound.clear();
                 self.bind_into(id, st.bases[k], args.clone(), &mut unbound, &mut created);
             }
-            if t.boundary && !t.alloc {
+            if boundary {
                 let tensors: ArgTensors = args.collect();
                 self.boundary_lookups(t, id, &tensors, &mut producers)?;
                 self.check_war(id, &t.kernels, &tensors, &producers)?;
             }
+        }
+        if merged {
+            let runs = plan.boundary.iter().enumerate().map(|(i, b)| {
+                let desc = st.rebase(&b.desc, b.origin);
+                (i, ArgTensor::Existing { tag: b.tag, desc })
+            });
+            self.infer_boundary(id, runs, &mut producers)?;
         }
         run.arm();
         dedup_producers(&mut producers, id);

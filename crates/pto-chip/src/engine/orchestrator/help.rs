@@ -81,7 +81,7 @@
 //!   instead of handing it to the stand-in: one wake less before the block's CPU runs the
 //!   graph (stencil_1d replayed at 0.3 µs grains: efficiency 0.57-0.62 against 0.33-0.45
 //!   through the stand-in). It never holds such a block unstarted, so H3's give-back never
-//!   meets one; the block returns once the graph has nothing ready for it (F3), or runs
+//!   meets one; the block returns once the graph has nothing ready for it (F4), or runs
 //!   its kernels as an executor would.
 //!
 //! [`Graph::take_fused_block`]: super::super::graph::Graph::take_fused_block

@@ -373,15 +373,26 @@ impl OrchCore {
         tensors: &ArgTensors,
         producers: &mut Vec<(TaskId, bool)>,
     ) -> OrchResult<()> {
+        let args = t.args.iter().zip(tensors).enumerate();
+        let boundary = args.filter(|(_, (a, _))| a.boundary);
+        self.infer_boundary(id, boundary.map(|(i, (_, arg))| (i, *arg)), producers)
+    }
+
+    /// Inference over boundary arguments `args` (each with its index among its task's
+    /// arguments) as task `id`: the producers it finds are pushed onto `producers`, and `id`
+    /// registers as their writer (or reader).
+    pub(super) fn infer_boundary(
+        &mut self,
+        id: TaskId,
+        args: impl IntoIterator<Item = (usize, ArgTensor)>,
+        producers: &mut Vec<(TaskId, bool)>,
+    ) -> OrchResult<()> {
         let observed = self.observed;
         let mut writers = ArgTensors::new();
-        for (i, (a, arg)) in t.args.iter().zip(tensors).enumerate() {
-            let ArgTensor::Existing { tag, desc } = *arg else {
+        for (i, arg) in args {
+            let ArgTensor::Existing { tag, desc } = arg else {
                 continue;
             };
-            if !a.boundary {
-                continue;
-            }
             let (deps, war) = (&mut self.deps, &mut self.war);
             infer::arg_producers(
                 &mut self.tensormap,
@@ -396,7 +407,7 @@ impl OrchCore {
                 },
                 |reader| war.note(reader, i),
             );
-            writers.push(*arg);
+            writers.push(arg);
         }
         // A boundary write covering the entries of writers this task waits for supersedes
         // them (`infer::supersede`): consecutive replays that rewrite a graph input leave one
