@@ -303,3 +303,101 @@ fn track_war_orders_an_overwrite_inside_a_graph_that_no_edge_of_it_orders() {
         );
     });
 }
+
+/// The task each chain step ran under, and whether it ran on the orchestrator's thread.
+type Steps = Vec<(TaskId, bool)>;
+
+/// The thread the last run's orchestration ran on, and the chain steps since.
+static STEPS: Mutex<(Option<std::thread::ThreadId>, Steps)> = Mutex::new((None, Vec::new()));
+
+/// One step of a chain: 10 µs of work (a quick kernel: under the 20 µs the engine calls long).
+fn kernel_chain_step(ctx: &mut KernelCtx<'_>) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_micros(10) {
+        std::hint::spin_loop();
+    }
+    let mut steps = STEPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let here = steps.0 == Some(std::thread::current().id());
+    steps.1.push((ctx.task(), here));
+}
+pto_chip::register_kernel!(
+    CHAIN_STEP = "test.fused.chain_step",
+    CoreType::Aiv,
+    kernel_chain_step
+);
+
+/// Two chains of quick steps from the graph's input: 1,500 steps and 300.
+fn two_chains_graph() -> RecordedGraph {
+    let x = GraphInput::new(&[N], DType::F32).unwrap();
+    RecordedGraph::record("two chains", &[x], |r, ins| {
+        let ci = TensorCreateInfo::new(&[1], DType::F32);
+        let cells = r.alloc_tensors(&[ci, ci])?;
+        for (cell, len) in [(cells.tensor(0), 1500), (cells.tensor(1), 300)] {
+            r.submit_aiv(CHAIN_STEP, KernelArgs::new().inout(ins[0]).inout(cell))?;
+            for _ in 1..len {
+                r.submit_aiv(CHAIN_STEP, KernelArgs::new().inout(cell))?;
+            }
+        }
+        Ok(vec![])
+    })
+    .unwrap()
+}
+
+/// Entry: tensor x, scalar replays.
+fn replays<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let g = GRAPH.with(|g| g.borrow().clone()).expect("installed");
+    for _ in 0..a.scalar::<u64>(0) {
+        s.replay(&g, &[a.tensor(0)])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_parked_last_worker_is_called_back_for_each_fused_replay() {
+    let _serial = serial();
+    with_timeout(120, || {
+        let chip = chip(1, &[]);
+        if !chip.orchestrator_is_worker() {
+            // A host with a CPU per core: the orchestrator runs no long work.
+            return;
+        }
+        GRAPH.with(|slot| *slot.borrow_mut() = Some(two_chains_graph().verified(false)));
+        let (_x, xt) = f32_tensor(N as usize, 1.0);
+        let cfg = CallConfig {
+            war_check: WarCheck::Off,
+            ..CallConfig::default()
+        };
+        let run = |replays_n: u64| {
+            let args = TaskArgs::new().inout(&xt).scalar(replays_n);
+            chip.run_fn(replays, &args, &cfg, &RunContext::default())
+                .expect("runs");
+        };
+        // A first run: the kernel has returned since, so the orchestrator may run it.
+        run(1);
+        {
+            let mut steps = STEPS.lock().unwrap();
+            *steps = (Some(std::thread::current().id()), Vec::new());
+        }
+        run(4);
+        GRAPH.with(|slot| *slot.borrow_mut() = None);
+        let steps = std::mem::take(&mut STEPS.lock().unwrap().1);
+        let replays: BTreeSet<TaskId> = steps.iter().map(|&(t, _)| t).collect();
+        assert_eq!(replays.len(), 4, "each replay ran as one task");
+        // While the long chain runs on the executor, the orchestrator finishes the short one,
+        // finds nothing more and parks. The next replay becomes ready when the long chain
+        // ends, on the executor: its second block is a whole graph, and must call the parked
+        // orchestrator back (a quick kernel's single block would be left to the executor's
+        // return). Without the call back the orchestrator sleeps through replays 2-4.
+        let helped: Vec<usize> = replays
+            .iter()
+            .skip(1)
+            .map(|r| steps.iter().filter(|&&(t, here)| t == *r && here).count())
+            .collect();
+        assert!(
+            helped.iter().filter(|&&n| n > 0).count() >= 2,
+            "chain steps the orchestrator ran in replays 2-4: {helped:?}"
+        );
+    });
+}

@@ -678,8 +678,8 @@ impl Graph {
     /// back for it; the stand-in's block does not count, `orchestrator/help.rs` H5), when
     /// kernels are long
     /// or not measured yet (no kernel of the run has finished: the one running may be long, and
-    /// the work would wait for all of it), or when at least two blocks wait behind kernels that
-    /// are not very short — except helpable work while the orchestrator is not parked and
+    /// the work would wait for all of it), when at least two blocks wait behind kernels that
+    /// are not very short, or when the work is a fused replay's block (a whole graph) — except helpable work while the orchestrator is not parked and
     /// kernels are quick (`orchestrator/help.rs`, H2). Otherwise the
     /// work is left to the thread running a block — a wake costs the waker a system call, and a
     /// second executor on short kernels (`SHORT_KERNEL_NS`) costs more than it adds
@@ -716,7 +716,8 @@ impl Graph {
         let wake = running == 0
             || kernel_ns == 0
             || kernel_ns >= LONG_KERNEL_NS
-            || (kernel_ns >= SHORT_KERNEL_NS && self.ready_blocks >= 2);
+            || (kernel_ns >= SHORT_KERNEL_NS && self.ready_blocks >= 2)
+            || self.fused_first(lane);
         if wake {
             Signal::Wake
         } else {
@@ -838,6 +839,16 @@ impl Graph {
     /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task
     /// whose kernel returned within [`LONG_KERNEL_NS`] the last time it ran in this process.
     /// A waiting orchestrator runs such work itself (`orchestrator/help.rs`, H1).
+    /// Whether the next task of `lane` is a fused replay: each of its blocks runs a whole
+    /// graph, so a block left to a running thread's return would wait for all of that
+    /// thread's graph, however quick the graph's kernels (`engine/fused.rs`).
+    fn fused_first(&self, lane: Lane) -> bool {
+        self.lanes[lane as usize].front().is_some_and(|&id| {
+            let payload = self.slot(id).payload.as_ref().expect("payload");
+            payload.fused.is_some()
+        })
+    }
+
     pub(crate) fn helpable(&self, lane: Lane) -> bool {
         matches!(lane, Lane::Aic | Lane::Aiv)
             && self.lanes[lane as usize].front().is_some_and(|&id| {

@@ -82,7 +82,13 @@
 //!   graph (stencil_1d replayed at 0.3 µs grains: efficiency 0.57-0.62 against 0.33-0.45
 //!   through the stand-in). It never holds such a block unstarted, so H3's give-back never
 //!   meets one; the block returns once the graph has nothing ready for it (F4), or runs
-//!   its kernels as an executor would.
+//!   its kernels as an executor would. A fused block is a whole graph, so a fused task
+//!   made ready is always work worth a CPU (`Graph::signal`) and calls a parked
+//!   orchestrator back (H6), however quick the graph's kernels. Before, the executor that
+//!   finished a replay took the next one's first block and left the second to its own
+//!   return: once the orchestrator parked at a graph's tail it slept through the rest of
+//!   the run, and the executor ran every graph alone (`pto bench metg` replayed runs at
+//!   efficiency 0.49 at 1.7-3.9 µs grains; `replay_fused.rs` shows it).
 //!
 //! [`Graph::take_fused_block`]: super::super::graph::Graph::take_fused_block
 //! [`Graph::take_surplus`]: super::super::graph::Graph::take_surplus
