@@ -8,8 +8,9 @@
 //!
 //! The counters and the ready queue are `pto_types::wait::Countdown`, whose rules F1 (a node
 //! is made ready once), F2 (a block may stop whenever it finds nothing ready: no ready node
-//! is stranded) and F3 (finished nodes are counted in batches; `Done` is never early) the loom models of `pto-types/src/wait/loom_tests.rs` check, and which the
-//! fused property of `pto-kernels/tests/prop_replay.rs` runs over random graphs. Here:
+//! is stranded) and F3 (finished nodes are counted in batches; `Done` is never early) the
+//! loom models of `pto-types/src/wait/loom_tests.rs` check, and which the fused property of
+//! `pto-kernels/tests/prop_replay.rs` runs over random graphs. Here:
 //! - **F4** a block waits for nothing but the queue: it spins at most the chip's spin window
 //!   while nothing is ready and then leaves (at once when every node is done), so a fused
 //!   task never holds a CPU for long behind a sibling's kernel.

@@ -676,12 +676,12 @@ impl Graph {
     /// Whether a thread could take work now, and whether a parked executor should be woken
     /// for it: when no block runs whose thread comes back for more (nobody else would come
     /// back for it; the stand-in's block does not count, `orchestrator/help.rs` H5), when
-    /// kernels are long
-    /// or not measured yet (no kernel of the run has finished: the one running may be long, and
-    /// the work would wait for all of it), when at least two blocks wait behind kernels that
-    /// are not very short, or when the work is a fused replay's block (a whole graph) — except helpable work while the orchestrator is not parked and
-    /// kernels are quick (`orchestrator/help.rs`, H2). Otherwise the
-    /// work is left to the thread running a block — a wake costs the waker a system call, and a
+    /// kernels are long or not measured yet (no kernel of the run has finished: the one
+    /// running may be long, and the work would wait for all of it), when at least two blocks
+    /// wait behind kernels that are not very short, or when the work is a fused replay's
+    /// block (a whole graph) — except helpable work while the orchestrator is not parked and
+    /// kernels are quick (`orchestrator/help.rs`, H2). Otherwise the work is left to the
+    /// thread running a block — a wake costs the waker a system call, and a
     /// second executor on short kernels (`SHORT_KERNEL_NS`) costs more than it adds
     /// (`docs/decisions/chip-engine.md`).
     pub(crate) fn signal(&self, run: &RunShared) -> Signal {
@@ -836,9 +836,6 @@ impl Graph {
         self.take_helpable(run, chip, false)
     }
 
-    /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task
-    /// whose kernel returned within [`LONG_KERNEL_NS`] the last time it ran in this process.
-    /// A waiting orchestrator runs such work itself (`orchestrator/help.rs`, H1).
     /// Whether the next task of `lane` is a fused replay: each of its blocks runs a whole
     /// graph, so a block left to a running thread's return would wait for all of that
     /// thread's graph, however quick the graph's kernels (`engine/fused.rs`).
@@ -849,6 +846,9 @@ impl Graph {
         })
     }
 
+    /// Whether the work a thread would take next is *helpable*: a one-block AIC or AIV task
+    /// whose kernel returned within [`LONG_KERNEL_NS`] the last time it ran in this process.
+    /// A waiting orchestrator runs such work itself (`orchestrator/help.rs`, H1).
     pub(crate) fn helpable(&self, lane: Lane) -> bool {
         matches!(lane, Lane::Aic | Lane::Aiv)
             && self.lanes[lane as usize].front().is_some_and(|&id| {

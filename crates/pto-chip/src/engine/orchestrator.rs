@@ -1453,8 +1453,8 @@ impl OrchCore {
         if let Some(mut payload) = recycled.payload
             && self.spare_payloads.len() < HANDOFF_LIMIT as usize
         {
-            // A fused replay's bindings are as large as its graph: the spares keep the
-            // buffers of at most `SPARE_FUSED` of them, enough for replays one after another.
+            // A fused replay's counters and ready queue are as long as its graph: the spares
+            // keep those of at most `SPARE_FUSED` of them, enough for replays one after another.
             let kept = self
                 .spare_payloads
                 .iter()
