@@ -15,9 +15,11 @@
 //!   while nothing is ready and then leaves (at once when every node is done), so a fused
 //!   task never holds a CPU for long behind a sibling's kernel.
 //! - **F5** a block times a kernel's first run (so the quick-or-long mark the orchestrator's
-//!   helping reads is set, `orchestrator/help.rs` H1 and H8) and then one node in
-//!   [`TIMED_EVERY`]: two clock reads per node were a sixth of a no-op node's cost, and the
-//!   run's last kernel time and each kernel's mark are what a sample tells as well.
+//!   helping reads is set, `orchestrator/help.rs` H1 and H8), every node whose kernel is not
+//!   the one it timed last (so no kernel keeps a stale mark behind another's samples, whatever
+//!   the order nodes run in), and otherwise one node in [`TIMED_EVERY`]: two clock reads per
+//!   node were a sixth of a no-op node's cost, and for a run of one kernel's nodes a sample
+//!   tells the run's last kernel time and the kernel's mark as well.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -95,14 +97,15 @@ pub(crate) struct BoundaryArg {
     pub(crate) desc: TensorDesc,
 }
 
-/// The graph's boundary arguments, those of one tag over one buffer (same element type,
-/// version and `manual_dep`) merged where their elements make one contiguous run. Looking a
+/// The graph's boundary arguments, those of one tag over one buffer (one origin and one
+/// buffer in it; same element type, version and `manual_dep`) merged where their elements
+/// make one contiguous run. Looking a
 /// run up finds what its arguments would, and registering it leaves what theirs would for a
 /// later lookup to find, because each of its bytes is some argument's and all are the one
 /// fused task's (an INOUT's or a write's supersession frees only entries whose bytes the task
 /// writes, as before). One TensorMap operation per run instead of one per argument: the
 /// stencil's 32 boundary arguments per replay are 2 runs. A replay moves every argument over
-/// one origin by the same offset, so runs stay runs.
+/// one buffer by the same offset, so runs stay runs.
 fn merged_boundary(tasks: &[RecordedTask]) -> Vec<BoundaryArg> {
     let mut out = Vec::new();
     // Mergeable arguments by key, each group's arguments.
@@ -117,9 +120,17 @@ fn merged_boundary(tasks: &[RecordedTask]) -> Vec<BoundaryArg> {
             out.push(arg);
             continue;
         }
+        // The buffer too: the heap of one graph task (one origin) may hold several.
         let key = |b: &BoundaryArg| {
             let d = &b.desc;
-            (b.origin, b.tag, d.dtype(), d.version(), d.manual_dep())
+            (
+                b.origin,
+                d.buffer(),
+                b.tag,
+                d.dtype(),
+                d.version(),
+                d.manual_dep(),
+            )
         };
         match groups.iter_mut().find(|g| key(&g[0]) == key(&arg)) {
             Some(group) => group.push(arg),
@@ -500,7 +511,7 @@ impl FusedRun {
     ) -> Option<(KernelRef, String)> {
         let mut window = SpinWindow::new(self.spin).reading_clock_every(SPIN_CLOCK_EVERY);
         let mut held = Cursor::new();
-        let mut untimed = 0u32;
+        let (mut untimed, mut last_timed) = (0u32, None);
         let mut tensors = BoundTensors::new();
         loop {
             if self.failed.load(Ordering::Acquire) || cancelled.load(Ordering::Relaxed) {
@@ -522,9 +533,12 @@ impl FusedRun {
             let scalars =
                 &plan.scalars[plan.scalar_start[i] as usize..plan.scalar_start[i + 1] as usize];
             let (kernel, blocks, shape) = plan.kernels_of[i];
-            // F5: a kernel's first run is timed, then one node in TIMED_EVERY.
+            // F5: a kernel's first run is timed, a node whose kernel is not the last timed
+            // one, and one node in TIMED_EVERY.
             let started = kernel
-                .filter(|k| !k.has_returned() || untimed + 1 >= TIMED_EVERY)
+                .filter(|&k| {
+                    !k.has_returned() || last_timed != Some(k) || untimed + 1 >= TIMED_EVERY
+                })
                 .map(|_| Instant::now());
             untimed += 1;
             // An AIC kernel has no sub-block (`KernelCtx::sub_block_id`), wherever it runs.
@@ -547,7 +561,7 @@ impl FusedRun {
                 }))
             });
             if let (Some(kernel), Some(started)) = (kernel, started) {
-                untimed = 0;
+                (untimed, last_timed) = (0, Some(kernel));
                 let ran = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 // Per block, as the kernel's own blocks are timed outside a fused replay.
                 note_kernel_time(last_kernel_ns, kernel, ran / u64::from(blocks));
@@ -616,5 +630,26 @@ mod tests {
                 (TensorTag::OutputExisting, 0, 16),
             ]
         );
+    }
+
+    #[test]
+    fn boundary_arguments_over_two_buffers_of_one_task_stay_apart() {
+        // `alloc_tensors` makes both buffers in one task's heap (one origin); the graph
+        // returns one, which makes every argument over that heap a boundary argument.
+        let graph = RecordedGraph::record("two buffers", &[], |r, _| {
+            let ci = crate::orch::TensorCreateInfo::new(&[16], DType::F32);
+            let cells = r.alloc_tensors(&[ci, ci])?;
+            let (a, b) = (cells.tensor(0), cells.tensor(1));
+            r.submit_dummy(KernelArgs::new().inout(a))?;
+            r.submit_dummy(KernelArgs::new().inout(b))?;
+            Ok(vec![a])
+        })
+        .unwrap();
+        let bases: std::collections::BTreeSet<u64> = merged_boundary(&graph.inner.tasks)
+            .iter()
+            .map(|b| b.desc.base())
+            .collect();
+        assert_eq!(runs(&graph), vec![(TensorTag::InOut, 0, 16); 2]);
+        assert_eq!(bases.len(), 2, "one run per buffer");
     }
 }

@@ -15,7 +15,9 @@
 //! - **F3** a thread counts the nodes it finished when it next takes from the queue (its
 //!   [`Cursor`] keeps the count until then), not one shared increment per node: the count
 //!   only lags, so [`Take::Done`] is never early, and it is exact once every thread that
-//!   finished a node has taken again, which F2 makes every thread do before it stops.
+//!   finished a node has taken again, which F2 makes every thread do before it stops (a
+//!   caller that abandons the run, say on a failure, may leave it short: `Done` then never
+//!   comes, and nothing waits for it).
 
 use crossbeam_utils::CachePadded;
 
