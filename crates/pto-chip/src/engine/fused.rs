@@ -263,10 +263,19 @@ impl FusedPlan {
     /// run. `None` otherwise. A node of several blocks runs them one after another, which a
     /// task without sync start allows.
     pub(crate) fn of(tasks: &[RecordedTask], inputs: &[TensorDesc]) -> Option<FusedPlan> {
+        let mut heap_offsets = Vec::with_capacity(tasks.len());
+        let mut heap_bytes = 0u64;
+        for t in tasks {
+            heap_offsets.push(heap_bytes);
+            heap_bytes = heap_bytes.saturating_add(align_heap(t.heap_bytes));
+        }
         let mut nodes = Vec::new();
         let mut node_of = vec![u32::MAX; tasks.len()];
         let mut kernels = Vec::new();
         let mut nominal = None;
+        let mut kernels_of = Vec::new();
+        let (mut tensor_start, mut tensors) = (vec![0u32], Vec::new());
+        let (mut scalar_start, mut scalars) = (vec![0u32], Vec::new());
         for (k, t) in tasks.iter().enumerate() {
             if t.alloc {
                 continue;
@@ -274,8 +283,10 @@ impl FusedPlan {
             if t.sync_start || matches!(t.shape, Shape::Mix(_)) {
                 return None;
             }
+            let mut node_kernel = None;
             if t.shape != Shape::Dummy {
                 let kernel = t.kernels[kernel_slot(t.shape)]?;
+                node_kernel = Some(kernel);
                 if !kernels.contains(&kernel) {
                     kernels.push(kernel);
                 }
@@ -286,6 +297,11 @@ impl FusedPlan {
             }
             node_of[k] = nodes.len() as u32;
             nodes.push(k as u32);
+            kernels_of.push((node_kernel, t.block_num, t.shape));
+            tensors.extend(node_tensors(tasks, inputs, &heap_offsets, k)?);
+            tensor_start.push(tensors.len() as u32);
+            scalars.extend_from_slice(&t.scalars);
+            scalar_start.push(scalars.len() as u32);
         }
         let (shape, nominal) = nominal?;
         if nodes.len() < 2 {
@@ -327,27 +343,6 @@ impl FusedPlan {
             readers.all(|r| reaches(&preds, node_of[r as usize], node_of[k]))
         });
         let fanin: Vec<u32> = preds.iter().map(|p| p.len() as u32).collect();
-        let mut heap_offsets = Vec::with_capacity(tasks.len());
-        let mut heap_bytes = 0u64;
-        for t in tasks {
-            heap_offsets.push(heap_bytes);
-            heap_bytes = heap_bytes.saturating_add(align_heap(t.heap_bytes));
-        }
-        let mut kernels_of = Vec::with_capacity(nodes.len());
-        let (mut tensor_start, mut tensors) = (vec![0u32], Vec::new());
-        let (mut scalar_start, mut scalars) = (vec![0u32], Vec::new());
-        for &k in &nodes {
-            let t = &tasks[k as usize];
-            let kernel = match t.shape {
-                Shape::Dummy => None,
-                shape => t.kernels[kernel_slot(shape)],
-            };
-            kernels_of.push((kernel, t.block_num, t.shape));
-            tensors.extend(node_tensors(tasks, inputs, &heap_offsets, k as usize)?);
-            tensor_start.push(tensors.len() as u32);
-            scalars.extend_from_slice(&t.scalars);
-            scalar_start.push(scalars.len() as u32);
-        }
         let eager = tasks
             .iter()
             .map(|t| t.alloc || t.args.iter().any(|a| a.fills()))
