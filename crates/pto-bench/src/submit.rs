@@ -190,6 +190,18 @@ fn stencil_replayed<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<(
     crate::replay_stencil_1d(s, &a.tensor(0), steps, &graphs().stencil)
 }
 
+/// stencil_1d's submissions as dummy tasks: the orchestrator's submit path alone (views,
+/// TensorMap, binding, publication, scopes) on one thread, with no executor sharing its cache
+/// lines. Against `stencil_1d`, what running the tasks on another thread adds.
+fn stencil_dummies<'r>(s: &mut RootScope<'r>, a: &OrchArgs<'r>) -> OrchResult<()> {
+    let n: u64 = a.scalar(0);
+    let steps = n.div_ceil(u64::from(WIDTH));
+    crate::stencil_1d(s, &a.tensor(0), steps, |s, args| {
+        s.submit_dummy(args)?;
+        Ok(())
+    })
+}
+
 /// One shape: its orchestration and the entry tensor it needs.
 #[derive(Clone, Copy)]
 struct Shape {
@@ -230,10 +242,11 @@ impl Shape {
     }
 }
 
-const SHAPES: [Shape; 10] = [
+const SHAPES: [Shape; 11] = [
     Shape::new("independent", independent, false),
     Shape::new("dummy", dummies, false),
     Shape::new("stencil_1d", stencil, true),
+    Shape::new("stencil_1d dummy", stencil_dummies, true),
     Shape::new("chain", chain, false),
     Shape::new("independent replayed", independent_replayed, false),
     Shape::new("stencil_1d replayed", stencil_replayed, true),
@@ -246,7 +259,8 @@ const SHAPES: [Shape; 10] = [
 ];
 
 /// Each pair of cases compared by a ratio row: (case, baseline).
-const RATIOS: [(&str, &str); 6] = [
+const RATIOS: [(&str, &str); 7] = [
+    ("stencil_1d", "stencil_1d dummy"),
     ("independent replayed", "independent"),
     ("stencil_1d replayed", "stencil_1d"),
     ("chain replayed", "chain"),
