@@ -363,13 +363,16 @@ impl TensorDesc {
     /// compares (§3.7).
     #[inline]
     pub fn geometry(&self) -> Geometry {
-        if self.is_empty() {
-            // An empty view's offset is unconstrained (it may lie past the buffer end).
-            return Geometry::EMPTY;
-        }
         let elem = self.elem_size();
-        Geometry::new(elem, self.start_offset * elem, self.shape(), self.strides())
-            .expect("a validated tensor lies inside its buffer")
+        // An empty view's offset is unconstrained (it may lie past the buffer end), so its
+        // byte offset may wrap; `Geometry::new` makes it `EMPTY` without reading it.
+        Geometry::new(
+            elem,
+            self.start_offset.wrapping_mul(elem),
+            self.shape(),
+            self.strides(),
+        )
+        .expect("a validated tensor lies inside its buffer")
     }
 
     /// Offset in elements from the buffer base of the element at `index`, or `None` when the

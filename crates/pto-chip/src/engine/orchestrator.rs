@@ -498,7 +498,12 @@ impl OrchCore {
         task: Option<TaskId>,
         mut attempt: impl FnMut(&mut OrchCore) -> Result<T, Blocked>,
     ) -> OrchResult<T> {
-        // The fast path: no clock, no waiter.
+        // The fast path: no clock, no waiter, and the other rings' watermarks (shared lines
+        // the executors write) read only when this ring's alone does not do.
+        self.refresh(ring);
+        if let Ok(value) = attempt(self) {
+            return Ok(value);
+        }
         self.refresh_all();
         let mut first = Some(match attempt(self) {
             Ok(value) => return Ok(value),
@@ -998,28 +1003,23 @@ impl OrchCore {
     /// wait or fail (a read left out is a read the check cannot see: `WarCheckState::skipped`).
     fn register_entries(&mut self, id: TaskId, tensors: &[ArgTensor]) -> OrchResult<()> {
         let policy = self.settings.war;
-        // The role of each argument, decided once (a role is two bytes; the descriptors stay
-        // where they are).
-        let roles: smallvec::SmallVec<[Option<Role>; INLINE_ARGS]> = tensors
-            .iter()
-            .map(|t| match *t {
-                ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => {
-                    Some(Role::Writer)
-                }
-                ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
-                ArgTensor::Create(_) => None,
-            })
-            .collect();
+        // The role of an argument: two bytes, recomputed rather than kept in a list.
+        let role = |t: &ArgTensor| match *t {
+            ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => Some(Role::Writer),
+            ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
+            ArgTensor::Create(_) => None,
+        };
         let check_only = Some(Role::Reader { tracked: false });
-        let needed = roles
+        let needed = tensors
             .iter()
-            .filter(|r| r.is_some() && **r != check_only)
+            .map(role)
+            .filter(|r| r.is_some() && *r != check_only)
             .count();
         if needed > 0 {
             self.reserve_entries(id, needed)?;
         }
-        for (t, role) in tensors.iter().zip(roles) {
-            let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role) else {
+        for t in tensors {
+            let (ArgTensor::Existing { desc, .. }, Some(role)) = (t, role(t)) else {
                 continue;
             };
             if Some(role) == check_only && self.tensormap.available() == 0 {
@@ -1089,7 +1089,9 @@ impl OrchCore {
         bound: &mut impl Extend<BoundTensor>,
         outputs: &mut Vec<TensorDesc>,
     ) {
-        for t in tensors {
+        let memory = &self.memory;
+        // One `extend` for all: a container reserves once, not per tensor.
+        bound.extend(tensors.into_iter().map(|t| {
             let (desc, writable) = match t {
                 ArgTensor::Existing { tag, desc } => (desc, tag.writes()),
                 ArgTensor::Create(ci) => {
@@ -1101,19 +1103,19 @@ impl OrchCore {
                     if let Some(bits) = ci.initial_value {
                         let size = ci.dtype.size();
                         let pattern = &bits.to_le_bytes()[..size];
-                        self.memory.fill_heap(next, bytes, pattern);
+                        memory.fill_heap(next, bytes, pattern);
                     }
                     next += bytes;
                     outputs.push(desc);
                     (desc, true)
                 }
             };
-            bound.extend(std::iter::once(BoundTensor {
+            BoundTensor {
                 desc,
-                base_ptr: self.memory.buffer_ptr(&desc),
+                base_ptr: memory.buffer_ptr(&desc),
                 writable,
-            }));
-        }
+            }
+        }));
     }
 
     /// Step 12: wire and publish `new` under the graph lock, after the tasks handed off before

@@ -205,9 +205,75 @@ impl Geometry {
         if shape.len() != strides.len() || shape.len() > MAX_TENSOR_DIMS || elem_bytes == 0 {
             return None;
         }
-        if shape.contains(&0) {
-            return Some(Geometry::EMPTY);
+        match Geometry::dense(elem_bytes, shape, strides) {
+            Dense::Empty => return Some(Geometry::EMPTY),
+            Dense::Bytes(len) => return Geometry::contiguous(byte_offset, len),
+            Dense::Overflow => return None,
+            Dense::Strided => {}
         }
+        Geometry::strided(elem_bytes, byte_offset, shape, strides)
+    }
+
+    /// The common case of [`Geometry::new`] without sorting: a view whose axes, innermost
+    /// first and leaving out single indices and broadcasts, each continue the run inside
+    /// them. Those axes are sorted already and merge into one run, so the canonical form is
+    /// that run whatever the general algorithm would have done with them.
+    #[inline]
+    fn dense(elem_bytes: u64, shape: &[u32], strides: &[u64]) -> Dense {
+        let mut run = elem_bytes;
+        let mut dense = true;
+        for (&n, &s) in shape.iter().zip(strides).rev() {
+            if n == 0 {
+                return Dense::Empty;
+            }
+            if n == 1 || s == 0 {
+                continue;
+            }
+            let stride = s.checked_mul(elem_bytes);
+            match stride
+                .filter(|_| dense)
+                .map(|stride| (stride, run.checked_mul(u64::from(n))))
+            {
+                Some((stride, Some(len))) if stride == run => run = len,
+                _ if stride.is_some() => dense = false,
+                // An empty view is empty whatever its strides.
+                _ => {
+                    return if shape.contains(&0) {
+                        Dense::Empty
+                    } else {
+                        Dense::Overflow
+                    };
+                }
+            }
+        }
+        if dense {
+            Dense::Bytes(run)
+        } else {
+            Dense::Strided
+        }
+    }
+
+    /// The bytes `start .. start + len`, `len ≥ 1`: one axis of stride 1, or none for a single
+    /// byte; `None` past `u64::MAX`.
+    #[inline]
+    fn contiguous(start: u64, len: u64) -> Option<Geometry> {
+        let mut g = Geometry::EMPTY;
+        g.start = start;
+        g.end = start.checked_add(len)?;
+        if len > 1 {
+            g.rank = 1;
+            (g.sizes[0], g.strides[0]) = (len, 1);
+        }
+        Some(g)
+    }
+
+    /// [`Geometry::new`] for any non-empty view: sorts the axes and merges runs.
+    fn strided(
+        elem_bytes: u64,
+        byte_offset: u64,
+        shape: &[u32],
+        strides: &[u64],
+    ) -> Option<Geometry> {
         // Sizes and strides apart, each written and read as one `u64`: a 16-byte load of two
         // 8-byte stores stalls store forwarding, which showed in profiles of the chip's insert.
         let mut sizes = [0u64; MAX_AXES];
@@ -493,6 +559,18 @@ impl Geometry {
 
 /// Runs [`Geometry::shares_bytes`] sorts on the stack.
 const STACK_RUNS: usize = 64;
+
+/// What [`Geometry::dense`] found.
+enum Dense {
+    /// Some axis has no index.
+    Empty,
+    /// One run of this many bytes.
+    Bytes(u64),
+    /// Axes that do not merge into one run: the general algorithm decides.
+    Strided,
+    /// A stride or extent beyond `u64::MAX` bytes.
+    Overflow,
+}
 
 /// Adds the axis `(n, s)` to the first `rank` axes, kept sorted by stride, smallest first (ties:
 /// smaller size first, so that equal sets of axes give equal forms).

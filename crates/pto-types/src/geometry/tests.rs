@@ -269,6 +269,20 @@ fn any_view() -> impl Strategy<Value = View> {
     prop_oneof![free_view(), pow2_view(), contiguous_view()]
 }
 
+/// [`Geometry::new`] (with its shortcut for runs) against the general algorithm alone.
+fn check_shortcut(v: &View) -> Result<(), TestCaseError> {
+    let g = v.geometry();
+    if v.shape.contains(&0) {
+        prop_assert_eq!(g, Geometry::EMPTY);
+        return Ok(());
+    }
+    let general = Geometry::strided(v.elem, v.offset, &v.shape, &v.strides).expect("small view");
+    prop_assert_eq!(g, general);
+    prop_assert_eq!(g.ordered, general.ordered);
+    prop_assert_eq!((g.sizes, g.strides), (general.sizes, general.strides));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
 
@@ -293,6 +307,18 @@ proptest! {
                 prop_assert_eq!(g.bytes_below(x), below, "x = {}", x);
             }
         }
+    }
+
+    /// The shortcut for runs gives the general algorithm's form, field for field.
+    #[test]
+    fn the_dense_shortcut_is_the_general_form(v in any_view()) {
+        check_shortcut(&v)?;
+    }
+
+    #[test]
+    fn the_dense_shortcut_is_the_general_form_of_sub_boxes((a, b) in array_pair()) {
+        check_shortcut(&a)?;
+        check_shortcut(&b)?;
     }
 
     #[test]
