@@ -636,7 +636,10 @@ impl Graph {
     fn pick(&self) -> Option<Lane> {
         let mut hold_aic = false;
         let mut hold_aiv = false;
-        for lane in [Lane::MixSync, Lane::AicSync, Lane::AivSync] {
+        let gated = [Lane::MixSync, Lane::AicSync, Lane::AivSync];
+        // Most runs have no sync-start cohort: one look instead of the loop below.
+        let any_gated = gated.iter().any(|&l| !self.lanes[l as usize].is_empty());
+        for lane in gated.into_iter().filter(|_| any_gated) {
             let Some(&id) = self.lanes[lane as usize].front() else {
                 continue;
             };
