@@ -117,7 +117,8 @@ impl OrchCore {
             if eager {
                 created.clear();
                 unbound.clear();
-                self.bind_into(id, st.bases[k], args.clone(), &mut unbound, &mut created);
+                let bind = |b| unbound.push(b);
+                self.bind_into(id, st.bases[k], args.clone(), bind, &mut created);
             }
             if boundary {
                 let tensors: ArgTensors = args.collect();
