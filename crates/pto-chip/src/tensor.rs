@@ -365,14 +365,14 @@ impl TensorDesc {
     pub fn geometry(&self) -> Geometry {
         let elem = self.elem_size();
         // An empty view's offset is unconstrained (it may lie past the buffer end), so its
-        // byte offset may wrap; `Geometry::new` makes it `EMPTY` without reading it.
-        Geometry::new(
+        // byte offset may wrap; `Geometry::new` makes it `EMPTY` without reading it. A
+        // validated tensor lies inside its buffer.
+        Geometry::of_valid(
             elem,
             self.start_offset.wrapping_mul(elem),
             self.shape(),
             self.strides(),
         )
-        .expect("a validated tensor lies inside its buffer")
     }
 
     /// Offset in elements from the buffer base of the element at `index`, or `None` when the

@@ -269,9 +269,13 @@ fn any_view() -> impl Strategy<Value = View> {
     prop_oneof![free_view(), pow2_view(), contiguous_view()]
 }
 
-/// [`Geometry::new`] (with its shortcut for runs) against the general algorithm alone.
+/// [`Geometry::new`] (with its shortcut for runs) against the general algorithm alone, and
+/// [`Geometry::of_valid`] against [`Geometry::new`].
 fn check_shortcut(v: &View) -> Result<(), TestCaseError> {
     let g = v.geometry();
+    let valid = Geometry::of_valid(v.elem, v.offset, &v.shape, &v.strides);
+    prop_assert_eq!((valid, valid.ordered), (g, g.ordered));
+    prop_assert_eq!((valid.sizes, valid.strides), (g.sizes, g.strides));
     if v.shape.contains(&0) {
         prop_assert_eq!(g, Geometry::EMPTY);
         return Ok(());
