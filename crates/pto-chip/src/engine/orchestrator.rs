@@ -1165,7 +1165,7 @@ impl OrchCore {
     fn end_hold(
         &mut self,
         run: &RunShared,
-        mut graph: GraphGuard<'_>,
+        graph: GraphGuard<'_>,
         mut fx: Effects,
         refused: Option<NewTask>,
     ) -> OrchResult<()> {
