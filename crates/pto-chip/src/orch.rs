@@ -83,6 +83,7 @@ impl<'s> OrchTensor<'s> {
     }
 
     /// A zero-copy sub-box: `shape` elements starting at `offsets`.
+    #[inline]
     pub fn view(
         &self,
         shape: &[u32],

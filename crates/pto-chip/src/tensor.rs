@@ -411,6 +411,7 @@ impl TensorDesc {
 
     /// The sub-box `offsets[i] .. offsets[i] + shape[i]` of every dimension: same strides,
     /// `start_offset` advanced by `Σ offsets_i·stride_i`.
+    #[inline]
     pub fn view(&self, shape: &[u32], offsets: &[u32]) -> Result<TensorDesc, TensorError> {
         let ndims = self.ndims();
         if shape.len() != ndims {
@@ -427,8 +428,16 @@ impl TensorDesc {
                 ndims,
             });
         }
-        let mut out = *self;
-        for dim in 0..ndims {
+        let mut new_shape = self.shape;
+        let mut start_offset = self.start_offset;
+        // A loop of constant length, which the compiler unrolls: the new shape stays in
+        // registers and the result is written once. Editing a copy of `self` in memory, one
+        // dimension at a time, made every caller's reload of it stall store forwarding
+        // (`perf annotate`: three fifths of a view's time).
+        for dim in 0..MAX_DIMS {
+            if dim >= ndims {
+                break;
+            }
             let (offset, len, size) = (offsets[dim], shape[dim], self.shape[dim]);
             if u64::from(offset) + u64::from(len) > u64::from(size) {
                 return Err(TensorError::ViewOutOfRange {
@@ -438,11 +447,16 @@ impl TensorDesc {
                     size,
                 });
             }
-            out.shape[dim] = len;
+            new_shape[dim] = len;
             // Only an empty view can step past the buffer end (and then arbitrarily far).
             let step = u64::from(offset).saturating_mul(self.strides[dim]);
-            out.start_offset = out.start_offset.saturating_add(step);
+            start_offset = start_offset.saturating_add(step);
         }
+        let out = TensorDesc {
+            shape: new_shape,
+            start_offset,
+            ..*self
+        };
         debug_assert_eq!(out.validate(), Ok(()));
         Ok(out)
     }
