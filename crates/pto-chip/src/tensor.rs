@@ -365,7 +365,7 @@ impl TensorDesc {
     pub fn geometry(&self) -> Geometry {
         let elem = self.elem_size();
         // An empty view's offset is unconstrained (it may lie past the buffer end), so its
-        // byte offset may wrap; `Geometry::new` makes it `EMPTY` without reading it. A
+        // byte offset may wrap; `Geometry::of_valid` makes it `EMPTY` without reading it. A
         // validated tensor lies inside its buffer.
         Geometry::of_valid(
             elem,
