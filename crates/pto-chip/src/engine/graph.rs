@@ -637,26 +637,27 @@ impl Graph {
         let mut hold_aic = false;
         let mut hold_aiv = false;
         let gated = [Lane::MixSync, Lane::AicSync, Lane::AivSync];
-        // Most runs have no sync-start cohort: one look instead of the loop below.
-        let any_gated = gated.iter().any(|&l| !self.lanes[l as usize].is_empty());
-        for lane in gated.into_iter().filter(|_| any_gated) {
-            let Some(&id) = self.lanes[lane as usize].front() else {
-                continue;
-            };
-            let payload = self.slot(id).payload.as_ref().expect("payload");
-            let blocks = payload.block_num as usize;
-            let admitted = match payload.shape {
-                Shape::Aic => self.idle_aic.len() >= blocks,
-                Shape::Aiv => self.idle_aiv.len() >= blocks,
-                Shape::Mix(mask) => self.idle_clusters(mask).count() >= blocks,
-                Shape::Dummy => unreachable!("dummy tasks have no lane"),
-            };
-            if admitted {
-                return Some(lane);
+        // Most runs have no sync-start cohort: one look at the three lanes, not the loop.
+        if gated.iter().any(|&l| !self.lanes[l as usize].is_empty()) {
+            for lane in gated {
+                let Some(&id) = self.lanes[lane as usize].front() else {
+                    continue;
+                };
+                let payload = self.slot(id).payload.as_ref().expect("payload");
+                let blocks = payload.block_num as usize;
+                let admitted = match payload.shape {
+                    Shape::Aic => self.idle_aic.len() >= blocks,
+                    Shape::Aiv => self.idle_aiv.len() >= blocks,
+                    Shape::Mix(mask) => self.idle_clusters(mask).count() >= blocks,
+                    Shape::Dummy => unreachable!("dummy tasks have no lane"),
+                };
+                if admitted {
+                    return Some(lane);
+                }
+                let (aic, aiv) = shape_uses(payload.shape);
+                hold_aic |= aic;
+                hold_aiv |= aiv;
             }
-            let (aic, aiv) = shape_uses(payload.shape);
-            hold_aic |= aic;
-            hold_aiv |= aiv;
         }
         let has = |lane: Lane| !self.lanes[lane as usize].is_empty();
         if !hold_aic && !hold_aiv && has(Lane::Mix) {

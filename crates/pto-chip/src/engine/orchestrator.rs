@@ -367,8 +367,11 @@ impl OrchCore {
     fn open_frame(&mut self, site: Site) {
         let depth = self.scopes.len();
         let ring = pto_types::ring_config::ring_for_depth(depth);
+        // A submit reads only its own ring's watermark while it is not blocked (`wait_for`):
+        // the other rings' are read here, so that what the outer scopes retired is seen
+        // (fewer edges to finished producers, TensorMap entries cleaned) within a scope.
+        self.refresh_all();
         if self.scope_stats.is_some() {
-            self.refresh_all();
             self.rings[ring].begin_scope_sample();
             self.dep_demand[ring].begin_scope_sample();
             self.spill_pools[ring].begin_scope_sample();
@@ -500,7 +503,8 @@ impl OrchCore {
         mut attempt: impl FnMut(&mut OrchCore) -> Result<T, Blocked>,
     ) -> OrchResult<T> {
         // The fast path: no clock, no waiter, and the other rings' watermarks (shared lines
-        // the executors write) read only when this ring's alone does not do.
+        // the executors write) read only when this ring's alone does not do; they are read at
+        // every scope's start too (`open_frame`), so they lag by one scope at most.
         self.refresh(ring);
         if let Ok(value) = attempt(self) {
             return Ok(value);

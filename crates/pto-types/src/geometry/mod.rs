@@ -217,7 +217,10 @@ impl Geometry {
     /// The common case of [`Geometry::new`] without sorting: a view whose axes, innermost
     /// first and leaving out single indices and broadcasts, each continue the run inside
     /// them. Those axes are sorted already and merge into one run, so the canonical form is
-    /// that run whatever the general algorithm would have done with them.
+    /// that run whatever the general algorithm would have done with them ([`Dense::Bytes`]).
+    /// Otherwise: [`Dense::Empty`] when an axis has no index, [`Dense::Overflow`] when a
+    /// stride in bytes exceeds `u64::MAX` (what [`Geometry::new`] refuses), and
+    /// [`Dense::Strided`] for the general algorithm to decide.
     #[inline]
     fn dense(elem_bytes: u64, shape: &[u32], strides: &[u64]) -> Dense {
         let mut run = elem_bytes;
@@ -266,18 +269,31 @@ impl Geometry {
     /// read back as one word stalled store forwarding (half the chip's geometry time in
     /// `perf annotate`).
     ///
-    /// Panics where [`Geometry::new`] gives `None`.
+    /// # Panics
+    ///
+    /// Where [`Geometry::new`] gives `None`: a view that is not valid.
     #[inline]
     pub fn of_valid(elem_bytes: u64, byte_offset: u64, shape: &[u32], strides: &[u64]) -> Geometry {
         let valid =
             shape.len() == strides.len() && shape.len() <= MAX_TENSOR_DIMS && elem_bytes > 0;
-        if valid
-            && let Dense::Bytes(len) = Geometry::dense(elem_bytes, shape, strides)
-            && let Some(end) = byte_offset.checked_add(len)
-        {
-            return Geometry::run(byte_offset, end, len);
+        if valid {
+            // Each form returned as it is built: no `Option` around the common one.
+            match Geometry::dense(elem_bytes, shape, strides) {
+                Dense::Empty => return Geometry::EMPTY,
+                Dense::Bytes(len) => {
+                    if let Some(end) = byte_offset.checked_add(len) {
+                        return Geometry::run(byte_offset, end, len);
+                    }
+                }
+                Dense::Strided => {
+                    if let Some(g) = Geometry::strided(elem_bytes, byte_offset, shape, strides) {
+                        return g;
+                    }
+                }
+                Dense::Overflow => {}
+            }
         }
-        Geometry::new(elem_bytes, byte_offset, shape, strides).expect("a valid view")
+        invalid_view(shape, strides)
     }
 
     /// The bytes `start .. end`, `len = end - start ≥ 1` of them, in canonical form.
@@ -593,6 +609,13 @@ impl Geometry {
 
 /// Runs [`Geometry::shares_bytes`] sorts on the stack.
 const STACK_RUNS: usize = 64;
+
+/// The panic of [`Geometry::of_valid`], out of its way.
+#[cold]
+#[inline(never)]
+fn invalid_view(shape: &[u32], strides: &[u64]) -> ! {
+    panic!("not a valid view: shape {shape:?}, strides {strides:?}")
+}
 
 /// What [`Geometry::dense`] found.
 enum Dense {

@@ -265,6 +265,22 @@ fn contiguous_view() -> impl Strategy<Value = View> {
     })
 }
 
+/// Views with empty axes, single indices and broadcasts (stride 0), which only the shortcut's
+/// checks and [`Geometry::new`]'s treat specially.
+fn degenerate_view() -> impl Strategy<Value = View> {
+    (
+        elem(),
+        0u64..=64,
+        prop::collection::vec((0u32..=4, 0u64..=12), 1..=4),
+    )
+        .prop_map(|(elem, offset, axes)| View {
+            elem,
+            offset,
+            shape: axes.iter().map(|a| a.0).collect(),
+            strides: axes.iter().map(|a| a.1).collect(),
+        })
+}
+
 fn any_view() -> impl Strategy<Value = View> {
     prop_oneof![free_view(), pow2_view(), contiguous_view()]
 }
@@ -316,6 +332,11 @@ proptest! {
     /// The shortcut for runs gives the general algorithm's form, field for field.
     #[test]
     fn the_dense_shortcut_is_the_general_form(v in any_view()) {
+        check_shortcut(&v)?;
+    }
+
+    #[test]
+    fn the_dense_shortcut_is_the_general_form_of_degenerate_views(v in degenerate_view()) {
         check_shortcut(&v)?;
     }
 
@@ -577,4 +598,24 @@ fn the_bounds_rule_never_overflows() {
     let err = check_inside(1, u64::MAX, &shape, &strides, u64::MAX).unwrap_err();
     assert_eq!(err.end, u128::from(u64::MAX) + extent);
     assert_eq!(err.capacity, u64::MAX);
+}
+
+#[test]
+fn an_empty_view_is_empty_whatever_its_offset_and_strides() {
+    // The byte offset and the stride in bytes overflow; an axis of no index makes it empty.
+    let far = Geometry::new(4, u64::MAX, &[0, 3], &[1, u64::MAX]);
+    assert_eq!(far, Some(Geometry::EMPTY));
+    assert_eq!(
+        Geometry::of_valid(4, u64::MAX, &[3, 0], &[u64::MAX, 1]),
+        Geometry::EMPTY
+    );
+    // Without the empty axis the same strides are refused.
+    assert_eq!(Geometry::new(4, 0, &[2, 3], &[1, u64::MAX]), None);
+    assert_eq!(Geometry::new(4, u64::MAX, &[2], &[1]), None);
+}
+
+#[test]
+#[should_panic(expected = "not a valid view")]
+fn of_valid_refuses_what_new_refuses() {
+    let _ = Geometry::of_valid(4, 0, &[2, 3], &[1, u64::MAX]);
 }
