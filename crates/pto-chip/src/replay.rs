@@ -97,7 +97,7 @@ use crate::orch::{
 use crate::ring::align_heap;
 use crate::task_id::TaskId;
 use crate::tensor::{BufferAddr, TensorDesc, TensorError};
-use crate::tensormap::{Role, TensorMap};
+use crate::tensormap::TensorMap;
 
 /// The ring of the ids a recording hands out (`TaskOutputs::task_id`, tensor owners): no chip
 /// has it, so a recorded id can never be mistaken for a task of a run. The local id holds the
@@ -945,12 +945,7 @@ fn infer_edges(tasks: &mut [RecordedTask]) {
             let ArgTensor::Existing { tag, desc } = arg.arg else {
                 continue;
             };
-            let role = if infer::writes(tag, &desc) {
-                Some(Role::Writer)
-            } else {
-                RECORDED_READS.reader_role(tag, &desc)
-            };
-            if let Some(role) = role {
+            if let Some(role) = RECORDED_READS.entry_role(tag, &desc) {
                 map.insert_as(TaskId::new(0, k as u64), desc, role)
                     .expect("the map holds every entry of the recording");
             }

@@ -36,6 +36,16 @@ pub(crate) struct WarPolicy {
 }
 
 impl WarPolicy {
+    /// The TensorMap entry an argument leaves behind (step 10), if any: a writer's, else the
+    /// reader entry of [`WarPolicy::reader_role`].
+    pub(crate) fn entry_role(self, tag: TensorTag, desc: &TensorDesc) -> Option<Role> {
+        if writes(tag, desc) {
+            Some(Role::Writer)
+        } else {
+            self.reader_role(tag, desc)
+        }
+    }
+
     /// The reader entry a read leaves behind (step 10), if any.
     pub(crate) fn reader_role(self, tag: TensorTag, desc: &TensorDesc) -> Option<Role> {
         if desc.manual_dep() || desc.is_empty() {

@@ -447,11 +447,12 @@ impl OrchCore {
         self.fail(ChipError::new(code, Detector::Immediate, detail))
     }
 
-    /// Reclaims what the published watermark of `ring` frees (CHIP_RUNTIME.md §3.6).
-    fn refresh(&mut self, ring: usize) {
+    /// Reclaims what the published watermark of `ring` frees (CHIP_RUNTIME.md §3.6); whether
+    /// it moved.
+    fn refresh(&mut self, ring: usize) -> bool {
         let last_alive = self.run.last_alive[ring].load(Ordering::Acquire);
         if last_alive <= self.observed[ring] {
-            return;
+            return false;
         }
         self.observed[ring] = last_alive;
         let mask = u64::from(self.rings[ring].window()) - 1;
@@ -460,12 +461,16 @@ impl OrchCore {
         self.dep_pools[ring].advance_tail(marks.dep_mark);
         self.dep_demand[ring].advance_tail(marks.demand_mark);
         self.spill_pools[ring].advance_tail(marks.spill_mark);
+        true
     }
 
-    fn refresh_all(&mut self) {
+    /// [`OrchCore::refresh`] of every ring; whether any watermark moved.
+    fn refresh_all(&mut self) -> bool {
+        let mut moved = false;
         for ring in 0..RING_COUNT {
-            self.refresh(ring);
+            moved |= self.refresh(ring);
         }
+        moved
     }
 
     /// The watermark worth waking for: a quarter of the live tasks of `ring`, at most
@@ -506,14 +511,17 @@ impl OrchCore {
         // the executors write) read only when this ring's alone does not do; they are read at
         // every scope's start too (`open_frame`), so they lag by one scope at most.
         self.refresh(ring);
-        if let Ok(value) = attempt(self) {
-            return Ok(value);
-        }
-        self.refresh_all();
-        let mut first = Some(match attempt(self) {
+        let mut blocked = match attempt(self) {
             Ok(value) => return Ok(value),
             Err(blocked) => blocked,
-        });
+        };
+        if self.refresh_all() {
+            blocked = match attempt(self) {
+                Ok(value) => return Ok(value),
+                Err(blocked) => blocked,
+            };
+        }
+        let mut first = Some(blocked);
         if self.handed > 0 || !self.pending.is_empty() {
             // What this waits for may need them booked (the pools) or published (producers
             // that must run).
@@ -1009,8 +1017,7 @@ impl OrchCore {
         let policy = self.settings.war;
         // The role of an argument: two bytes, recomputed rather than kept in a list.
         let role = |t: &ArgTensor| match *t {
-            ArgTensor::Existing { tag, desc } if infer::writes(tag, &desc) => Some(Role::Writer),
-            ArgTensor::Existing { tag, desc } => policy.reader_role(tag, &desc),
+            ArgTensor::Existing { tag, ref desc } => policy.entry_role(tag, desc),
             ArgTensor::Create(_) => None,
         };
         let check_only = Some(Role::Reader { tracked: false });

@@ -202,7 +202,7 @@ impl Geometry {
         shape: &[u32],
         strides: &[u64],
     ) -> Option<Geometry> {
-        if shape.len() != strides.len() || shape.len() > MAX_TENSOR_DIMS || elem_bytes == 0 {
+        if !well_formed(elem_bytes, shape, strides) {
             return None;
         }
         match Geometry::dense(elem_bytes, shape, strides) {
@@ -232,21 +232,18 @@ impl Geometry {
             if n == 1 || s == 0 {
                 continue;
             }
-            let stride = s.checked_mul(elem_bytes);
-            match stride
-                .filter(|_| dense)
-                .map(|stride| (stride, run.checked_mul(u64::from(n))))
-            {
-                Some((stride, Some(len))) if stride == run => run = len,
-                _ if stride.is_some() => dense = false,
+            let Some(stride) = s.checked_mul(elem_bytes) else {
                 // An empty view is empty whatever its strides.
-                _ => {
-                    return if shape.contains(&0) {
-                        Dense::Empty
-                    } else {
-                        Dense::Overflow
-                    };
-                }
+                return if shape.contains(&0) {
+                    Dense::Empty
+                } else {
+                    Dense::Overflow
+                };
+            };
+            // A run too long for `u64` is left to the general algorithm, which refuses it.
+            match run.checked_mul(u64::from(n)) {
+                Some(len) if dense && stride == run => run = len,
+                _ => dense = false,
             }
         }
         if dense {
@@ -274,9 +271,7 @@ impl Geometry {
     /// Where [`Geometry::new`] gives `None`: a view that is not valid.
     #[inline]
     pub fn of_valid(elem_bytes: u64, byte_offset: u64, shape: &[u32], strides: &[u64]) -> Geometry {
-        let valid =
-            shape.len() == strides.len() && shape.len() <= MAX_TENSOR_DIMS && elem_bytes > 0;
-        if valid {
+        if well_formed(elem_bytes, shape, strides) {
             // Each form returned as it is built: no `Option` around the common one.
             match Geometry::dense(elem_bytes, shape, strides) {
                 Dense::Empty => return Geometry::EMPTY,
@@ -610,6 +605,13 @@ impl Geometry {
 /// Runs [`Geometry::shares_bytes`] sorts on the stack.
 const STACK_RUNS: usize = 64;
 
+/// Shape and strides of one length within the dimension limit, and elements of some size:
+/// what [`Geometry::new`] and [`Geometry::of_valid`] ask before they look at the axes.
+#[inline]
+fn well_formed(elem_bytes: u64, shape: &[u32], strides: &[u64]) -> bool {
+    shape.len() == strides.len() && shape.len() <= MAX_TENSOR_DIMS && elem_bytes > 0
+}
+
 /// The panic of [`Geometry::of_valid`], out of its way.
 #[cold]
 #[inline(never)]
@@ -625,7 +627,7 @@ enum Dense {
     Bytes(u64),
     /// Axes that do not merge into one run: the general algorithm decides.
     Strided,
-    /// A stride or extent beyond `u64::MAX` bytes.
+    /// A stride beyond `u64::MAX` bytes.
     Overflow,
 }
 
