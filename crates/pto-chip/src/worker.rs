@@ -894,6 +894,64 @@ mod tests {
         assert_eq!(kept_slots(&chip), 5);
     }
 
+    static SPUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    crate::register_kernel!(
+        #[allow(unreachable_pub)]
+        SPINS = "test.worker.spins",
+        CoreType::Aiv,
+        spin_a_while
+    );
+
+    /// Runs for about 2 µs (a short kernel, not one under `SHORT_KERNEL_NS`), then counts.
+    fn spin_a_while(_ctx: &mut crate::kernel::KernelCtx<'_>) {
+        let until = Instant::now() + Duration::from_micros(2);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        SPUN.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Rounds of three submits, each followed by a wait in the orchestration's own code (no
+    /// runtime call, which would publish what it left) until they ran, 10 s at most.
+    fn submit_then_wait_in_user_code<'r>(
+        s: &mut RootScope<'r>,
+        _: &OrchArgs<'r>,
+    ) -> crate::error::OrchResult<()> {
+        let base = SPUN.load(Ordering::SeqCst);
+        for round in 1..=2_000u64 {
+            for _ in 0..3 {
+                s.submit_aiv(SPINS, KernelArgs::new())?;
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while SPUN.load(Ordering::SeqCst) < base + 3 * round {
+                if Instant::now() > deadline {
+                    return Err(s.report_fatal(format!("round {round}: a task did not run")));
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    /// HO4: a submit while every executor is busy leaves its task unpublished for a later hold;
+    /// an executor that runs out of work publishes it, so an orchestration that then waits in
+    /// its own code for that task never waits for ever.
+    #[test]
+    fn a_task_left_unpublished_runs_while_the_orchestration_waits_in_its_own_code() {
+        let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty()).unwrap();
+        let (args, cfg, ctx) = (
+            TaskArgs::new(),
+            CallConfig::default(),
+            RunContext::default(),
+        );
+        let left = || crate::engine::orchestrator::TASKS_LEFT.load(Ordering::Relaxed);
+        let before = left();
+        chip.run_fn(submit_then_wait_in_user_code, &args, &cfg, &ctx)
+            .unwrap();
+        assert!(left() > before, "some tasks were left: the test tests HO4");
+    }
+
     #[test]
     fn the_orchestrator_is_the_last_worker_when_the_cores_outnumber_the_cpus() {
         // (cores, host CPUs) → (executors, orchestrator is a worker)

@@ -1,7 +1,9 @@
 //! How tasks reach the executors: a slot's payload is reused by the slot's next task
 //! (`Graph::publish` gives it back, `TaskPayload::fresh` refills it); a submit that finds the
 //! graph lock held hands its task to the lock's holder (`OrchCore::publish`, rules HO1-HO3 of
-//! `pto_types::wait::Handoff`), and a replay queues tasks while an executor holds the lock
+//! `pto_types::wait::Handoff`), one submitted while every executor is busy may be left
+//! unpublished for a later submit or an executor out of work (HO4), and a replay queues tasks
+//! while an executor holds the lock
 //! (`OrchCore::enqueue`) and hands off what is left when it returns. Either way a task is
 //! published without another runtime call: an orchestration may wait for it in its own code.
 

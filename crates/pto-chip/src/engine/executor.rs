@@ -189,9 +189,15 @@ impl Batch {
             }
             // Tasks the orchestrator handed off while this thread waited for the lock: publish
             // them now, so this hold can take them.
-            graph.take_handed(&mut fx);
+            graph.take_handed(&mut fx, false);
             if want > 0 {
                 self.first = graph.take(run, chip);
+                // Out of other work: the tasks the orchestrator left (HO4) are this thread's to
+                // publish now, not after it stopped counting as active.
+                if self.first.is_none() && run.inbox.has_left() {
+                    graph.take_handed(&mut fx, true);
+                    self.first = graph.take(run, chip);
+                }
             }
             let single = matches!(self.first, Some(Work::Single(_)));
             while single && self.singles.len() + 1 < want {
@@ -229,7 +235,8 @@ struct SearchState {
 impl SearchState {
     /// Spins, then parks, until a unit of work can be taken; `None` once the chip shuts down.
     fn find(&mut self, chip: &ChipShared, index: usize) -> Option<(Arc<RunShared>, Work)> {
-        if std::mem::take(&mut self.resting) {
+        let left = self.run.as_ref().is_some_and(|run| run.inbox.has_left());
+        if std::mem::take(&mut self.resting) && !left {
             // Not searching, so signals wake the active executor's peers only when needed;
             // the timeout bounds how long queued work can wait behind a long kernel.
             let parked = chip.work.parked();
@@ -312,7 +319,11 @@ impl SearchState {
     ) -> Option<(Work, Signal)> {
         let seq = chip.run_seq.load(Ordering::SeqCst);
         let new_run = self.seen_seq != Some(seq);
-        if !new_run && !search.news() {
+        // Tasks the orchestrator left (HO4) while this executor counted as active: it reads
+        // `has_left` after it stopped counting (`Active`'s drop), so it sees every task left
+        // before the orchestrator could see it gone (`OrchCore::publish`).
+        let left = self.run.as_ref().is_some_and(|run| run.inbox.has_left());
+        if !new_run && !search.news() && !left {
             return None;
         }
         if new_run {
@@ -327,7 +338,7 @@ impl SearchState {
             let mut graph = run.lock_graph_then_search();
             // As in `Batch::finish`: what was handed off can be taken in this hold. The effects
             // beyond the wake concern only a waiting orchestrator, which hands nothing off.
-            graph.take_handed(&mut Effects::default());
+            graph.take_handed(&mut Effects::default(), true);
             let work = graph.take(run, chip);
             (work, graph.signal(run))
         };

@@ -31,7 +31,11 @@
 //! occupancy — sits behind one parking mutex ([`graph::Graph`], locked through
 //! [`run::RunShared::lock_graph`]), taken once per submit (wiring and publication) and once per
 //! finished block (completion and the next take, together). A submit that finds it held hands
-//! its task to the holder instead, who publishes it when it unlocks ([`run::GraphGuard`]). This removes the classic bug classes of fine-grained task graphs
+//! its task to the holder instead, who publishes it when it unlocks ([`run::GraphGuard`]);
+//! while every executor is busy, a submit leaves its task unpublished and a later submit
+//! publishes up to eight in one hold, unless an executor that runs out of work publishes them
+//! first (`OrchCore::may_leave`, rule HO4 of `pto_types::wait::Handoff`). This removes the
+//! classic bug classes of fine-grained task graphs
 //! (lost readiness, double consumption, reuse of a slot still referenced) at the cost of a short
 //! critical section (`docs/decisions/chip-engine.md` has the measurements); the ring
 //! allocators, pools and TensorMap stay lock-free because only the orchestrator uses them. The

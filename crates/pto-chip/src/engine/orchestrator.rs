@@ -32,7 +32,9 @@ use crate::task_id::TaskId;
 use crate::tensor::TensorDesc;
 use crate::tensormap::{Role, TensorMap, Visit};
 
-use super::graph::{Effects, Graph, Handed, NewTask, SHORT_KERNEL_NS, Signal, SlotStore};
+use super::graph::{
+    Effects, Graph, Handed, LONG_KERNEL_NS, NewTask, SHORT_KERNEL_NS, Signal, SlotStore,
+};
 use super::heap::RunMemory;
 use super::infer;
 use super::run::{GraphGuard, RunShared, Watch};
@@ -53,9 +55,22 @@ pub(crate) const INLINE_FANIN: u64 = 64;
 /// Deepest scope nesting, counting the implicit root scope.
 pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 
-/// Most tasks handed off to the graph lock's holder and not yet booked ([`OrchCore::publish`]);
-/// past it the orchestrator waits for the lock.
-const HANDOFF_LIMIT: u64 = 8;
+/// Most tasks handed off to the graph lock's holder (or left, below) and not yet booked
+/// ([`OrchCore::publish`]); past it the orchestrator waits for the lock. Twice
+/// [`LEAVE_LIMIT`], so that a batch of left tasks that meets the lock held can be handed off
+/// with the submits after it instead of waiting for the lock to book them (independent no-op
+/// tasks: 0.77-0.86 µs against 0.86-0.90 with a limit of 8 in the VM's slow stretch).
+const HANDOFF_LIMIT: u64 = 16;
+
+/// Tasks left in the inbox (HO4, [`OrchCore::publish`]) by this process, for the tests that
+/// check they run.
+#[cfg(test)]
+pub(crate) static TASKS_LEFT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Most tasks left unpublished at a time (HO4, [`OrchCore::may_leave`]): the next submit
+/// publishes them all in one hold, or hands them off. 8 measured best of 2-8 and alike with 16
+/// (`metg_point`, BENCHMARKS.md "Issue 25, stop 55").
+const LEAVE_LIMIT: u64 = 8;
 
 /// Most spare payloads that keep a fused replay's buffers ([`OrchCore::recycle`]).
 const SPARE_FUSED: usize = 2;
@@ -1138,13 +1153,30 @@ impl OrchCore {
     /// worst-case dep-list and spill entries fit beside those already reserved is handed off,
     /// at most [`HANDOFF_LIMIT`] at a time; any other waits for the lock and the pools here
     /// ([`OrchCore::publish_one`]), so a full pool still blocks (or fails) the submit that
-    /// meets it.
+    /// meets it. While every executor is busy the task is instead left in the inbox
+    /// unpublished, for the next submits to publish in one hold ([`OrchCore::may_leave`]),
+    /// unless an executor runs out of work first and publishes it.
     fn publish(&mut self, new: NewTask, may_hand_off: bool) -> OrchResult<()> {
         if !(may_hand_off && self.can_hand_off(&new)) {
             self.flush()?;
             return self.publish_one(new);
         }
         let run = Arc::clone(&self.run);
+        if self.may_leave() {
+            self.reserve(&new);
+            let chip = &self.chip;
+            if run.inbox.leave(new, || all_active(chip)) {
+                #[cfg(test)]
+                TASKS_LEFT.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            let Some(mut graph) = run.inbox.raise(|| run.try_lock_graph_as_offerer()) else {
+                return Ok(());
+            };
+            let mut fx = Effects::default();
+            self.take_and_book(&mut graph, &mut fx)?;
+            return self.end_hold(&run, graph, fx, None);
+        }
         // Two paths rather than the task through an `Option`: its five words moved through
         // temporaries stalled store forwarding (a fifth of this function in `perf annotate`).
         let Some(mut graph) = run.try_lock_graph_as_offerer() else {
@@ -1198,6 +1230,22 @@ impl OrchCore {
         self.handed < HANDOFF_LIMIT
             && self.dep_pools[ring].available() >= self.reserved_deps[ring] + deps
             && self.spill_pools[ring].available() >= self.reserved_spill[ring] + spill
+    }
+
+    /// Whether the task being published may be left in the inbox unpublished (HO4 of
+    /// `pto_types::wait::Handoff`), for a later hold to publish with the tasks after it: every
+    /// executor is active (each comes back for work and, before it parks, publishes what was
+    /// left: `executor.rs`), kernels are not long (a left task waits for at most the next
+    /// [`LEAVE_LIMIT`] submits or one kernel), and this is not the last task the limit
+    /// admits, which publishes them all. A chip without executors leaves nothing: nobody would
+    /// look. One hold for several tasks moves the graph's cache lines between the threads
+    /// once instead of per task ("Issue 25, stop 55" in BENCHMARKS.md).
+    fn may_leave(&self) -> bool {
+        let kernel_ns = self.run.last_kernel_ns.load(Ordering::Relaxed);
+        self.handed + 1 < LEAVE_LIMIT
+            && (1..LONG_KERNEL_NS).contains(&kernel_ns)
+            && self.chip.executors > 0
+            && self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors
     }
 
     fn reserve(&mut self, new: &NewTask) {
@@ -1308,7 +1356,7 @@ impl OrchCore {
     /// handed-off task the graph published. On a failed run the graph dropped them (or lost
     /// them to a panic under the lock), and so does this thread: `Err`.
     fn take_and_book(&mut self, graph: &mut GraphGuard<'_>, fx: &mut Effects) -> OrchResult<()> {
-        graph.take_handed(fx);
+        graph.take_handed(fx, true);
         self.book_handed(graph);
         if self.run.is_cancelled() {
             return Err(self.drop_handed());
@@ -1781,6 +1829,14 @@ fn short_path(file: &str) -> &str {
         }
     }
     &file[cut + 1..]
+}
+
+/// Whether every executor of the chip counts as active, read with a read-modify-write: the
+/// check of HO4 after a task is left, paired with each executor's read-modify-writes when it
+/// stops counting and then reads `has_left` (`pto_types::wait::Handoff`'s module doc). A chip
+/// without executors has none to come back.
+fn all_active(chip: &ChipShared) -> bool {
+    chip.executors > 0 && chip.active.fetch_add(0, Ordering::SeqCst) as usize >= chip.executors
 }
 
 /// The dep-list and spill entries a task with `producers` takes at most: every producer

@@ -354,10 +354,13 @@ impl<'a> GraphGuard<'a> {
     }
 
     /// Publishes the tasks handed off so far (rule HO3) in this hold, so that this holder can
-    /// take them at once.
-    pub(crate) fn take_handed(&mut self, fx: &mut Effects) {
+    /// take them at once. Left ones (HO4, [`OrchCore::publish`]) only `with_left`: by a thread
+    /// out of other work, and by the orchestrator.
+    ///
+    /// [`OrchCore::publish`]: super::orchestrator::OrchCore
+    pub(crate) fn take_handed(&mut self, fx: &mut Effects, with_left: bool) {
         let run = self.run;
-        if run.inbox.is_waiting() {
+        if run.inbox.is_waiting() || (with_left && run.inbox.has_left()) {
             Graph::publish_handed(self, run, fx);
         }
     }

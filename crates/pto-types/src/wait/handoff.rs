@@ -23,16 +23,36 @@
 //! acquire/release and one word's modification order, which is what loom models faithfully;
 //! `loom_tests.rs` checks it with an offerer and one or two holders. Every take happens under
 //! the lock, so items leave the queue in the order they were offered.
+//!
+//! An offerer may also **leave** an item (HO4, [`Handoff::leave`]): queue it without raising
+//! `waiting`, so that holders' HO2 passes it by and the offerer can publish several at once
+//! later. Such an item raises `left` instead, and the caller vouches that a *looker* will take
+//! it: a thread that, after it stops counting itself in some count `n` (a read-modify-write),
+//! reads `left` ([`Handoff::has_left`]) and takes the queue under the lock when it is raised.
+//! The offerer reads `n` with a read-modify-write after it raised `left`; unless `n` says every
+//! looker still counts, it raises the item like an offer ([`Handoff::raise`]). Why that
+//! suffices: both accesses to `n` are read-modify-writes, so one reads from the other. If the
+//! offerer's comes first, it saw the looker counted, and the looker's read-modify-write reads
+//! from it (directly or through others), which orders the raise of `left` before the looker's
+//! read of `left`: it sees it raised (only a taker lowers it, and a taker took the item). If
+//! the looker's comes first, the offerer sees it gone and raises. Acquire/release and
+//! modification orders again, which loom checks (`loom_tests.rs`); a plain load of `n` by the
+//! offerer would not do (loom finds the stranded item).
 
 use std::collections::VecDeque;
+
+use crossbeam_utils::CachePadded;
 
 use super::sync::{AtomicBool, Mutex, Ordering};
 
 /// Items offered to the holder of some lock (HO1-HO3). The lock is the caller's: every method
 /// that needs it takes a `try_lock` closure.
 pub struct Handoff<T> {
-    /// Raised after an item is queued (HO1), lowered by a taker (HO3).
-    waiting: AtomicBool,
+    /// Raised after an item is queued (HO1), lowered by a taker (HO3). Its own cache line:
+    /// every holder reads it after every unlock, while the offerer writes the queue below.
+    waiting: CachePadded<AtomicBool>,
+    /// Raised after an item is left (HO4), lowered by a taker (HO3).
+    left: AtomicBool,
     items: Mutex<VecDeque<T>>,
 }
 
@@ -45,7 +65,8 @@ impl<T> Default for Handoff<T> {
 impl<T> Handoff<T> {
     pub fn new() -> Self {
         Handoff {
-            waiting: AtomicBool::new(false),
+            waiting: CachePadded::new(AtomicBool::new(false)),
+            left: AtomicBool::new(false),
             items: Mutex::new(VecDeque::new()),
         }
     }
@@ -57,6 +78,29 @@ impl<T> Handoff<T> {
         self.lock_items().push_back(item);
         self.waiting.swap(true, Ordering::SeqCst);
         try_lock()
+    }
+
+    /// HO4: queues `item` without raising `waiting`, raises `left`, then asks `looker_counts`
+    /// whether every looker still counts itself; it must read the count with a
+    /// read-modify-write (module doc). `true`: the item is left for a looker or a later
+    /// [`Handoff::raise`]; `false`: the caller must [`raise`](Handoff::raise) it now.
+    pub fn leave(&self, item: T, looker_counts: impl FnOnce() -> bool) -> bool {
+        self.lock_items().push_back(item);
+        self.left.swap(true, Ordering::SeqCst);
+        looker_counts()
+    }
+
+    /// HO1 for the items queued so far (left ones too): raises `waiting`, then tries the lock.
+    /// `Some(guard)`: the caller holds the lock and must [`take`](Handoff::take) the queue.
+    pub fn raise<G>(&self, try_lock: impl FnOnce() -> Option<G>) -> Option<G> {
+        self.waiting.swap(true, Ordering::SeqCst);
+        try_lock()
+    }
+
+    /// Whether items were left (HO4) and not taken since: a looker that stopped counting
+    /// itself takes the queue when this is `true`.
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::SeqCst)
     }
 
     /// HO2: to be called after every unlock of the lock. `Some(guard)`: items wait and the
@@ -77,6 +121,7 @@ impl<T> Handoff<T> {
     /// HO3, under the lock: moves every queued item, oldest first, to the back of `out`.
     pub fn take(&self, out: &mut VecDeque<T>) {
         self.waiting.swap(false, Ordering::SeqCst);
+        self.left.swap(false, Ordering::SeqCst);
         let mut items = self.lock_items();
         if out.is_empty() {
             // The usual case: no copy, and the queue keeps `out`'s buffer for the next items.

@@ -541,6 +541,70 @@ fn loom_handoff_strands_no_item_with_two_holders() {
     check_handoff(1, &[1, 1]);
 }
 
+/// HO4: the offerer leaves `items` items one by one while a looker (an executor) counts itself
+/// active, checking the count after each (SC); seeing the looker gone, it raises the queue
+/// like an offer (trying the lock, taking the queue when it gets it). The looker first makes
+/// `holds` tries of the lock that end in HO2 (they must pass left items by, as an executor's
+/// holds do while it has work), then stops counting itself and, seeing items left, takes the
+/// lock (spinning: the offerer holds it only briefly) and the queue. Once both are done every
+/// item was taken, in order: no left item is stranded with nobody to look.
+fn check_leave(items: u32, holds: u32) {
+    model_3(move || {
+        let handoff = Arc::new(Handoff::new());
+        let lock = Arc::new(ModelLock::new());
+        let active = Arc::new(AtomicUsize::new(1));
+        let looker = {
+            let (handoff, lock, active) = (handoff.clone(), lock.clone(), active.clone());
+            thread::spawn(move || {
+                for _ in 0..holds {
+                    if let Some(held) = lock.try_lock() {
+                        if handoff.is_waiting() {
+                            held.take_items(&handoff);
+                        }
+                        unlock_and_serve(&handoff, &lock, held);
+                    }
+                }
+                active.fetch_sub(1, Ordering::SeqCst);
+                if handoff.has_left() {
+                    let held = loop {
+                        match lock.try_lock() {
+                            Some(held) => break held,
+                            None => thread::yield_now(),
+                        }
+                    };
+                    held.take_items(&handoff);
+                    unlock_and_serve(&handoff, &lock, held);
+                }
+            })
+        };
+        for item in 1..=items {
+            if handoff.leave(item, || active.fetch_add(0, Ordering::SeqCst) >= 1) {
+                continue;
+            }
+            if let Some(held) = handoff.raise(|| lock.try_lock()) {
+                held.take_items(&handoff);
+                // The only offerer skips HO2 after its own holds (see `offerer`).
+                drop(held);
+            }
+        }
+        looker.join().unwrap();
+        assert_eq!(*lock.taken.lock().unwrap(), (1..=items).collect::<Vec<_>>());
+    });
+}
+
+/// HO4 with one item and a looker that stops at once.
+#[test]
+fn loom_left_item_is_taken_by_the_looker_or_raised() {
+    check_leave(1, 0);
+}
+
+/// HO4 with two items and a looker that holds the lock once before it stops: its HO2 passes
+/// left items by, and a raise after its stop still finds a taker.
+#[test]
+fn loom_left_items_survive_a_hold_that_passes_them_by() {
+    check_leave(2, 1);
+}
+
 /// An executor of the publication model: first (when `holds`) one hold of the graph lock that
 /// ends in HO2, publishing what was handed off meanwhile with a signal that wakes nobody, as
 /// pto-chip's `RunShared::serve_inbox` does for a holder that searches right after (its
