@@ -936,7 +936,10 @@ mod tests {
 
     /// HO4: a submit while every executor is busy leaves its task unpublished for a later hold;
     /// an executor that runs out of work publishes it, so an orchestration that then waits in
-    /// its own code for that task never waits for ever.
+    /// its own code for that task never waits for ever. With one executor (every 2-CPU host,
+    /// where the orchestrator is the other worker) it is busy with the round's first task
+    /// whenever the next are submitted, so tasks are left in every run; with more executors
+    /// than a round keeps busy none may be, and the test only checks that every task ran.
     #[test]
     fn a_task_left_unpublished_runs_while_the_orchestration_waits_in_its_own_code() {
         let chip = ChipWorker::new(ChipSpec::default(), EnvSource::empty()).unwrap();
@@ -945,11 +948,12 @@ mod tests {
             CallConfig::default(),
             RunContext::default(),
         );
-        let left = || crate::engine::orchestrator::TASKS_LEFT.load(Ordering::Relaxed);
-        let before = left();
         chip.run_fn(submit_then_wait_in_user_code, &args, &cfg, &ctx)
             .unwrap();
-        assert!(left() > before, "some tasks were left: the test tests HO4");
+        if chip.shared.executors == 1 {
+            let left = chip.shared.tasks_left.load(Ordering::Relaxed);
+            assert!(left > 0, "no task was left: the test did not test HO4");
+        }
     }
 
     #[test]

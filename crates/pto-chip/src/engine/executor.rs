@@ -235,7 +235,11 @@ struct SearchState {
 impl SearchState {
     /// Spins, then parks, until a unit of work can be taken; `None` once the chip shuts down.
     fn find(&mut self, chip: &ChipShared, index: usize) -> Option<(Arc<RunShared>, Work)> {
-        let left = self.run.as_ref().is_some_and(|run| run.inbox.has_left());
+        // HO4: this executor stopped counting as active (`Active`'s drop, a read-modify-write)
+        // before this read, so it sees every task the orchestrator left before it could see
+        // the executor gone (`OrchCore::may_leave`); the first try below takes them. Later
+        // tasks are not left while this one does not count.
+        let mut left = self.run.as_ref().is_some_and(|run| run.inbox.has_left());
         if std::mem::take(&mut self.resting) && !left {
             // Not searching, so signals wake the active executor's peers only when needed;
             // the timeout bounds how long queued work can wait behind a long kernel.
@@ -256,7 +260,9 @@ impl SearchState {
             if chip.shutdown.load(Ordering::SeqCst) {
                 break None;
             }
-            if let Some((work, more)) = self.try_take(chip, index, &mut search) {
+            if let Some((work, more)) =
+                self.try_take(chip, index, &mut search, std::mem::take(&mut left))
+            {
                 let run = Arc::clone(self.run.as_ref().expect("work comes from a run"));
                 break Some((run, work, more));
             }
@@ -308,21 +314,18 @@ impl SearchState {
         self.run.as_ref().is_some_and(|r| r.is_finished())
     }
 
-    /// Takes a unit from the current run when something changed since the last try: a new run
-    /// or a work signal. Returns it with whom the work left behind concerns, for the caller to
-    /// signal once it stopped searching.
+    /// Takes a unit from the current run when something changed since the last try: a new run,
+    /// a work signal, or tasks the orchestrator `left` (HO4). Returns it with whom the work
+    /// left behind concerns, for the caller to signal once it stopped searching.
     fn try_take(
         &mut self,
         chip: &ChipShared,
         index: usize,
         search: &mut Search<'_>,
+        left: bool,
     ) -> Option<(Work, Signal)> {
         let seq = chip.run_seq.load(Ordering::SeqCst);
         let new_run = self.seen_seq != Some(seq);
-        // Tasks the orchestrator left (HO4) while this executor counted as active: it reads
-        // `has_left` after it stopped counting (`Active`'s drop), so it sees every task left
-        // before the orchestrator could see it gone (`OrchCore::publish`).
-        let left = self.run.as_ref().is_some_and(|run| run.inbox.has_left());
         if !new_run && !search.news() && !left {
             return None;
         }

@@ -389,9 +389,10 @@ impl Graph {
         (edges, pending)
     }
 
-    /// Publishes, in the order they were handed off, the tasks the orchestrator left in the
-    /// run's inbox while another thread held this lock (`RunShared::inbox`; rules HO1-HO3 of
-    /// `pto_types::wait::Handoff`), and records each in [`Graph::handed`]. The orchestrator
+    /// Publishes, in the order they were handed off, the tasks the orchestrator put in the
+    /// run's inbox while another thread held this lock or while every executor was busy
+    /// (`RunShared::inbox`; rules HO1-HO4 of `pto_types::wait::Handoff`), and records each in
+    /// [`Graph::handed`]. The orchestrator
     /// reserved the dep-pool entries of every producer before it handed a task off, so none
     /// waits here. On a failed run the tasks are dropped, not published.
     pub(crate) fn publish_handed(&mut self, run: &RunShared, fx: &mut Effects) {

@@ -32,9 +32,9 @@
 //! [`run::RunShared::lock_graph`]), taken once per submit (wiring and publication) and once per
 //! finished block (completion and the next take, together). A submit that finds it held hands
 //! its task to the holder instead, who publishes it when it unlocks ([`run::GraphGuard`]);
-//! while every executor is busy, a submit leaves its task unpublished and a later submit
-//! publishes up to eight in one hold, unless an executor that runs out of work publishes them
-//! first (`OrchCore::may_leave`, rule HO4 of `pto_types::wait::Handoff`). This removes the
+//! while every executor is busy, a submit leaves its task unpublished and the submit after up
+//! to seven such tasks publishes them with its own in one hold, unless an executor that runs
+//! out of work publishes them first (`OrchCore::may_leave`, rule HO4 of `pto_types::wait::Handoff`). This removes the
 //! classic bug classes of fine-grained task graphs
 //! (lost readiness, double consumption, reuse of a slot still referenced) at the cost of a short
 //! critical section (`docs/decisions/chip-engine.md` has the measurements); the ring
@@ -282,8 +282,15 @@ pub(crate) struct ChipShared {
     pub(crate) orchestrator_is_worker: bool,
     /// The work epoch, the searching executors and where they park (see the module doc).
     pub(crate) work: CachePadded<WorkSignal>,
-    /// Executors between taking work and running out of it.
+    /// Executors between taking work and running out of it. Every decrement is a
+    /// read-modify-write, and an executor reads the run inbox's `has_left` after it: the
+    /// orchestrator leaves tasks unpublished only while this counts every executor (rule HO4
+    /// of `pto_types::wait::Handoff`, `OrchCore::may_leave`).
     pub(crate) active: CachePadded<AtomicU32>,
+    /// Tasks the orchestrator left unpublished on this chip (HO4), for tests that check they
+    /// run.
+    #[cfg(test)]
+    pub(crate) tasks_left: AtomicU64,
     /// The run in progress, if any, and a sequence number bumped whenever it changes, so that
     /// executors read the mutex only when there is something new.
     pub(crate) run: Mutex<Option<Arc<RunShared>>>,
@@ -325,6 +332,8 @@ impl ChipShared {
             orchestrator_is_worker,
             work: CachePadded::new(WorkSignal::new()),
             active: CachePadded::new(AtomicU32::new(0)),
+            #[cfg(test)]
+            tasks_left: AtomicU64::new(0),
             run: Mutex::new(None),
             run_seq: CachePadded::new(AtomicU64::new(0)),
             gangs: (0..3 * clusters).map(|_| GangCell::default()).collect(),

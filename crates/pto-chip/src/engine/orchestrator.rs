@@ -62,15 +62,15 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 /// tasks: 0.77-0.86 µs against 0.86-0.90 with a limit of 8 in the VM's slow stretch).
 const HANDOFF_LIMIT: u64 = 16;
 
-/// Tasks left in the inbox (HO4, [`OrchCore::publish`]) by this process, for the tests that
-/// check they run.
-#[cfg(test)]
-pub(crate) static TASKS_LEFT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Most tasks left unpublished at a time (HO4, [`OrchCore::may_leave`]): the next submit
-/// publishes them all in one hold, or hands them off. 8 measured best of 2-8 and alike with 16
-/// (`metg_point`, BENCHMARKS.md "Issue 25, stop 55").
+/// Tasks per batch of a submit that publishes what was left (HO4, [`OrchCore::may_leave`]):
+/// up to `LEAVE_LIMIT - 1` left, and the submit after them publishes them all with its own in
+/// one hold, or hands them off. 8 measured best of 2-8 and alike with 16 (`metg_point`,
+/// BENCHMARKS.md "Issue 25, stop 55").
 const LEAVE_LIMIT: u64 = 8;
+
+/// Most replayed tasks queued while an executor holds the lock before the replay waits for it
+/// ([`OrchCore::enqueue`]).
+const REPLAY_QUEUE_LIMIT: usize = 8;
 
 /// Most spare payloads that keep a fused replay's buffers ([`OrchCore::recycle`]).
 const SPARE_FUSED: usize = 2;
@@ -353,7 +353,7 @@ impl OrchCore {
             heap_bases,
             settings,
             spin: AdaptiveSpin::default(),
-            pending: std::collections::VecDeque::with_capacity(HANDOFF_LIMIT as usize),
+            pending: std::collections::VecDeque::with_capacity(REPLAY_QUEUE_LIMIT),
             handed: 0,
             reserved_deps: [0; RING_COUNT],
             reserved_spill: [0; RING_COUNT],
@@ -1167,7 +1167,7 @@ impl OrchCore {
             let chip = &self.chip;
             if run.inbox.leave(new, || all_active(chip)) {
                 #[cfg(test)]
-                TASKS_LEFT.fetch_add(1, Ordering::Relaxed);
+                self.chip.tasks_left.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
             let Some(mut graph) = run.inbox.raise(|| run.try_lock_graph_as_offerer()) else {
@@ -1234,17 +1234,21 @@ impl OrchCore {
 
     /// Whether the task being published may be left in the inbox unpublished (HO4 of
     /// `pto_types::wait::Handoff`), for a later hold to publish with the tasks after it: every
-    /// executor is active (each comes back for work and, before it parks, publishes what was
-    /// left: `executor.rs`), kernels are not long (a left task waits for at most the next
-    /// [`LEAVE_LIMIT`] submits or one kernel), and this is not the last task the limit
-    /// admits, which publishes them all. A chip without executors leaves nothing: nobody would
-    /// look. One hold for several tasks moves the graph's cache lines between the threads
-    /// once instead of per task ("Issue 25, stop 55" in BENCHMARKS.md).
+    /// executor is active (each comes back for work and, when it finds none, publishes what
+    /// was left: `executor.rs`), the last kernel was not long, and this is not the task that
+    /// completes a batch of [`LEAVE_LIMIT`], which publishes them all. One hold for several
+    /// tasks moves the graph's cache lines between the threads once instead of per task
+    /// ("Issue 25, stop 55" in BENCHMARKS.md).
+    ///
+    /// What it costs: a left task waits for the next submits (at most `LEAVE_LIMIT - 1`), a
+    /// wait of this thread (which flushes), or an executor that finds no published work. So
+    /// an orchestration that waits in its own code for a left task (no runtime call) waits
+    /// until the executors ran out of the work published before it and what that work made
+    /// ready: never for ever, but behind a chain of tasks that keeps them busy.
     fn may_leave(&self) -> bool {
         let kernel_ns = self.run.last_kernel_ns.load(Ordering::Relaxed);
         self.handed + 1 < LEAVE_LIMIT
             && (1..LONG_KERNEL_NS).contains(&kernel_ns)
-            && self.chip.executors > 0
             && self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors
     }
 
@@ -1284,7 +1288,7 @@ impl OrchCore {
 
     /// Publishes a replayed task, with the tasks queued before it, when the graph lock is free
     /// (and the executors are not all busy, below);
-    /// queues it while an executor holds the lock (up to [`HANDOFF_LIMIT`] tasks, then it
+    /// queues it while an executor holds the lock (up to [`REPLAY_QUEUE_LIMIT`] tasks, then it
     /// waits for the lock). The replay goes on with its next task instead of waiting for the
     /// executor's hold to end, and publishes the queue with its next task that finds the lock
     /// free, before any wait and at its scope boundaries ([`OrchCore::flush`]); when it
@@ -1308,7 +1312,7 @@ impl OrchCore {
             "a scope boundary flushes the queue"
         );
         self.pending.push_back(task);
-        let wait = self.pending.len() >= HANDOFF_LIMIT as usize;
+        let wait = self.pending.len() >= REPLAY_QUEUE_LIMIT;
         let busy = self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors;
         if !wait && busy && self.pending.len() < REPLAY_BATCH {
             return Ok(());
@@ -1834,7 +1838,7 @@ fn short_path(file: &str) -> &str {
 /// Whether every executor of the chip counts as active, read with a read-modify-write: the
 /// check of HO4 after a task is left, paired with each executor's read-modify-writes when it
 /// stops counting and then reads `has_left` (`pto_types::wait::Handoff`'s module doc). A chip
-/// without executors has none to come back.
+/// without executors (none is started today) would have none to look.
 fn all_active(chip: &ChipShared) -> bool {
     chip.executors > 0 && chip.active.fetch_add(0, Ordering::SeqCst) as usize >= chip.executors
 }

@@ -41,7 +41,9 @@ pub(crate) struct RunShared {
     /// inbox when it unlocks.
     graph: Mutex<Graph>,
     /// Tasks the orchestrator handed off instead of waiting while another thread held the
-    /// graph lock; every holder publishes them after it unlocks ([`GraphGuard`]).
+    /// graph lock, which every holder publishes after it unlocks ([`GraphGuard`]), and tasks it
+    /// left while every executor was busy (HO4), which its own next hold publishes, or an
+    /// executor that finds no other work.
     pub(crate) inbox: CachePadded<Handoff<NewTask>>,
     /// Whom to wake for tasks published from the inbox.
     chip: Weak<ChipShared>,
@@ -334,6 +336,8 @@ impl Watch {
 
 /// The graph lock, held. Unlocking it (the drop) publishes the tasks the orchestrator handed
 /// off while it was held (rule HO2), so a handed-off task never waits for a lock nobody holds.
+/// Tasks it left (HO4) are not handed off: an executor out of work or the orchestrator's next
+/// hold publishes them ([`GraphGuard::take_handed`]).
 pub(crate) struct GraphGuard<'a> {
     run: &'a RunShared,
     guard: Option<parking_lot::MutexGuard<'a, Graph>>,

@@ -2,7 +2,7 @@
 //!
 //! A thread that finds a lock busy leaves its item here and goes on; the thread that holds the
 //! lock takes the item before or after it unlocks. Three rules make sure no item is stranded
-//! with nobody to take it:
+//! with nobody to take it (a fourth, HO4 below, lets an offerer leave items for later):
 //!
 //! - **HO1** an offerer queues its item, then raises `waiting` with a read-modify-write, and
 //!   only then tries the lock ([`Handoff::offer`]); if it gets the lock it takes the queue.
@@ -35,9 +35,12 @@
 //! offerer's comes first, it saw the looker counted, and the looker's read-modify-write reads
 //! from it (directly or through others), which orders the raise of `left` before the looker's
 //! read of `left`: it sees it raised (only a taker lowers it, and a taker took the item). If
-//! the looker's comes first, the offerer sees it gone and raises. Acquire/release and
-//! modification orders again, which loom checks (`loom_tests.rs`); a plain load of `n` by the
-//! offerer would not do (loom finds the stranded item).
+//! the looker's comes first, the offerer sees it gone and raises (a looker that reads `left`
+//! down and counts itself again is in the same position at its next stop). Acquire/release
+//! and modification orders again, which loom checks (`loom_tests.rs`). With sequentially
+//! consistent accesses a plain load of `n` would do in the C++ model, which forbids store
+//! buffering among them, but loom treats such a load as an acquire load and finds the
+//! stranded item; the read-modify-write holds in both.
 
 use std::collections::VecDeque;
 
