@@ -59,7 +59,7 @@ pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 /// ([`OrchCore::publish`]); past it the orchestrator waits for the lock. Twice
 /// [`LEAVE_LIMIT`], so that a batch of left tasks that meets the lock held can be handed off
 /// with the submits after it instead of waiting for the lock to book them (independent no-op
-/// tasks: 0.77-0.86 µs against 0.86-0.90 with a limit of 8 in the VM's slow stretch).
+/// tasks: 0.76-0.86 µs against 0.90-0.95 with a limit of 8, in the VM's slow stretch).
 const HANDOFF_LIMIT: u64 = 16;
 
 /// Tasks per batch of a submit that publishes what was left (HO4, [`OrchCore::may_leave`]):
