@@ -1170,23 +1170,19 @@ impl OrchCore {
                 self.chip.tasks_left.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            let Some(mut graph) = run.inbox.raise(|| run.try_lock_graph_as_offerer()) else {
-                return Ok(());
+            return match run.inbox.raise(|| run.try_lock_graph_as_offerer()) {
+                Some(graph) => self.publish_inbox(&run, graph),
+                None => Ok(()),
             };
-            let mut fx = Effects::default();
-            self.take_and_book(&mut graph, &mut fx)?;
-            return self.end_hold(&run, graph, fx, None);
         }
         // Two paths rather than the task through an `Option`: its five words moved through
         // temporaries stalled store forwarding (a fifth of this function in `perf annotate`).
         let Some(mut graph) = run.try_lock_graph_as_offerer() else {
             self.reserve(&new);
-            let Some(mut graph) = run.inbox.offer(new, || run.try_lock_graph_as_offerer()) else {
-                return Ok(());
+            return match run.inbox.offer(new, || run.try_lock_graph_as_offerer()) {
+                Some(graph) => self.publish_inbox(&run, graph),
+                None => Ok(()),
             };
-            let mut fx = Effects::default();
-            self.take_and_book(&mut graph, &mut fx)?;
-            return self.end_hold(&run, graph, fx, None);
         };
         let mut fx = Effects::default();
         // What was handed off before `new` goes first. On a failed run the holder may have
@@ -1201,6 +1197,14 @@ impl OrchCore {
             Err((new, _)) => Some(new),
         };
         self.end_hold(&run, graph, fx, refused)
+    }
+
+    /// A hold of the graph lock that an offer or a raise of the inbox got: publishes the inbox
+    /// (the task just put there included) and books it, then ends the hold.
+    fn publish_inbox(&mut self, run: &RunShared, mut graph: GraphGuard<'_>) -> OrchResult<()> {
+        let mut fx = Effects::default();
+        self.take_and_book(&mut graph, &mut fx)?;
+        self.end_hold(run, graph, fx, None)
     }
 
     /// The end of [`OrchCore::publish`]'s hold of the graph lock: signals what it made ready,
@@ -1249,7 +1253,15 @@ impl OrchCore {
         let kernel_ns = self.run.last_kernel_ns.load(Ordering::Relaxed);
         self.handed + 1 < LEAVE_LIMIT
             && (1..LONG_KERNEL_NS).contains(&kernel_ns)
-            && self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors
+            && self.executors_busy()
+    }
+
+    /// Whether every executor counts as active (between taking work and running out of it):
+    /// each comes back for more without a wake. A plain read, for decisions that only cost
+    /// time when stale (see [`OrchCore::enqueue`] on what it costs); HO4's check after a task
+    /// is left reads it with [`all_active`].
+    fn executors_busy(&self) -> bool {
+        self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors
     }
 
     fn reserve(&mut self, new: &NewTask) {
@@ -1313,8 +1325,7 @@ impl OrchCore {
         );
         self.pending.push_back(task);
         let wait = self.pending.len() >= REPLAY_QUEUE_LIMIT;
-        let busy = self.chip.active.load(Ordering::Relaxed) as usize >= self.chip.executors;
-        if !wait && busy && self.pending.len() < REPLAY_BATCH {
+        if !wait && self.executors_busy() && self.pending.len() < REPLAY_BATCH {
             return Ok(());
         }
         self.publish_pending(wait)
